@@ -1,0 +1,131 @@
+"""PFLEGO: Personalized Federated Learning with Exact Stochastic Gradient Descent.
+
+Implements Algorithm 1 and equations (3)-(4) of Georgatos et al. (shared/papers/001_*.txt):
+
+client i, round t, theta_{t-1} frozen:
+  1. ``cache_forward``: phi = phi(X_i; theta_{t-1}) once over the whole local training set (ONNX Runtime)
+  2. ``head_steps``: tau-1 steps W_i <- W_i - beta * grad_W l_i(W_i, theta_{t-1}) on the cached
+     features, closed-form softmax cross-entropy gradient in numpy (:mod:`edgeprof.nn.head`)
+  3. ``joint_grad``: one forward+backward in torch for (grad_W l_i, grad_theta l_i); then
+     W_i <- W_i - rho * (I/r) * grad_W l_i (equation (3)) and g_i = grad_theta l_i is returned.
+server: theta_t = opt(theta_{t-1}, (I/r) * sum_{i in I_t} alpha_i g_i) with alpha_i = N_i / sum_j N_j
+  (equation (4)); ``opt`` is SGD(rho) as in the paper's analysis or Adam(rho) as in its experiments.
+
+About alpha_i and W_i: equation (5) writes W_i's stochastic gradient with alpha_i, but equation (3) and
+the authors' code step W_i with rho*I/r*grad l_i, *without* alpha_i. We follow equation (3). Seen as
+one SGD step on L(psi) = sum_i alpha_i l_i, this is a per-block step size: W_i moves with step
+rho/alpha_i on dL/dW_i while theta moves with step rho on dL/dtheta.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from edgeprof.algorithms import aggregation
+from edgeprof.algorithms.base import (Algorithm, ClientUpdate, EvalResult, Phase, accuracy, as_tensor,
+                                      mean_cross_entropy, no_phase)
+from edgeprof.nn import head as headlib
+from edgeprof.nn.backbones import get_params, set_params
+
+FeatureFn = Callable[[np.ndarray], np.ndarray]
+JointGradFn = Callable[[np.ndarray, np.ndarray, np.ndarray], "tuple[float, np.ndarray, list[np.ndarray]]"]
+
+
+@dataclass
+class PflegoClientResult:
+    """A client's new head, its theta gradient g_i and the loss at the joint-gradient point."""
+
+    head: np.ndarray
+    theta_grad: list[np.ndarray]
+    loss: float
+    n_samples: int
+
+
+def torch_joint_gradient(module: torch.nn.Module, theta: Sequence[np.ndarray], head: np.ndarray,
+                         x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
+    """(l_i, grad_W l_i, grad_theta l_i) at (head, theta) with one torch forward and backward pass."""
+    set_params(module, theta)
+    module.zero_grad(set_to_none=True)
+    w = torch.tensor(head, requires_grad=True)
+    feats = module(as_tensor(x))
+    feats_b = torch.cat([feats, torch.ones(feats.shape[0], 1)], dim=1)
+    loss = mean_cross_entropy(feats_b @ w.T, as_tensor(y))
+    loss.backward()
+    grads = [p.grad.detach().numpy().copy() for p in module.parameters()]
+    return float(loss.detach()), w.grad.numpy().copy(), grads
+
+
+def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray, x: np.ndarray,
+                 y: np.ndarray, *, tau: int, beta: float, rho: float, scale: float,
+                 phase: Phase = no_phase) -> PflegoClientResult:
+    """One PFLEGO client round (Algorithm 1, ClientI_Update) on arrays.
+
+    ``features(x)`` returns phi(x; theta_{t-1}); ``joint_grad(head, x, y)`` returns the loss and both
+    gradients at theta_{t-1}; ``scale`` is I/r.
+    """
+    with phase("cache_forward"):
+        feats_b = headlib.with_bias(features(x))
+    with phase("head_steps"):
+        head = headlib.gradient_steps(head, feats_b, y, beta, tau - 1)
+    with phase("joint_grad"):
+        loss, grad_head, grad_theta = joint_grad(head, x, y)
+        head = head - np.float32(rho * scale) * grad_head
+    return PflegoClientResult(head, grad_theta, loss, len(y))
+
+
+def server_step(theta: Sequence[np.ndarray], grads: Sequence[Sequence[np.ndarray]],
+                client_alphas: Sequence[float], scale: float, optimizer) -> list[np.ndarray]:
+    """Equation (4): theta_t = optimizer(theta_{t-1}, (I/r) * sum alpha_i g_i)."""
+    return optimizer.step(theta, aggregation.unbiased_gradient(grads, client_alphas, scale))
+
+
+class Pflego(Algorithm):
+    """PFLEGO run in-process: global theta, one head per client, a server optimizer."""
+
+    name = "pflego"
+
+    def __init__(self, cfg, clients, backbone, rng) -> None:
+        super().__init__(cfg, clients, backbone, rng)
+        from edgeprof.nn.ort import FeatureRunner
+
+        self.theta = get_params(backbone)
+        m = backbone.feature_dim
+        self.heads = [headlib.init_head(c.num_classes, m, rng) for c in self.clients]
+        self.alphas = aggregation.alphas([c.n_train for c in self.clients])
+        self.scale = self.num_clients / cfg.sampled_per_round
+        self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
+        self.runner = FeatureRunner(backbone, threads=cfg.threads)
+
+    def _features(self, x: np.ndarray) -> np.ndarray:
+        return self.runner.features(x, self.theta)
+
+    def _joint(self, head, x, y):
+        return torch_joint_gradient(self.backbone, self.theta, head, x, y)
+
+    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
+        c = self.clients[client_id]
+        res = client_round(self._features, self._joint, self.heads[client_id], c.x_train, c.y_train,
+                           tau=self.cfg.tau, beta=self.cfg.beta, rho=self.cfg.rho, scale=self.scale,
+                           phase=phase)
+        self.heads[client_id] = res.head
+        return ClientUpdate(client_id, res.n_samples, res.loss, res.theta_grad)
+
+    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
+        if not updates:
+            return
+        weights = [self.alphas[u.client_id] for u in updates]
+        self.theta = server_step(self.theta, [u.payload for u in updates], weights, self.scale,
+                                 self.optimizer)
+
+    def evaluate(self, client_id: int) -> EvalResult:
+        c = self.clients[client_id]
+        head = self.heads[client_id]
+        train_b = headlib.with_bias(self._features(c.x_train))
+        loss, _ = headlib.loss_and_grad(head, train_b, c.y_train)
+        test_acc = accuracy(headlib.predict(head, headlib.with_bias(self._features(c.x_test))), c.y_test) \
+            if len(c.y_test) else 0.0
+        return EvalResult(client_id, loss, test_acc, len(c.y_train), len(c.y_test))

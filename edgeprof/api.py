@@ -1,0 +1,32 @@
+"""The Python API: build a config, run it, read the report back.
+
+>>> from edgeprof import RunConfig, run, read_report
+>>> result = run(RunConfig(algo="pflego", tau=10, rounds=2, out="profiles"))   # doctest: +SKIP
+>>> report = read_report(result.csv_path)                                       # doctest: +SKIP
+>>> [r["wall_s"] for r in report.where(kind="client")]                          # doctest: +SKIP
+
+The algorithms' client rounds and server steps are plain functions on arrays:
+:func:`edgeprof.algorithms.pflego.client_round`, :func:`edgeprof.algorithms.pflego.server_step`,
+:func:`edgeprof.algorithms.fedavg.client_round`, :func:`edgeprof.algorithms.fedavg.server_step`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeprof.config import RunConfig
+from edgeprof.report.writer import Report, read_report
+from edgeprof.simulate import RunResult
+from edgeprof.simulate import run as _run
+
+
+def run(cfg: RunConfig, **kwargs) -> RunResult:
+    """Run ``cfg`` (see :func:`edgeprof.simulate.run`); ``out`` may be a str."""
+    if not isinstance(cfg.out, Path):
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, out=Path(cfg.out))
+    return _run(cfg, **kwargs)
+
+
+__all__ = ["RunConfig", "run", "read_report", "Report", "RunResult"]

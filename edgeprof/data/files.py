@@ -1,0 +1,310 @@
+"""Loaders for the paper's datasets from their official files: MNIST-family IDX, CIFAR-10 batches, Omniglot PNGs.
+
+Nothing is downloaded: the user points ``data_dir`` at files fetched once (``scripts/`` has how). Each
+loader concatenates the official train and test parts into one :class:`Dataset`, because the
+partitioner makes its own per-client train/test split (paper, Appendix A.2). Every problem with a
+file becomes a one-line :class:`DataError` that names the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeprof.data.base import Dataset, from_uint8
+from edgeprof.errors import DataError
+
+#: IDX type codes (third header byte) and the big-endian numpy dtype they name
+IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class IdxSet:
+    """Where one MNIST-family set keeps its four IDX files and how to read them."""
+
+    title: str
+    prefix: str
+    num_classes: int
+    subdirs: tuple[str, ...]
+    transposed: bool = False
+
+
+#: the IDX datasets; EMNIST is the "byclass" split (62 classes: digits, upper and lower case letters)
+IDX_SETS = {
+    "mnist": IdxSet("MNIST", "", 10, ("mnist", "MNIST/raw")),
+    "fashion-mnist": IdxSet("Fashion-MNIST", "", 10, ("fashion-mnist", "FashionMNIST/raw")),
+    "emnist": IdxSet("EMNIST", "emnist-byclass-", 62, ("emnist", "gzip", "EMNIST/raw"), transposed=True),
+}
+
+CIFAR_SUBDIR = "cifar-10-batches-py"
+CIFAR_BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")
+CIFAR_PIXELS = 3 * 32 * 32
+#: the only globals a CIFAR-10 batch pickle may name: numpy array reconstruction and bytes decoding
+CIFAR_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+OMNIGLOT_FOLDERS = ("images_background", "images_evaluation")
+OMNIGLOT_SUBDIRS = ("", "omniglot", "omniglot-py")
+
+
+# ---------------------------------------------------------------------------------------- IDX
+
+
+def read_idx(path: Path, title: str = "IDX") -> np.ndarray:
+    """Parse one IDX file (plain or gzip, detected by content) into an array of its declared type and dims.
+
+    The header is ``0x00 0x00 <type code> <ndim>`` followed by ``ndim`` big-endian uint32 sizes; the
+    payload must be exactly as long as they say. ``title`` names the dataset in error messages.
+    """
+    raw = _read_maybe_gzip(path, title)
+    if len(raw) < 4:
+        raise DataError(f"{title} file {path} is truncated: {len(raw)} bytes, shorter than an IDX header")
+    magic = struct.unpack(">I", raw[:4])[0]
+    code, ndim = raw[2], raw[3]
+    if raw[:2] != b"\x00\x00" or code not in IDX_DTYPES or ndim == 0:
+        raise DataError(f"{title} file {path} is corrupt: bad magic number {magic} (0x{magic:08x})")
+    header_bytes = 4 + 4 * ndim
+    if len(raw) < header_bytes:
+        raise DataError(f"{title} file {path} is truncated: header declares {ndim} dims but the file ends")
+    dims = struct.unpack(f">{ndim}I", raw[4:header_bytes])
+    dtype = np.dtype(IDX_DTYPES[code])
+    expected = header_bytes + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if len(raw) != expected:
+        what = "truncated" if len(raw) < expected else "corrupt"
+        raise DataError(f"{title} file {path} is {what}: {len(raw)} bytes but its header {dims} needs {expected}")
+    return np.frombuffer(raw, dtype=dtype, offset=header_bytes).reshape(dims)
+
+
+def load_idx_dataset(name: str, data_dir: Path, shape: tuple[int, int, int] | None = None) -> Dataset:
+    """Load ``mnist``, ``fashion-mnist`` or ``emnist`` (byclass) with train and test concatenated.
+
+    Files are ``[prefix]{train,t10k|test}-{images-idx3,labels-idx1}-ubyte[.gz]`` in ``data_dir`` or
+    one of the set's :class:`IdxSet` subfolders. EMNIST images are stored transposed and are
+    transposed back here. Pixels are scaled to ``[0, 1]``.
+    """
+    spec = IDX_SETS[name]
+    images, labels = [], []
+    for split in (("train",), ("t10k", "test")):
+        x = read_idx(_find_idx(spec, data_dir, split, "images-idx3-ubyte"), spec.title)
+        y = read_idx(_find_idx(spec, data_dir, split, "labels-idx1-ubyte"), spec.title)
+        _check_idx_pair(spec, data_dir, split, x, y)
+        images.append(x)
+        labels.append(y)
+    x_u8 = np.concatenate(images)[:, None]
+    if spec.transposed:
+        x_u8 = x_u8.transpose(0, 1, 3, 2)
+    y_all = np.concatenate(labels).astype(np.int64)
+    return Dataset(name=name, x=from_uint8(x_u8, shape), y=y_all, num_classes=spec.num_classes)
+
+
+def _find_idx(spec: IdxSet, data_dir: Path, stems: tuple[str, ...], kind: str) -> Path:
+    """First existing ``<prefix><stem>-<kind>[.gz]`` in ``data_dir`` or the set's subfolders."""
+    folders = [data_dir, *(data_dir / sub for sub in spec.subdirs)]
+    names = [f"{spec.prefix}{stem}-{kind}{ext}" for stem in stems for ext in ("", ".gz")]
+    for folder in folders:
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    raise DataError(
+        f"{spec.title} file {names[0]}(.gz) not found in {data_dir} "
+        f"(also looked in {', '.join(spec.subdirs)})"
+    )
+
+
+def _check_idx_pair(spec: IdxSet, data_dir: Path, split: tuple[str, ...], x: np.ndarray, y: np.ndarray) -> None:
+    """The images are a uint8 (N, H, W) stack, the labels uint8 (N,) in range."""
+    where = f"{spec.title} {split[0]} files in {data_dir}"
+    if x.ndim != 3 or x.dtype != np.uint8:
+        raise DataError(f"{where}: images must be uint8 of 3 dims, got {x.dtype} {x.shape}")
+    if y.ndim != 1 or y.dtype != np.uint8:
+        raise DataError(f"{where}: labels must be uint8 of 1 dim, got {y.dtype} {y.shape}")
+    if len(x) != len(y):
+        raise DataError(f"{where}: {len(x)} images but {len(y)} labels")
+    if len(y) and int(y.max()) >= spec.num_classes:
+        raise DataError(f"{where}: label {int(y.max())} outside 0..{spec.num_classes - 1}")
+
+
+def _read_maybe_gzip(path: Path, title: str) -> bytes:
+    """The file's bytes, decompressed if it starts with the gzip magic."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{title} file {path} cannot be read: {err.strerror or err}") from err
+    if raw[:2] != GZIP_MAGIC:
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError(f"{title} file {path} is corrupt: not a complete gzip stream ({err})") from err
+
+
+# ---------------------------------------------------------------------------------------- CIFAR-10
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that refuses every global except numpy array reconstruction."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in CIFAR_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"forbidden global {module}.{name}")
+        return super().find_class(module, name)
+
+
+def load_cifar10(data_dir: Path, shape: tuple[int, int, int] | None = None) -> Dataset:
+    """Load the CIFAR-10 python batches (``data_batch_1..5`` then ``test_batch``), native ``(3, 32, 32)``.
+
+    The batches are read from ``data_dir/cifar-10-batches-py`` or ``data_dir``. They are pickles
+    (``encoding="bytes"``), and unpickling an untrusted file can run arbitrary code: only load the
+    official archive. As a safeguard the unpickler accepts no global but numpy array reconstruction,
+    and anything that is not a dict with ``b"data"`` (N x 3072 uint8) and ``b"labels"`` (N ints 0..9)
+    is refused with a DataError.
+    """
+    folder = _cifar_folder(data_dir)
+    images, labels = [], []
+    for batch in CIFAR_BATCHES:
+        x, y = _read_cifar_batch(folder / batch)
+        images.append(x)
+        labels.append(y)
+    x_u8 = np.concatenate(images).reshape(-1, 3, 32, 32)
+    return Dataset(name="cifar10", x=from_uint8(x_u8, shape), y=np.concatenate(labels), num_classes=10)
+
+
+def _cifar_folder(data_dir: Path) -> Path:
+    for folder in (data_dir / CIFAR_SUBDIR, data_dir):
+        if (folder / CIFAR_BATCHES[0]).is_file():
+            return folder
+    raise DataError(
+        f"CIFAR-10 batches not found: expected {CIFAR_SUBDIR}/data_batch_1..5 and test_batch in {data_dir}"
+    )
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One batch's uint8 ``(N, 3072)`` pixels and int64 labels, validated."""
+    if not path.is_file():
+        raise DataError(f"CIFAR-10 file {path} not found")
+    try:
+        with path.open("rb") as handle:
+            batch = _CifarUnpickler(handle, encoding="bytes").load()
+    except OSError as err:
+        raise DataError(f"CIFAR-10 file {path} cannot be read: {err.strerror or err}") from err
+    except Exception as err:  # a corrupt pickle can raise almost any exception type
+        raise DataError(f"CIFAR-10 file {path} is not a CIFAR-10 python batch: {err}") from err
+    return _check_cifar_batch(path, batch)
+
+
+def _check_cifar_batch(path: Path, batch: object) -> tuple[np.ndarray, np.ndarray]:
+    bad = f"CIFAR-10 file {path} is not a CIFAR-10 python batch"
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        raise DataError(f'{bad}: expected a dict with keys b"data" and b"labels"')
+    data = batch[b"data"]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != CIFAR_PIXELS:
+        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataError(f"{bad}: data must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
+    try:
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except (TypeError, ValueError) as err:
+        raise DataError(f"{bad}: labels are not integers ({err})") from err
+    if labels.shape != (len(data),):
+        raise DataError(f"{bad}: {len(data)} images but labels of shape {labels.shape}")
+    if len(labels) and (labels.min() < 0 or labels.max() > 9):
+        raise DataError(f"{bad}: labels outside 0..9")
+    return data, labels
+
+
+# ---------------------------------------------------------------------------------------- Omniglot
+
+
+def load_omniglot(data_dir: Path, shape: tuple[int, int, int] | None = None) -> Dataset:
+    """Load Omniglot from the official ``images_background`` (and, if present, ``images_evaluation``) folders.
+
+    Layout: ``<folder>/<alphabet>/<character>/*.png``, looked for in ``data_dir``, ``data_dir/omniglot``
+    or torchvision's ``data_dir/omniglot-py``. Every character is a class and every alphabet a group
+    (``Dataset.groups``), both numbered in sorted folder order, background before evaluation. Images
+    are inverted so strokes are 1 and background 0; native size is 105x105. Needs Pillow.
+    """
+    folders = _omniglot_folders(data_dir)
+    paths, labels, groups = _omniglot_index(folders)
+    if not paths:
+        raise DataError(f"Omniglot folders {', '.join(map(str, folders))} hold no <alphabet>/<character>/*.png images")
+    x_u8 = _decode_pngs(paths)[:, None]
+    return Dataset(
+        name="omniglot",
+        x=from_uint8(x_u8, shape, invert=True),
+        y=np.asarray(labels, dtype=np.int64),
+        num_classes=int(labels[-1]) + 1,
+        groups=np.asarray(groups, dtype=np.int64),
+    )
+
+
+def _omniglot_folders(data_dir: Path) -> list[Path]:
+    for sub in OMNIGLOT_SUBDIRS:
+        found = [data_dir / sub / name for name in OMNIGLOT_FOLDERS if (data_dir / sub / name).is_dir()]
+        if found:
+            return found
+    raise DataError(
+        f"Omniglot folder images_background/<alphabet>/<character>/*.png not found in {data_dir} "
+        "(unzip the official images_background.zip there)"
+    )
+
+
+def _omniglot_index(folders: list[Path]) -> tuple[list[Path], list[int], list[int]]:
+    """Every PNG with its class (character) and group (alphabet); empty folders get no id."""
+    paths: list[Path] = []
+    labels: list[int] = []
+    groups: list[int] = []
+    num_classes = num_groups = 0
+    for folder in folders:
+        for alphabet in _subfolders(folder):
+            found_in_alphabet = False
+            for character in _subfolders(alphabet):
+                pngs = sorted(character.glob("*.png"))
+                if not pngs:
+                    continue
+                paths.extend(pngs)
+                labels.extend([num_classes] * len(pngs))
+                groups.extend([num_groups] * len(pngs))
+                num_classes += 1
+                found_in_alphabet = True
+            num_groups += found_in_alphabet
+    return paths, labels, groups
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _decode_pngs(paths: list[Path]) -> np.ndarray:
+    """Decode grey images of one common size into a uint8 ``(N, H, W)`` stack."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as err:
+        raise DataError("reading Omniglot PNGs needs Pillow: pip install pillow") from err
+    stack: np.ndarray | None = None
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert("L"), dtype=np.uint8)
+        except (OSError, UnidentifiedImageError, ValueError) as err:
+            raise DataError(f"Omniglot image {path} cannot be decoded: {err}") from err
+        if stack is None:
+            stack = np.empty((len(paths), *pixels.shape), dtype=np.uint8)
+        elif pixels.shape != stack.shape[1:]:
+            raise DataError(f"Omniglot image {path} is {pixels.shape[1]}x{pixels.shape[0]}, the others are "
+                            f"{stack.shape[2]}x{stack.shape[1]}")
+        stack[i] = pixels
+    assert stack is not None
+    return stack

@@ -1,0 +1,53 @@
+"""What the sidecar records about the machine and the libraries a run used."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+from pathlib import Path
+
+LIBRARIES = ("edgeprof", "torch", "onnxruntime", "onnx", "numpy", "psutil", "scikit-learn", "typer", "rich",
+             "nvidia-ml-py", "codecarbon", "flwr", "plotly")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else platform.processor())."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key = line.split(":")[0].strip().lower()
+            if key in ("model name", "hardware", "processor") and ":" in line:
+                value = line.split(":", 1)[1].strip()
+                if value and not value.isdigit():
+                    return value
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_info() -> dict:
+    """CPU model, cores, memory, OS, Python and the host's name."""
+    import psutil
+
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_cores_logical": os.cpu_count(),
+        "cpu_cores_physical": psutil.cpu_count(logical=False),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def library_versions() -> dict:
+    """Installed versions of the libraries edgeprof uses (None when absent)."""
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out

@@ -1,0 +1,100 @@
+"""The labelled fallback: energy estimated from process CPU time and a per-core power figure.
+
+Model: ``E = t_cpu * P_core``, where ``t_cpu`` is the process's user+system CPU seconds (all threads)
+and ``P_core`` the power one fully busy core draws above idle, in watts. It measures nothing: every
+figure it yields is labelled ``estimate`` in reports, summaries and the dashboard.
+
+``P_core`` comes from ``--cpu-watts`` when given, else from :data:`KNOWN_CPUS` (first pattern that
+matches the CPU model string), else :data:`DEFAULT_WATTS_PER_CORE`. The table's figures are rough
+estimates, mostly TDP (or the CPU rail's full-load power) divided by the number of cores; the source
+text of each travels into the report's sidecar.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from edgeprof.meters.base import Domain, Meter
+
+#: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
+DEFAULT_WATTS_PER_CORE = 10.0
+
+#: (regex searched in the CPU model, watts per busy core, where the figure comes from); first match wins
+KNOWN_CPUS: tuple[tuple[str, float, str], ...] = (
+    (r"Cortex-A57", 1.5, "Jetson Nano/TX1: ~6 W CPU rail at full load in 10 W mode / 4 cores (estimate)"),
+    (r"Cortex-A78AE", 2.0, "Jetson Orin: ~12 W CPU cluster at full load / 6 cores (estimate)"),
+    (r"Carmel", 2.5, "Jetson Xavier: ~15 W CPU cluster at full load / 6 cores (estimate)"),
+    (r"Cortex-A72", 1.0, "Raspberry Pi 4: ~4 W above idle at full load / 4 cores (estimate)"),
+    (r"Cortex-A76", 1.5, "Raspberry Pi 5: ~6 W above idle at full load / 4 cores (estimate)"),
+    (r"Apple M\d", 4.0, "Apple M-series: ~20-30 W CPU package / 4-8 performance cores (estimate)"),
+    (r"Core\(TM\).*\d{4,5}[A-Z]*U\b|Core\(TM\) Ultra \d \d+U", 7.0,
+     "Intel laptop U-series: 15-28 W TDP / 2-4 performance cores (estimate)"),
+    (r"Ryzen.*\d{4}U\b", 7.0, "AMD laptop U-series: 15-28 W TDP / 4-8 cores, boost power (estimate)"),
+    (r"Core\(TM\).*\d{4,5}H[SXK]?\b", 8.0, "Intel laptop H-series: 45 W TDP / 6-8 cores (estimate)"),
+    (r"Xeon", 12.0, "Intel Xeon server: 150-350 W TDP / 16-32 cores (estimate)"),
+    (r"EPYC", 10.0, "AMD EPYC server: 200-360 W TDP / 24-64 cores, boost (estimate)"),
+    (r"Threadripper", 10.0, "AMD Threadripper: 280 W TDP / 24-32 cores (estimate)"),
+    (r"Ryzen", 11.0, "AMD Ryzen desktop: 65-105 W TDP / 6-8 cores (estimate)"),
+    (r"Core\(TM\)|Intel", 10.0, "Intel desktop: 65-125 W TDP / 6-12 cores (estimate)"),
+)
+
+#: ARM "CPU part" codes of /proc/cpuinfo for the cores in KNOWN_CPUS
+_ARM_PARTS = {"0xd07": "Cortex-A57", "0xd08": "Cortex-A72", "0xd0b": "Cortex-A76", "0xd42": "Cortex-A78AE",
+              "0x004": "Carmel"}
+
+
+def watts_per_core_for(cpu_model: str | None) -> tuple[float, str]:
+    """Watts per busy core for a CPU model string, and the source of that figure."""
+    for pattern, watts, source in KNOWN_CPUS:
+        if cpu_model and re.search(pattern, cpu_model, flags=re.IGNORECASE):
+            return watts, f"{source}; matched {cpu_model!r}"
+    return DEFAULT_WATTS_PER_CORE, f"default {DEFAULT_WATTS_PER_CORE:g} W/core (CPU {cpu_model!r} not in the table; estimate)"
+
+
+def detect_cpu_model(proc_root: str = "/proc") -> str:
+    """The CPU model from ``<proc_root>/cpuinfo`` (x86 ``model name``; ARM core part names); '' if unknown."""
+    try:
+        text = (Path(proc_root) / "cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    parts = {value.strip() for key, _, value in (l.partition(":") for l in text.splitlines())
+             if key.strip() == "CPU part"}
+    return ", ".join(sorted(_ARM_PARTS.get(p, f"ARM part {p}") for p in parts))
+
+
+class CpuTimeEstimateMeter(Meter):
+    """Estimated CPU energy: process CPU seconds times watts per busy core."""
+
+    name = "cpu_estimate"
+
+    def __init__(
+        self,
+        watts_per_core: float = DEFAULT_WATTS_PER_CORE,
+        source: str = "default",
+        cpu_time: Callable[[], float] = time.process_time,
+    ) -> None:
+        if not watts_per_core > 0:
+            raise ValueError("watts per core must be positive")
+        self.watts_per_core = float(watts_per_core)
+        self.source = source
+        self._cpu_time = cpu_time
+        self._start = cpu_time()
+
+    def domains(self) -> tuple[Domain, ...]:
+        return (Domain("cpu_estimate", "cpu_estimate", "estimate", in_total=True),)
+
+    def read_j(self) -> Mapping[str, float]:
+        return {"cpu_estimate": (self._cpu_time() - self._start) * self.watts_per_core}
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info.update(watts_per_core=self.watts_per_core, watts_source=self.source,
+                    model="energy_j = process_cpu_s * watts_per_core", resolution="process CPU time (~1 ms)")
+        return info

@@ -1,0 +1,204 @@
+"""NVIDIA Jetson board power from the INA3221 monitors, integrated by a sampler thread.
+
+Two sysfs layouts (root defaulting to ``/sys``):
+  * JetPack 5+ (hwmon): ``bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in<k>_label``, ``in<k>_input`` (bus
+    voltage, mV) and ``curr<k>_input`` (mA); power = mV * mA (uW, exact integer).
+  * JetPack 4 (iio): ``bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_<k>`` and
+    ``in_power<k>_input`` (mW).
+Channels labelled ``NC`` (not connected) or ``sum ...`` (the driver's summation channel) are skipped.
+
+Rails seen on real boards:
+  * Orin Nano / Orin NX (JP5+): VDD_IN (module input), VDD_CPU_GPU_CV, VDD_SOC.
+  * Xavier NX (JP4): VDD_IN, VDD_CPU_GPU_CV, VDD_SOC.     * TX2 (JP4): VDD_IN, VDD_SYS_CPU, VDD_SYS_GPU, ...
+  * Nano (JP4): POM_5V_IN, POM_5V_CPU, POM_5V_GPU.
+  * AGX Orin: VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0 (+ VDDQ_VDD2_1V8AO on the second monitor): no input rail.
+
+What counts: the input rail (``VDD_IN``, ``POM_5V_IN``) is domain ``board_total`` and is the total; the
+sub-rails are inside it and are reported with ``in_total=False`` (columns ``board_cpu``/``board_gpu``/
+``board_soc``), never added to it. A board without an input rail (AGX Orin, AGX Xavier) reports its rails
+with ``in_total=True``: the total is then the sum of the listed rails, a *partial* figure that excludes
+regulator conversion losses, the carrier board and anything on an unmonitored rail; ``describe()`` says so.
+Rails that are neither CPU nor GPU (VDD_SOC, VIN_SYS_5V0, DDR rails) go to column ``board_soc``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from edgeprof.errors import MeterError, MeterPermissionError
+from edgeprof.meters.base import Domain, Meter, ProbeResult
+from edgeprof.meters.sampler import PowerSampler
+
+#: names of the board's input rail (the total), upper-cased
+TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN", "VDD_IN_TOTAL")
+
+NO_TOTAL_NOTE = (
+    "this board has no total input rail; total = sum of the listed rails, which excludes regulator "
+    "conversion losses, the carrier board and unmonitored rails (partial)"
+)
+
+
+@dataclass(frozen=True)
+class Rail:
+    """One INA3221 channel: where to read it and how its reading converts to microwatts."""
+
+    label: str
+    layout: str  # "hwmon" or "iio"
+    power_file: Path  # in_power<k>_input (mW) or in<k>_input (mV)
+    current_file: Path | None  # curr<k>_input (mA) for hwmon
+
+    def read_uw(self) -> int:
+        if self.current_file is None:
+            return _read_int(self.power_file) * 1000
+        return _read_int(self.power_file) * _read_int(self.current_file)
+
+
+def _read_int(path: Path) -> int:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except PermissionError as err:
+        raise MeterPermissionError(f"cannot read {path}: permission denied; run as root or chmod a+r it") from err
+    except (OSError, ValueError) as err:
+        raise MeterError(f"cannot read Jetson rail {path}: {err}") from err
+
+
+def _skip(label: str) -> bool:
+    return not label or label.upper() == "NC" or label.lower().startswith("sum")
+
+
+def _hwmon_rails(root: Path) -> list[Rail]:
+    rails = []
+    for hwmon in sorted(root.glob("bus/i2c/drivers/ina3221/*/hwmon/hwmon*")):
+        for label_file in sorted(hwmon.glob("in*_label")):
+            k = re.fullmatch(r"in(\d+)_label", label_file.name)
+            if k is None:
+                continue
+            label = label_file.read_text().strip()
+            volt, curr = hwmon / f"in{k[1]}_input", hwmon / f"curr{k[1]}_input"
+            if not _skip(label) and volt.exists() and curr.exists():
+                rails.append(Rail(label, "hwmon", volt, curr))
+    return rails
+
+
+def _iio_rails(root: Path) -> list[Rail]:
+    rails = []
+    for dev in sorted(root.glob("bus/i2c/drivers/ina3221x/*/iio:device*")):
+        for name_file in sorted(dev.glob("rail_name_*")):
+            k = name_file.name.rsplit("_", 1)[1]
+            label = name_file.read_text().strip()
+            power = dev / f"in_power{k}_input"
+            if not _skip(label) and power.exists():
+                rails.append(Rail(label, "iio", power, None))
+    return rails
+
+
+def find_rails(sysfs_root: str | os.PathLike) -> list[Rail]:
+    """Every connected INA3221 rail, hwmon layout first; labels made unique."""
+    root = Path(sysfs_root)
+    rails, seen = [], set()
+    for rail in _hwmon_rails(root) + _iio_rails(root):
+        if rail.label not in seen:
+            seen.add(rail.label)
+            rails.append(rail)
+    return rails
+
+
+def _column(label: str) -> str:
+    upper = label.upper()
+    if "GPU" in upper and "CPU" not in upper and "SOC" not in upper:
+        return "board_gpu"
+    if "CPU" in upper:
+        return "board_cpu"  # includes VDD_CPU_GPU_CV (CPU, GPU and CV share that rail)
+    if "GPU" in upper:
+        return "board_gpu"  # VDD_GPU_SOC
+    return "board_soc"
+
+
+def rail_domains(labels: list[str]) -> tuple[Domain, ...]:
+    """Domains for the rails: the input rail is ``board_total``; the rest nest inside it, if present."""
+    has_total = any(label.upper() in TOTAL_RAILS for label in labels)
+    domains = []
+    for label in labels:
+        if label.upper() in TOTAL_RAILS:
+            domains.append(Domain("board_total", "board_total", "integrated_power", in_total=True))
+        else:
+            name = "board_" + re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+            domains.append(Domain(name, _column(label), "integrated_power", in_total=not has_total))
+    return tuple(domains)
+
+
+def probe(sysfs_root: str | os.PathLike) -> ProbeResult:
+    """Whether INA3221 rails exist here and can be read."""
+    rails = find_rails(sysfs_root)
+    if not rails:
+        return ProbeResult(
+            "jetson", False, f"no INA3221 rails under {Path(sysfs_root) / 'bus/i2c/drivers'} (not a Jetson)",
+            "on a Jetson: check that the ina3221 driver is loaded (ls /sys/bus/i2c/drivers/ina3221*); "
+            "in a container mount the host's /sys and set EDGEPROF_SYSFS_ROOT",
+        )
+    try:
+        for rail in rails:
+            rail.read_uw()
+    except MeterPermissionError as err:
+        return ProbeResult("jetson", False, str(err), "sudo chmod a+r the rail files, or run as root")
+    except MeterError as err:
+        return ProbeResult("jetson", False, str(err), "check the ina3221 driver (dmesg | grep ina3221)")
+    return ProbeResult("jetson", True, domains=tuple(d.name for d in rail_domains([r.label for r in rails])))
+
+
+class JetsonMeter(Meter):
+    """Cumulative joules per INA3221 rail, from power samples at ``hz`` integrated by trapezoids."""
+
+    name = "jetson"
+
+    def __init__(self, sysfs_root: str | os.PathLike, *, hz: float = 10.0,
+                 clock_ns: Callable[[], int] = time.monotonic_ns, start_thread: bool = True) -> None:
+        self.sysfs_root = str(sysfs_root)
+        self._rails = tuple(find_rails(sysfs_root))
+        if not self._rails:
+            raise MeterError(f"no INA3221 rails under {sysfs_root}")
+        self._domains = rail_domains([r.label for r in self._rails])
+        self.hz = float(hz)
+        #: the INA3221 averages over a few ms; the effective period is the sampling period
+        self.update_period_s = 1.0 / self.hz
+        pairs = tuple(zip((d.name for d in self._domains), self._rails))
+        self._sampler = PowerSampler(
+            tuple(name for name, _ in pairs), lambda: {name: rail.read_uw() for name, rail in pairs},
+            hz=hz, clock_ns=clock_ns,
+        )
+        if start_thread:
+            self._sampler.start()
+
+    @property
+    def sampler(self) -> PowerSampler:
+        return self._sampler
+
+    @property
+    def has_total_rail(self) -> bool:
+        return any(d.column == "board_total" for d in self._domains)
+
+    def domains(self) -> tuple[Domain, ...]:
+        return self._domains
+
+    def read_j(self) -> Mapping[str, float]:
+        return self._sampler.energy_j()
+
+    def close(self) -> None:
+        self._sampler.stop()
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["sampling_hz"] = self.hz
+        info["rails"] = [{"label": r.label, "layout": r.layout, "domain": d.name}
+                         for r, d in zip(self._rails, self._domains)]
+        info["resolution"] = "integer mW (iio) or mV x mA (hwmon) samples"
+        info["total"] = ("board_total: the input rail (sub-rails are inside it and not added)"
+                         if self.has_total_rail else NO_TOTAL_NOTE)
+        info["partial_total"] = not self.has_total_rail
+        return info

@@ -1,0 +1,278 @@
+"""ONNX export of a backbone, and the ONNX Runtime runner that computes a client's features.
+
+Theta changes every federated round and a client runs exactly one forward pass per round over its
+whole local set, so what a round costs is "get the fresh weights into ONNX Runtime + one forward".
+:class:`FeatureRunner` offers three ways to do that (``STRATEGIES``), measured side by side by
+``scripts/bench_onnx_weights.py``:
+
+* ``initializers-rebuild`` (default): the weights are initializers of the graph; for each new theta
+  the raw bytes of those initializers are replaced in the exported model, which is serialised and
+  opened as a new session. ONNX Runtime then optimises and pre-packs the weights like any static
+  model, which makes the forward pass several times faster than with weights as inputs.
+* ``initializers-override``: the same, but the new weights are handed to the session through
+  ``SessionOptions.add_initializer`` instead of rewriting the model bytes.
+* ``inputs``: the weights are graph inputs of one session built once and fed with every run; nothing
+  is rebuilt, but ONNX Runtime cannot pre-pack or constant-fold them.
+
+The two rebuilding strategies keep the session while theta is unchanged (several clients of one
+round share it); "unchanged" is decided by comparing the values with a private copy, never by object
+identity, so weights updated in place are picked up too.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from edgeprof.errors import ConfigError, ModelError, OutputError
+from edgeprof.nn.backbones import Backbone
+
+STRATEGIES = ("initializers-rebuild", "initializers-override", "inputs")
+DEFAULT_STRATEGY = "initializers-rebuild"
+INPUT_NAME = "x"
+OUTPUT_NAME = "features"
+
+#: exported model bytes, per (backbone name, input shape, opset, model folder): the graph depends only
+#: on the architecture, because every parameter is replaced before any run
+_EXPORTS: dict[tuple, bytes] = {}
+
+
+def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) -> Path:
+    """Write the backbone as an ONNX file with input ``x``, output ``features`` and a dynamic ``batch`` axis.
+
+    The weights are stored as initializers. Creates the parent folder (:class:`OutputError` if it
+    cannot); an export failure is a :class:`ModelError`.
+    """
+    path = Path(path)
+    data = _export_bytes(module, opset)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as err:
+        raise OutputError(f"cannot write the ONNX model to {path}: {err.strerror or err}") from err
+    return path
+
+
+def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
+    """Export with the TorchScript-based exporter (the dynamo one needs onnxscript and is slower)."""
+    input_shape = getattr(module, "input_shape", None)
+    if input_shape is None:
+        raise ModelError("cannot export a module without an .input_shape (build it with build_backbone)")
+    buffer = io.BytesIO()
+    was_training = module.training
+    module.eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module, (torch.zeros((1, *input_shape), dtype=torch.float32),), buffer,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                opset_version=opset, do_constant_folding=False, dynamo=False,
+            )  # fmt: skip
+    except Exception as err:  # torch raises many unrelated types here
+        raise ModelError(f"ONNX export failed: {type(err).__name__}: {err}".splitlines()[0]) from err
+    finally:
+        module.train(was_training)
+    return buffer.getvalue()
+
+
+def _exported_model(module: torch.nn.Module, model_dir: Path | None, opset: int) -> onnx.ModelProto:
+    """The exported model, exported at most once per process per architecture (and model folder)."""
+    name = getattr(module, "backbone_name", "backbone")
+    key = (name, tuple(getattr(module, "input_shape", ())), opset, model_dir)
+    data = _EXPORTS.get(key) if isinstance(module, Backbone) else None
+    if data is None:
+        if model_dir is None:
+            data = _export_bytes(module, opset)
+        else:
+            data = export_backbone(module, Path(model_dir) / f"{name}.onnx", opset).read_bytes()
+        if isinstance(module, Backbone):
+            _EXPORTS[key] = data
+    try:
+        return onnx.load_from_string(data)
+    except Exception as err:
+        raise ModelError(f"cannot load the exported ONNX model: {err}".splitlines()[0]) from err
+
+
+def _param_names(model: onnx.ModelProto, module: torch.nn.Module) -> list[str]:
+    """Initializer names in ``module.parameters()`` order; ModelError if the export renamed or folded any."""
+    initializers = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    names = [name for name, _ in module.named_parameters()]
+    for name, param in module.named_parameters():
+        if initializers.get(name) != tuple(param.shape):
+            raise ModelError(f"parameter {name!r} is not an initializer of the exported model")
+    return names
+
+
+def _weights_as_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` where the named initializers have become graph inputs."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    wanted = set(names)
+    kept = [init for init in model.graph.initializer if init.name not in wanted]
+    moved = {init.name: init for init in model.graph.initializer if init.name in wanted}
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    for name in names:
+        info = onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(moved[name].dims))
+        model.graph.input.append(info)
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def _register_shared_allocator() -> bool:
+    """Register one process-wide CPU arena that every session uses (idempotent; False if refused).
+
+    A new session per round would otherwise start with an empty arena of its own, and its first run
+    would page-fault in every activation buffer again (~0.05 s per round on cnn-omniglot, 600 images).
+    The shared arena keeps the memory of the largest forward seen so far for the process's lifetime.
+    """
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(info, None)
+    except Exception:  # already registered by someone else in this process: sessions may still share it
+        return False
+    return True
+
+
+def _session_options(threads: int | None) -> ort.SessionOptions:
+    _register_shared_allocator()
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.use_env_allocators", "1")
+    options.intra_op_num_threads = 0 if threads is None else int(threads)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return options
+
+
+def _session(model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's own exception types are not importable portably
+        raise ModelError(f"ONNX Runtime cannot load the backbone: {err}".splitlines()[0]) from err
+
+
+class _RebuildFeed:
+    """Weights as initializers; a new session per new theta, kept while theta is unchanged."""
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
+        self._model = model
+        self._names = list(names)
+        self._threads = threads
+        by_name = {init.name: init for init in model.graph.initializer}
+        self._initializers = [by_name[name] for name in self._names]
+        self._theta: list[np.ndarray] | None = None
+        self._session: ort.InferenceSession | None = None
+
+    def run(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
+        if self._session is None or not self._unchanged(params):
+            self._session = None  # never keep a session whose weights are not self._theta
+            theta = [np.array(p, dtype=np.float32, order="C", copy=True) for p in params]
+            self._session = self._build(theta)
+            self._theta = theta
+        return self._session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
+
+    def _unchanged(self, params: Sequence[np.ndarray]) -> bool:
+        """Exact value comparison with the private copy: in-place updates are caught, ids are not trusted."""
+        assert self._theta is not None
+        return all(np.array_equal(old, new) for old, new in zip(self._theta, params))
+
+    def _build(self, theta: list[np.ndarray]) -> ort.InferenceSession:
+        for init, value in zip(self._initializers, theta):
+            init.raw_data = value.tobytes()
+        return _session(self._model.SerializeToString(), _session_options(self._threads))
+
+
+class _OverrideFeed(_RebuildFeed):
+    """Like :class:`_RebuildFeed`, but hands the weights over with ``SessionOptions.add_initializer``."""
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
+        super().__init__(model, names, threads)
+        self._model_bytes = model.SerializeToString()
+        self._values: list[ort.OrtValue] = []
+
+    def _build(self, theta: list[np.ndarray]) -> ort.InferenceSession:
+        options = _session_options(self._threads)
+        # the OrtValues borrow theta's buffers, which must outlive the session: keep both referenced
+        self._values = [ort.OrtValue.ortvalue_from_numpy(value) for value in theta]
+        for name, value in zip(self._names, self._values):
+            options.add_initializer(name, value)
+        return _session(self._model_bytes, options)
+
+
+class _InputsFeed:
+    """Weights as graph inputs of one session built once, fed with every run."""
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
+        self._names = list(names)
+        model_bytes = _weights_as_inputs(model, names).SerializeToString()
+        self._session = _session(model_bytes, _session_options(threads))
+
+    def run(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
+        feeds = {INPUT_NAME: x}
+        feeds.update((name, np.ascontiguousarray(p, dtype=np.float32)) for name, p in zip(self._names, params))
+        return self._session.run([OUTPUT_NAME], feeds)[0]
+
+
+_FEEDS = {"initializers-rebuild": _RebuildFeed, "initializers-override": _OverrideFeed, "inputs": _InputsFeed}
+
+
+class FeatureRunner:
+    """Runs the backbone's forward pass in ONNX Runtime with the current round's weights.
+
+    The module supplies the architecture (it is exported once per process) and nothing else: every
+    call to :meth:`features` says which theta to use. ``threads`` sets ONNX Runtime's intra-op
+    threads (None: its default); ``model_dir``, when given, receives ``<backbone_name>.onnx``,
+    otherwise the export stays in memory. See the module docstring for the strategies.
+    """
+
+    STRATEGIES = STRATEGIES
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        threads: int | None = None,
+        strategy: str = DEFAULT_STRATEGY,
+        model_dir: Path | None = None,
+        opset: int = 17,
+    ):
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"unknown ONNX weight strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        self.strategy = strategy
+        self.threads = threads
+        self.input_shape = tuple(getattr(module, "input_shape", ()))
+        self.feature_dim = getattr(module, "feature_dim", None)
+        self._param_shapes = [tuple(p.shape) for p in module.parameters()]
+        model = _exported_model(module, None if model_dir is None else Path(model_dir), opset)
+        self._feed = _FEEDS[strategy](model, _param_names(model, module), threads)
+
+    def features(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
+        """(N, M) float32 features of the images ``x`` (N, C, H, W) under theta = ``params``.
+
+        ``params`` are in ``module.parameters()`` order (as :func:`get_params` returns them);
+        a wrong count or shape is a :class:`ModelError`, a wrong image shape a :class:`ConfigError`.
+        """
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 4 or tuple(x.shape[1:]) != self.input_shape:
+            raise ConfigError(f"images must have shape (N, {', '.join(map(str, self.input_shape))}), got {x.shape}")
+        self._check_params(params)
+        if x.shape[0] == 0:
+            return np.zeros((0, self.feature_dim or 0), dtype=np.float32)
+        return self._feed.run(x, params)
+
+    def _check_params(self, params: Sequence[np.ndarray]) -> None:
+        if len(params) != len(self._param_shapes):
+            raise ModelError(f"expected {len(self._param_shapes)} parameter arrays, got {len(params)}")
+        for i, (value, shape) in enumerate(zip(params, self._param_shapes)):
+            if tuple(np.shape(value)) != shape:
+                raise ModelError(f"parameter {i} has shape {tuple(np.shape(value))}, the backbone needs {shape}")

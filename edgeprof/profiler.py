@@ -1,0 +1,165 @@
+"""Named measurement windows around client rounds and server steps, with phases inside.
+
+A window records wall seconds (a monotonic clock), process CPU seconds, the peak resident set size
+*during the window* (Linux: the kernel's high-water mark is reset at the window's start through
+``/proc/self/clear_refs``; elsewhere the process's lifetime peak), and the energy of every meter
+domain as the difference of two cumulative readings. Phases split the same quantities further.
+
+Clocks and the meter set are injectable, so a test with a fake clock and fake counters can assert
+exact numbers. The profiler times its own bookkeeping (meter reads, RSS reads) with the same wall clock
+and reports it as ``overhead_s`` for every window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+from edgeprof.meters.base import Domain
+from edgeprof.meters.discovery import MeterSet
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Everything read at one instant."""
+
+    wall_s: float
+    cpu_s: float
+    energy_j: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Span:
+    """Differences between two samples."""
+
+    wall_s: float
+    cpu_s: float
+    energy_j: Mapping[str, float]
+
+    @staticmethod
+    def between(start: Sample, end: Sample) -> "Span":
+        return Span(end.wall_s - start.wall_s, end.cpu_s - start.cpu_s,
+                    {k: end.energy_j[k] - start.energy_j[k] for k in end.energy_j})
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """One finished window: totals, per-phase spans, peak RSS, the profiler's own overhead."""
+
+    name: str
+    span: Span
+    phases: Mapping[str, Span]
+    peak_rss_mb: float
+    overhead_s: float
+    short_window: bool
+    domains: tuple[Domain, ...] = field(default_factory=tuple)
+
+    @property
+    def wall_s(self) -> float:
+        return self.span.wall_s
+
+    @property
+    def cpu_s(self) -> float:
+        return self.span.cpu_s
+
+    @property
+    def energy_total_j(self) -> float:
+        return float(sum(self.span.energy_j[d.name] for d in self.domains if d.in_total))
+
+
+class PeakRss:
+    """Peak resident set size per window: resets and reads the kernel's VmHWM where Linux allows."""
+
+    def __init__(self, proc: Path = Path("/proc/self")) -> None:
+        self._clear = proc / "clear_refs"
+        self._status = proc / "status"
+        self.per_window = self._try_reset()
+
+    def _try_reset(self) -> bool:
+        try:
+            self._clear.write_text("5")
+            return True
+        except OSError:
+            return False
+
+    def reset(self) -> None:
+        if self.per_window:
+            self.per_window = self._try_reset()
+
+    def read_mb(self) -> float:
+        if self.per_window:
+            for line in self._status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
+
+
+class Window:
+    """An open window; ``phase(name)`` marks a named part of it."""
+
+    def __init__(self, profiler: "Profiler", name: str) -> None:
+        self._profiler = profiler
+        self.name = name
+        self.phases: dict[str, Span] = {}
+        self.overhead_s = 0.0
+        self.result: WindowResult | None = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = self._profiler._sample(self)
+        try:
+            yield
+        finally:
+            span = Span.between(start, self._profiler._sample(self))
+            previous = self.phases.get(name)
+            if previous is not None:  # a phase entered twice accumulates
+                span = Span(previous.wall_s + span.wall_s, previous.cpu_s + span.cpu_s,
+                            {k: previous.energy_j[k] + span.energy_j[k] for k in span.energy_j})
+            self.phases[name] = span
+
+
+class Profiler:
+    """Opens windows over a meter set with injectable clocks."""
+
+    def __init__(self, meters: MeterSet, *, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.process_time, rss: PeakRss | None = None) -> None:
+        self.meters = meters
+        self.domains = meters.domains()
+        self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._rss = rss if rss is not None else PeakRss()
+
+    def _sample(self, window: Window) -> Sample:
+        """Read clocks and meters; the read itself is charged to the window's overhead."""
+        t0 = self._clock()
+        cpu = self._cpu_clock()
+        energy = self.meters.read_j()
+        t1 = self._clock()
+        window.overhead_s += t1 - t0
+        return Sample(t0, cpu, energy)
+
+    @contextlib.contextmanager
+    def window(self, name: str) -> Iterator[Window]:
+        """Measure the body; ``window.result`` holds the :class:`WindowResult` afterwards."""
+        win = Window(self, name)
+        t0 = self._clock()
+        self._rss.reset()
+        win.overhead_s += self._clock() - t0
+        start = self._sample(win)
+        try:
+            yield win
+        finally:
+            end = self._sample(win)
+            t0 = self._clock()
+            peak = self._rss.read_mb()
+            win.overhead_s += self._clock() - t0
+            span = Span.between(start, end)
+            short = span.wall_s < self.meters.update_period_s
+            win.result = WindowResult(name, span, dict(win.phases), peak, win.overhead_s, short,
+                                      self.domains)

@@ -1,0 +1,76 @@
+"""The CSV schema of an edgeprof report; README.md documents every column.
+
+Core columns come first and are the same in every report; then one ``<column>_j`` / ``<column>_method``
+pair per energy report column of :data:`edgeprof.meters.base.REPORT_COLUMNS`; then, for every phase of
+the run's algorithms, ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``. Empty cells mean "not measured
+here" (never zero).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from edgeprof.meters.base import REPORT_COLUMNS
+from edgeprof.profiler import Span, WindowResult
+
+CORE_COLUMNS = (
+    "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "round", "kind", "client",
+    "n_samples", "n_participants", "train_loss", "test_accuracy",
+    "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
+    "short_window", "profiler_overhead_s", "timestamp_s",
+)
+
+#: kinds of row
+KINDS = ("client", "server", "eval")
+
+
+def domain_columns() -> tuple[str, ...]:
+    return tuple(c for col in REPORT_COLUMNS for c in (f"{col}_j", f"{col}_method"))
+
+
+def phase_columns(phases: Sequence[str]) -> tuple[str, ...]:
+    return tuple(c for p in phases for c in (f"{p}_s", f"{p}_cpu_s", f"{p}_j"))
+
+
+def columns_for(phases: Sequence[str]) -> tuple[str, ...]:
+    """The full header of a report whose algorithms have these client phases."""
+    return CORE_COLUMNS + domain_columns() + phase_columns(phases)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.6e}"
+
+
+def _methods(methods: Sequence[str]) -> str:
+    return "+".join(sorted(set(methods)))
+
+
+def _span_total_j(span: Span, win: WindowResult) -> float:
+    return float(sum(span.energy_j[d.name] for d in win.domains if d.in_total))
+
+
+def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power_w: float | None = None,
+                    carbon_g_per_kwh: float | None = None) -> dict[str, str]:
+    """A report row for one finished window; ``base`` holds run id, algo, round, client, loss..."""
+    total = win.energy_total_j
+    row: dict[str, str] = {k: "" if v is None else str(v) for k, v in base.items()}
+    row.update(wall_s=_fmt(win.wall_s), cpu_s=_fmt(win.cpu_s), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
+               profiler_overhead_s=_fmt(win.overhead_s), short_window=str(int(win.short_window)))
+    if win.domains:
+        row["energy_j"] = _fmt(total)
+        row["energy_method"] = _methods([d.method for d in win.domains if d.in_total])
+        if idle_power_w is not None:
+            row["energy_net_j"] = _fmt(total - idle_power_w * win.wall_s)
+        if carbon_g_per_kwh is not None:
+            row["carbon_g"] = _fmt(total / 3.6e6 * carbon_g_per_kwh)
+    for col in REPORT_COLUMNS:
+        members = [d for d in win.domains if d.column == col]
+        if members:
+            row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members))
+            row[f"{col}_method"] = _methods([d.method for d in members])
+    for name, span in win.phases.items():
+        row[f"{name}_s"] = _fmt(span.wall_s)
+        row[f"{name}_cpu_s"] = _fmt(span.cpu_s)
+        if win.domains:
+            row[f"{name}_j"] = _fmt(_span_total_j(span, win))
+    return row

@@ -1,0 +1,77 @@
+"""The short table that ends a run: medians per client round, per phase, and per server step."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from edgeprof.report.writer import Report
+
+
+@dataclass(frozen=True)
+class SummaryLine:
+    """Medians of one part (a whole client round, a phase, or the server step)."""
+
+    algo: str
+    part: str
+    count: int
+    wall_s: float | None
+    cpu_s: float | None
+    energy_j: float | None
+    method: str
+
+
+def _median(report: Report, column: str, rows) -> float | None:
+    values = report.values(column, rows)
+    return statistics.median(values) if values else None
+
+
+def summarize(report: Report) -> list[SummaryLine]:
+    """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm."""
+    lines: list[SummaryLine] = []
+    phases = [c[:-len("_cpu_s")] for c in report.columns if c.endswith("_cpu_s") and c != "cpu_s"]
+    for algo in dict.fromkeys(r["algo"] for r in report.rows):
+        clients = report.where(algo=algo, kind="client")
+        method = "+".join(sorted({r["energy_method"] for r in clients if r["energy_method"]})) or "none"
+        if clients:
+            lines.append(SummaryLine(algo, "client round", len(clients), _median(report, "wall_s", clients),
+                                     _median(report, "cpu_s", clients), _median(report, "energy_j", clients),
+                                     method))
+        for phase in phases:
+            if report.values(f"{phase}_s", clients):
+                lines.append(SummaryLine(algo, f"  {phase}", len(clients), _median(report, f"{phase}_s", clients),
+                                         _median(report, f"{phase}_cpu_s", clients),
+                                         _median(report, f"{phase}_j", clients), method))
+        servers = report.where(algo=algo, kind="server")
+        if servers:
+            lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
+                                     _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
+                                     method))
+    return lines
+
+
+def _cell(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def render(lines: Sequence[SummaryLine], report_path: str, overhead: float | None = None):
+    """A rich Table of the summary lines, titled with the report's path."""
+    from rich.table import Table
+
+    table = Table(title="median per client round", caption=f"report: {report_path}"
+                  + (f"  |  profiler overhead {overhead:.3%} of client wall time" if overhead is not None else ""))
+    for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "energy method"):
+        table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right")
+    for ln in lines:
+        table.add_row(ln.algo, ln.part, str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
+                      ln.method)
+    return table
+
+
+def overhead_fraction(report: Report) -> float | None:
+    """Profiler overhead as a fraction of the client rounds' total wall time."""
+    clients = report.where(kind="client")
+    wall = sum(report.values("wall_s", clients))
+    over = sum(report.values("profiler_overhead_s", clients))
+    return over / wall if wall > 0 else None

@@ -1,0 +1,226 @@
+"""The in-process federated loop used by ``measure`` (and by ``train`` and ``sweep``).
+
+Order of work, so that bad input never leaves a half-written report: validate the config, check the
+output folder, load and partition the data, build the backbone and the algorithm, open the meters;
+only then create the CSV and the sidecar. Each client round and each server step runs inside a
+profiler window and its row is flushed as soon as the window closes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from edgeprof.algorithms import ALGORITHMS, load, phases_of
+from edgeprof.config import RunConfig
+from edgeprof.meters.discovery import MeterSet
+from edgeprof.profiler import Profiler
+from edgeprof.report.schema import columns_for, row_from_window
+from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+
+
+@dataclass
+class RunResult:
+    """Where a run's report lies and how far it got."""
+
+    run_id: str
+    csv_path: Path
+    sidecar_path: Path
+    rounds_completed: int
+    status: str
+
+
+@dataclass
+class Energy:
+    """How the run turns joules into net joules and grams: idle power and carbon intensity."""
+
+    idle_power_w: Optional[float] = None
+    carbon_g_per_kwh: Optional[float] = None
+    sidecar: dict = field(default_factory=dict)
+
+
+def sample_participants(rng: np.random.Generator, num_clients: int, participation: float,
+                        mode: str) -> list[int]:
+    """I_t: r = max(1, round(pi*I)) clients uniformly without replacement (``fixed``), or every client
+    independently with probability pi (``bernoulli``, possibly none)."""
+    if mode == "fixed":
+        r = max(1, round(participation * num_clients))
+        return sorted(int(i) for i in rng.choice(num_clients, size=r, replace=False))
+    return [i for i in range(num_clients) if rng.random() < participation]
+
+
+def input_shape(cfg: RunConfig) -> tuple[int, int, int]:
+    from edgeprof.nn.backbones import default_input_shape
+
+    return default_input_shape(cfg.backbone)
+
+
+def load_clients(cfg: RunConfig):
+    """Load the data set in the backbone's input shape and partition it across the clients."""
+    from edgeprof.data import load_dataset, partition
+
+    dataset = load_dataset(cfg.dataset, data_dir=cfg.data_dir, shape=input_shape(cfg), seed=cfg.seed,
+                           synthetic_classes=cfg.synthetic_classes, synthetic_samples=cfg.synthetic_samples)
+    return partition(dataset, cfg.clients, cfg.degree, seed=cfg.seed, test_fraction=cfg.test_fraction)
+
+
+def build_algorithm(cfg: RunConfig, clients):
+    """The algorithm object for ``cfg`` over ``clients`` with a seeded backbone."""
+    from edgeprof.nn.backbones import build_backbone
+
+    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
+    rng = np.random.default_rng(cfg.seed + 1)
+    return load(cfg.algo)(cfg, clients, backbone, rng)
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """Limit torch's (and through FeatureRunner, ONNX Runtime's) intra-op threads."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def make_run_id(cfg: RunConfig) -> str:
+    if cfg.run_name:
+        return cfg.run_name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{cfg.algo}-tau{cfg.tau}-{stamp}-{secrets.token_hex(2)}"
+
+
+def base_row(ctx: "RunContext", cfg: RunConfig, round_index: int, kind: str, **extra) -> dict:
+    row = dict(run_id=ctx.run_id, device=ctx.device, algo=cfg.algo, engine=cfg.engine, dataset=cfg.dataset,
+               backbone=cfg.backbone, tau=cfg.tau, round=round_index, kind=kind,
+               timestamp_s=f"{time.time():.3f}")
+    row.update(extra)
+    return row
+
+
+@dataclass
+class RunContext:
+    """What every window of a run shares: its id, writer, profiler and energy conversion."""
+
+    run_id: str
+    device: str
+    writer: ReportWriter
+    profiler: Profiler
+    energy: Energy
+
+    def record(self, window, base: dict) -> None:
+        self.writer.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
+                                          carbon_g_per_kwh=self.energy.carbon_g_per_kwh))
+
+
+def evaluate_all(algorithm) -> tuple[float, float]:
+    """Equation (1)'s training loss sum_i alpha_i l_i and the test accuracy averaged over clients."""
+    results = [algorithm.evaluate(i) for i in range(algorithm.num_clients)]
+    n = np.array([r.n_train for r in results], dtype=float)
+    loss = float(np.dot(n / n.sum(), [r.train_loss for r in results]))
+    return loss, float(np.mean([r.test_accuracy for r in results]))
+
+
+def run_round(ctx: RunContext, cfg: RunConfig, algorithm, round_index: int, participants: Sequence[int]) -> None:
+    """One federated round: every participant's client window, then the server window."""
+    updates = []
+    for cid in participants:
+        with ctx.profiler.window("client") as win:
+            update = algorithm.client_round(cid, win.phase)
+        updates.append(update)
+        ctx.record(win, base_row(ctx, cfg, round_index, "client", client=cid, n_samples=update.n_samples,
+                                 n_participants=len(participants), train_loss=f"{update.loss:.6g}"))
+    with ctx.profiler.window("server") as win:
+        algorithm.server_step(updates)
+    ctx.record(win, base_row(ctx, cfg, round_index, "server", n_participants=len(participants),
+                             n_samples=sum(u.n_samples for u in updates)))
+    if cfg.evaluate:
+        loss, acc = evaluate_all(algorithm)
+        ctx.writer.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
+                                  test_accuracy=f"{acc:.6g}", n_participants=len(participants)))
+
+
+def run_rounds(ctx: RunContext, cfg: RunConfig, algorithm, advance: Callable[[], None] = lambda: None) -> int:
+    """All rounds of one algorithm; returns the number completed (every one is already on disk)."""
+    rng = np.random.default_rng(cfg.seed + 2)
+    for t in range(1, cfg.rounds + 1):
+        participants = sample_participants(rng, algorithm.num_clients, cfg.participation, cfg.participation_mode)
+        run_round(ctx, cfg, algorithm, t, participants)
+        advance()
+    return cfg.rounds
+
+
+def open_energy(cfg: RunConfig, meters: MeterSet) -> Energy:
+    """Idle baseline (when asked for) and carbon intensity (when known)."""
+    from edgeprof.meters import carbon, idle
+
+    energy = Energy()
+    if cfg.idle_seconds > 0:
+        baseline = idle.measure_idle(meters, cfg.idle_seconds)
+        energy.idle_power_w = baseline.total_power_w
+        energy.sidecar["idle"] = dataclasses.asdict(baseline)
+    intensity = carbon.carbon_intensity(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
+    energy.carbon_g_per_kwh = intensity.g_per_kwh
+    energy.sidecar["carbon"] = dataclasses.asdict(intensity)
+    return energy
+
+
+def open_meters(cfg: RunConfig) -> MeterSet:
+    from edgeprof.meters.discovery import discover
+
+    return discover(cpu_watts=cfg.cpu_watts)
+
+
+def sidecar_data(cfg: RunConfig, run_id: str, meters: MeterSet, energy: Energy, **status) -> dict:
+    from edgeprof.device import device_info, library_versions
+
+    return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
+            "libraries": library_versions(), "meters": meters.describe(), "energy": energy.sidecar,
+            "phases": list(ALGORITHMS[cfg.algo].phases), **status}
+
+
+def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None) -> RunResult:
+    """Run ``cfg`` end to end and return where its report lies.
+
+    ``progress(done, total)`` is called after every round. KeyboardInterrupt is re-raised after the
+    sidecar is marked ``interrupted``; the CSV keeps every finished round.
+    """
+    cfg = cfg.resolved()
+    out = check_writable(cfg.out)
+    set_threads(cfg.threads)
+    clients = load_clients(cfg)
+    algorithm = build_algorithm(cfg, clients)
+    meters = open_meters(cfg)
+    try:
+        energy = open_energy(cfg, meters)
+        run_id = make_run_id(cfg)
+        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+        with ReportWriter(csv_path, columns_for(phases_of([cfg.algo]))) as writer:
+            write_sidecar(sidecar_path, sidecar_data(cfg, run_id, meters, energy, status="running"))
+            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
+            done = 0
+
+            def advance() -> None:
+                nonlocal done
+                done += 1
+                if progress:
+                    progress(done, cfg.rounds)
+
+            status = "interrupted"
+            try:
+                run_rounds(ctx, cfg, algorithm, advance)
+                status = "complete"
+            finally:
+                write_sidecar(sidecar_path, sidecar_data(cfg, run_id, meters, energy, status=status,
+                                                         rounds_completed=done, rows=writer.rows_written))
+        return RunResult(run_id, csv_path, sidecar_path, done, status)
+    finally:
+        meters.close()
+        algorithm.close()

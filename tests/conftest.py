@@ -1,0 +1,32 @@
+"""Shared fixtures: small real backbones, small clients, a quiet environment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def make_clients(rng: np.random.Generator, sizes=(7, 5, 9), classes=(2, 3, 2), shape=(1, 4, 4)):
+    """Tiny ClientData objects with random images and local labels covering every class."""
+    from edgeprof.data import ClientData
+
+    clients = []
+    for cid, (n, k) in enumerate(zip(sizes, classes)):
+        x = rng.random((n,) + shape, dtype=np.float32)
+        y = np.arange(n, dtype=np.int64) % k
+        rng.shuffle(y)
+        clients.append(ClientData(cid, np.arange(k, dtype=np.int64) + cid, x, y, x[:2].copy(), y[:2].copy()))
+    return clients
+
+
+@pytest.fixture
+def tiny_clients(rng):
+    return make_clients(rng)

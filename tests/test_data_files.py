@@ -1,0 +1,359 @@
+"""File loaders read real IDX, CIFAR-10 pickle and Omniglot PNG files written here byte by byte."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeprof.data import load_dataset, partition, read_idx
+from edgeprof.errors import ConfigError, DataError
+
+IDX_CODES = {np.dtype(np.uint8): 0x08, np.dtype(">i4"): 0x0C, np.dtype(">f4"): 0x0D}
+
+
+def write_idx(path: Path, array: np.ndarray, *, compress: bool = False) -> Path:
+    """An IDX file as the MNIST site publishes it: magic, big-endian dims, big-endian payload."""
+    big_endian = array.astype(array.dtype.newbyteorder(">"))
+    header = struct.pack(">BBBB", 0, 0, IDX_CODES[big_endian.dtype], array.ndim)
+    raw = header + struct.pack(f">{array.ndim}I", *array.shape) + big_endian.tobytes()
+    if compress:
+        raw, path = gzip.compress(raw), path.with_name(path.name + ".gz")
+    path.write_bytes(raw)
+    return path
+
+
+def write_idx_set(folder: Path, prefix: str = "", test_stem: str = "t10k", compress: bool = False,
+                  seed: int = 0, num_classes: int = 10) -> dict[str, np.ndarray]:
+    """Train (5 images) and test (3 images) IDX files of random 28x28 uint8 pixels; returns what was written."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for stem, n in (("train", 5), (test_stem, 3)):
+        written[f"{stem}_x"] = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        written[f"{stem}_y"] = rng.integers(0, num_classes, size=n, dtype=np.uint8)
+        write_idx(folder / f"{prefix}{stem}-images-idx3-ubyte", written[f"{stem}_x"], compress=compress)
+        write_idx(folder / f"{prefix}{stem}-labels-idx1-ubyte", written[f"{stem}_y"], compress=compress)
+    return written
+
+
+def write_png(path: Path, pixels: np.ndarray, bit_depth: int = 8) -> None:
+    """A greyscale PNG (colour type 0, no interlace) built from its chunks, 8-bit or 1-bit like Omniglot's."""
+    height, width = pixels.shape
+    rows = np.packbits(pixels > 127, axis=1) if bit_depth == 1 else pixels.astype(np.uint8)
+    scanlines = b"".join(b"\x00" + row.tobytes() for row in rows)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, 0, 0, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(scanlines))
+                     + chunk(b"IEND", b""))
+
+
+def write_omniglot(root: Path, bit_depth: int = 8, size: int = 12) -> list[tuple[str, str, str, np.ndarray]]:
+    """Alphabets in images_background and images_evaluation; returns (folder, alphabet, character, pixels) in load order."""
+    rng = np.random.default_rng(1)
+    layout = {
+        "images_background": {"Alpha": ["character01", "character02"], "Beta": ["character01"]},
+        "images_evaluation": {"Gamma": ["character01", "character02", "character03"]},
+    }
+    written = []
+    for folder, alphabets in layout.items():
+        for alphabet, characters in alphabets.items():
+            for character in characters:
+                for k in range(4):
+                    pixels = rng.integers(0, 256, size=(size, size), dtype=np.uint8)
+                    if bit_depth == 1:
+                        pixels = np.where(pixels > 127, 255, 0).astype(np.uint8)
+                    write_png(root / folder / alphabet / character / f"{k:02d}.png", pixels, bit_depth)
+                    written.append((folder, alphabet, character, pixels))
+    return written
+
+
+def write_cifar(folder: Path, per_batch: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """The six CIFAR-10 python batches as pickled dicts; returns all pixels (N, 3072) and labels in load order."""
+    rng = np.random.default_rng(2)
+    folder.mkdir(parents=True, exist_ok=True)
+    pixels, labels = [], []
+    for name in ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"):
+        data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
+        batch_labels = [int(v) for v in rng.integers(0, 10, size=per_batch)]
+        batch = {b"batch_label": name.encode(), b"data": data, b"labels": batch_labels,
+                 b"filenames": [b"x.png"] * per_batch}
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+        pixels.append(data)
+        labels.extend(batch_labels)
+    return np.concatenate(pixels), np.array(labels)
+
+
+# ------------------------------------------------------------------------------------------- IDX
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, ">i4", ">f4"])
+@pytest.mark.parametrize("compress", [False, True])
+def test_read_idx_round_trips_type_dims_and_values(tmp_path: Path, dtype: str, compress: bool) -> None:
+    # Prepare
+    array = np.arange(24).reshape(2, 3, 4).astype(dtype)
+    path = write_idx(tmp_path / "a-idx3", array, compress=compress)
+    # Execute
+    loaded = read_idx(path)
+    # Assert
+    assert loaded.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(loaded, array)
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix", "test_stem", "subdir", "compress"),
+    [
+        ("mnist", "", "t10k", "", False),
+        ("mnist", "", "t10k", "MNIST/raw", True),
+        ("fashion-mnist", "", "t10k", "fashion-mnist", True),
+        ("emnist", "emnist-byclass-", "test", "gzip", True),
+    ],
+)
+def test_idx_loaders_concatenate_train_and_test_exactly(
+    tmp_path: Path, name: str, prefix: str, test_stem: str, subdir: str, compress: bool
+) -> None:
+    # Prepare
+    written = write_idx_set(tmp_path / subdir, prefix, test_stem, compress, num_classes=10)
+    expected_x = np.concatenate([written["train_x"], written[f"{test_stem}_x"]])
+    if name == "emnist":  # EMNIST stores every image transposed; the loader must undo it
+        stored = np.concatenate([written["train_x"], written[f"{test_stem}_x"]])
+        expected_x = stored.transpose(0, 2, 1)
+    expected_y = np.concatenate([written["train_y"], written[f"{test_stem}_y"]])
+    # Execute
+    dataset = load_dataset(name, data_dir=str(tmp_path))
+    # Assert
+    assert dataset.x.shape == (8, 1, 28, 28) and dataset.x.dtype == np.float32
+    np.testing.assert_array_equal(np.rint(dataset.x[:, 0] * 255).astype(np.uint8), expected_x)
+    np.testing.assert_array_equal(dataset.y, expected_y.astype(np.int64))
+    assert dataset.num_classes == (62 if name == "emnist" else 10)
+
+
+def test_emnist_transpose_puts_a_stored_column_into_a_row(tmp_path: Path) -> None:
+    # Prepare: a stored image whose first column is bright must load with its first row bright
+    written = write_idx_set(tmp_path, "emnist-byclass-", "test")
+    image = np.zeros((28, 28), dtype=np.uint8)
+    image[:, 0] = 255
+    written["train_x"][0] = image
+    write_idx(tmp_path / "emnist-byclass-train-images-idx3-ubyte", written["train_x"])
+    # Execute
+    dataset = load_dataset("emnist", data_dir=tmp_path)
+    # Assert
+    assert dataset.x[0, 0, 0].min() == 1.0 and dataset.x[0, 0, 1:].max() == 0.0
+
+
+def _bad_magic(path: Path) -> None:
+    path.write_bytes(struct.pack(">I", 1234) + path.read_bytes()[4:])
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def _truncate_header(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:6])
+
+
+def _truncate_gzip(path: Path) -> None:
+    path.write_bytes(gzip.compress(path.read_bytes())[:-20])
+
+
+def _trailing(path: Path) -> None:
+    path.write_bytes(path.read_bytes() + b"\x00")
+
+
+def _remove(path: Path) -> None:
+    path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_bad_magic, "is corrupt: bad magic number 1234"),
+        (_truncate, "is truncated"),
+        (_truncate_header, "is truncated"),
+        (_truncate_gzip, "not a complete gzip stream"),
+        (_trailing, "is corrupt"),
+        (_remove, "not found"),
+    ],
+)
+def test_damaged_idx_file_is_one_clear_data_error(tmp_path: Path, damage, message: str) -> None:
+    # Prepare
+    write_idx_set(tmp_path)
+    target = tmp_path / "train-images-idx3-ubyte"
+    damage(target)
+    # Execute
+    with pytest.raises(DataError) as caught:
+        load_dataset("mnist", data_dir=tmp_path)
+    # Assert
+    text = str(caught.value)
+    assert message in text and "MNIST" in text and "train-images-idx3-ubyte" in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (np.zeros(4, dtype=np.uint8), "5 images but 4 labels"),
+        (np.full(5, 10, dtype=np.uint8), "label 10 outside 0..9"),
+        (np.zeros(5, dtype=">i4"), "labels must be uint8"),
+    ],
+)
+def test_inconsistent_idx_pair_is_refused(tmp_path: Path, labels: np.ndarray, message: str) -> None:
+    # Prepare
+    write_idx_set(tmp_path)
+    write_idx(tmp_path / "train-labels-idx1-ubyte", labels)
+    # Execute / Assert
+    with pytest.raises(DataError, match=message):
+        load_dataset("mnist", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- CIFAR-10
+
+
+@pytest.mark.parametrize("subdir", ["cifar-10-batches-py", ""])
+def test_cifar10_round_trips_pixels_and_labels(tmp_path: Path, subdir: str) -> None:
+    # Prepare
+    pixels, labels = write_cifar(tmp_path / subdir)
+    # Execute
+    dataset = load_dataset("cifar10", data_dir=tmp_path)
+    # Assert
+    assert dataset.x.shape == (12, 3, 32, 32) and dataset.num_classes == 10
+    np.testing.assert_array_equal(np.rint(dataset.x * 255).astype(np.uint8).reshape(12, 3072), pixels)
+    np.testing.assert_array_equal(dataset.y, labels)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.path.join, ("a", "b"))
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (pickle.dumps([1, 2, 3]), 'expected a dict with keys b"data" and b"labels"'),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8)}), 'keys b"data" and b"labels"'),
+        (pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}), "shape (N, 3072)"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}), "uint8"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}), "2 images but labels"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}), "labels outside 0..9"),
+        (pickle.dumps({b"data": _Evil(), b"labels": [0]}), "forbidden global"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]})[:-30], "not a CIFAR-10"),
+    ],
+)
+def test_cifar10_refuses_anything_but_a_python_batch(tmp_path: Path, payload: bytes, message: str) -> None:
+    # Prepare
+    write_cifar(tmp_path)
+    (tmp_path / "data_batch_3").write_bytes(payload)
+    # Execute
+    with pytest.raises(DataError) as caught:
+        load_dataset("cifar10", data_dir=tmp_path)
+    # Assert
+    assert message in str(caught.value) and "data_batch_3" in str(caught.value)
+
+
+def test_cifar10_missing_batch_is_named(tmp_path: Path) -> None:
+    # Prepare
+    write_cifar(tmp_path)
+    (tmp_path / "test_batch").unlink()
+    # Execute / Assert
+    with pytest.raises(DataError, match=r"test_batch not found"):
+        load_dataset("cifar10", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- Omniglot
+
+
+@pytest.mark.parametrize("bit_depth", [8, 1])
+def test_omniglot_round_trips_inverted_pixels_classes_and_alphabets(tmp_path: Path, bit_depth: int) -> None:
+    # Prepare
+    written = write_omniglot(tmp_path / "omniglot", bit_depth)
+    characters = list(dict.fromkeys((f, a, c) for f, a, c, _ in written))
+    alphabets = list(dict.fromkeys((f, a) for f, a, _, _ in written))
+    # Execute
+    dataset = load_dataset("omniglot", data_dir=tmp_path)
+    # Assert
+    expected = np.stack([1.0 - p / 255.0 for *_, p in written]).astype(np.float32)
+    np.testing.assert_allclose(dataset.x[:, 0], expected, atol=1e-6)
+    np.testing.assert_array_equal(dataset.y, [characters.index((f, a, c)) for f, a, c, _ in written])
+    np.testing.assert_array_equal(dataset.groups, [alphabets.index((f, a)) for f, a, _, _ in written])
+    assert dataset.num_classes == 6
+
+
+def test_omniglot_resizes_to_the_backbone_shape(tmp_path: Path) -> None:
+    # Prepare
+    write_omniglot(tmp_path, size=35)
+    # Execute
+    dataset = load_dataset("omniglot", data_dir=tmp_path, shape=(1, 28, 28))
+    # Assert
+    assert dataset.x.shape == (24, 1, 28, 28)
+    assert 0.0 <= dataset.x.min() and dataset.x.max() <= 1.0
+
+
+def test_group_partition_gives_each_client_one_alphabet(tmp_path: Path) -> None:
+    # Prepare
+    write_omniglot(tmp_path)
+    dataset = load_dataset("omniglot", data_dir=tmp_path)
+    # Execute
+    clients = partition(dataset, 3, "group", seed=0)
+    # Assert: each client's classes are exactly the characters of one alphabet, all alphabets used once
+    alphabet_of_class = {int(c): int(g) for c, g in zip(dataset.y, dataset.groups)}
+    alphabets = []
+    for client in clients:
+        owned = {alphabet_of_class[int(c)] for c in client.classes}
+        alphabets.append(owned.pop())
+        assert not owned
+        assert set(client.classes) == {c for c, g in alphabet_of_class.items() if g == alphabets[-1]}
+        assert client.n_train + len(client.y_test) == 4 * client.num_classes
+    assert sorted(alphabets) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda root: (root / "images_background/Alpha/character01/00.png").write_bytes(b"not a png"),
+         "00.png cannot be decoded"),
+        (lambda root: write_png(root / "images_background/Alpha/character01/03.png", np.zeros((5, 7), np.uint8)),
+         "03.png is 7x5, the others are 12x12"),
+    ],
+)
+def test_bad_omniglot_image_is_named(tmp_path: Path, damage, message: str) -> None:
+    # Prepare
+    write_omniglot(tmp_path)
+    damage(tmp_path)
+    # Execute / Assert
+    with pytest.raises(DataError, match=message):
+        load_dataset("omniglot", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- dispatch
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "emnist", "cifar10", "omniglot"])
+def test_file_datasets_need_an_existing_data_dir(tmp_path: Path, name: str) -> None:
+    # Execute / Assert
+    with pytest.raises(DataError, match=f"dataset {name} needs --data-dir"):
+        load_dataset(name)
+    with pytest.raises(DataError, match="is not a folder"):
+        load_dataset(name, data_dir=tmp_path / "absent")
+
+
+@pytest.mark.parametrize("name", ["cifar10", "omniglot", "emnist"])
+def test_empty_data_dir_says_what_it_expected(tmp_path: Path, name: str) -> None:
+    # Execute / Assert
+    with pytest.raises(DataError, match="not found"):
+        load_dataset(name, data_dir=tmp_path)
+
+
+def test_unknown_dataset_is_a_config_error() -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'"):
+        load_dataset("imagenet")

@@ -1,0 +1,57 @@
+"""The numpy softmax head against torch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgeprof.nn import head as headlib
+
+
+@pytest.mark.parametrize("n,m,k", [(1, 3, 2), (13, 8, 3), (50, 64, 5)])
+def test_loss_and_grad_match_torch_autograd(rng, n, m, k):
+    feats = rng.normal(size=(n, m)).astype(np.float32)
+    labels = rng.integers(0, k, size=n)
+    w = rng.normal(size=(k, m + 1)).astype(np.float32)
+
+    loss, grad = headlib.loss_and_grad(w, headlib.with_bias(feats), labels)
+
+    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    fb = torch.cat([torch.tensor(feats, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)], 1)
+    ref = torch.nn.functional.cross_entropy(fb @ wt.T, torch.tensor(labels))
+    ref.backward()
+    assert loss == pytest.approx(float(ref.detach()), rel=1e-5)
+    np.testing.assert_allclose(grad, wt.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_steps_equal_torch_gradient_descent(rng):
+    feats = rng.normal(size=(20, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, size=20)
+    w0 = rng.normal(size=(3, 7)).astype(np.float32)
+
+    out = headlib.gradient_steps(w0, headlib.with_bias(feats), labels, lr=0.3, steps=5)
+
+    wt = torch.tensor(w0, dtype=torch.float64, requires_grad=True)
+    fb = torch.cat([torch.tensor(feats, dtype=torch.float64), torch.ones(20, 1, dtype=torch.float64)], 1)
+    opt = torch.optim.SGD([wt], lr=0.3)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(fb @ wt.T, torch.tensor(labels)).backward()
+        opt.step()
+    np.testing.assert_allclose(out, wt.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert not np.shares_memory(out, w0)
+
+
+def test_zero_steps_returns_a_copy(rng):
+    w0 = rng.normal(size=(2, 4)).astype(np.float32)
+    out = headlib.gradient_steps(w0, np.ones((3, 4), np.float32), np.array([0, 1, 0]), 0.1, 0)
+    np.testing.assert_array_equal(out, w0)
+    out[0, 0] += 1
+    assert out[0, 0] != w0[0, 0]
+
+
+def test_init_head_shape_and_zero_bias(rng):
+    w = headlib.init_head(4, 10, rng)
+    assert w.shape == (4, 11) and w.dtype == np.float32
+    assert np.all(w[:, -1] == 0) and np.all(np.abs(w[:, :-1]) <= 1 / np.sqrt(10))

@@ -1,0 +1,130 @@
+"""PFLEGO against independent torch autograd computations: exactness and unbiasedness (Section 3.3)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from edgeprof.algorithms import aggregation, pflego
+from edgeprof.nn import head as headlib
+from edgeprof.nn.backbones import build_backbone, get_params
+from edgeprof.nn.ort import FeatureRunner
+
+SHAPE = (1, 4, 4)
+
+
+def _heads(rng, clients, m):
+    return [rng.normal(scale=0.5, size=(c.num_classes, m + 1)).astype(np.float32) for c in clients]
+
+
+def _full_gradient(theta, heads, clients, alphas):
+    """dL/dtheta and dL/dW_i of L = sum_i alpha_i l_i (equation (1)), by torch autograd in float64."""
+    module = build_backbone("mlp", SHAPE, seed=0).double()
+    params = list(module.parameters())
+    with torch.no_grad():
+        for p, value in zip(params, theta):
+            p.copy_(torch.from_numpy(value.astype(np.float64)))
+    ws = [torch.tensor(h, dtype=torch.float64, requires_grad=True) for h in heads]
+    total = 0.0
+    for alpha, w, c in zip(alphas, ws, clients):
+        feats = module(torch.from_numpy(c.x_train.astype(np.float64)))
+        fb = torch.cat([feats, torch.ones(len(feats), 1, dtype=torch.float64)], 1)
+        total = total + alpha * torch.nn.functional.cross_entropy(fb @ w.T, torch.from_numpy(c.y_train))
+    grads = torch.autograd.grad(total, params + ws)
+    return [g.numpy() for g in grads[: len(params)]], [g.numpy() for g in grads[len(params):]]
+
+
+def _client(module, runner, theta):
+    features = lambda x: runner.features(x, theta)  # noqa: E731
+    joint = lambda h, x, y: pflego.torch_joint_gradient(module, theta, h, x, y)  # noqa: E731
+    return features, joint
+
+
+def test_one_round_with_every_client_and_tau_1_is_a_full_gradient_step(rng, tiny_clients):
+    module = build_backbone("mlp", SHAPE, seed=0)
+    runner = FeatureRunner(module, threads=1)
+    theta = get_params(module)
+    heads = _heads(rng, tiny_clients, module.feature_dim)
+    alphas = aggregation.alphas([c.n_train for c in tiny_clients])
+    rho, scale = 0.05, 1.0  # every client participates: I/r = 1
+    features, joint = _client(module, runner, theta)
+
+    results = [pflego.client_round(features, joint, h, c.x_train, c.y_train, tau=1, beta=0.3, rho=rho,
+                                   scale=scale) for h, c in zip(heads, tiny_clients)]
+    new_theta = pflego.server_step(theta, [r.theta_grad for r in results], alphas, scale, aggregation.SGD(rho))
+
+    g_theta, g_heads = _full_gradient(theta, heads, tiny_clients, alphas)
+    for new, old, g in zip(new_theta, theta, g_theta):
+        np.testing.assert_allclose(new, old - rho * g, rtol=1e-4, atol=1e-6)
+    for r, old, g, alpha in zip(results, heads, g_heads, alphas):
+        # equation (3): W_i moves by rho * grad l_i = rho * (dL/dW_i) / alpha_i
+        np.testing.assert_allclose(r.head, old - rho * g / alpha, rtol=1e-4, atol=1e-6)
+
+
+def test_head_steps_run_on_cached_features_then_joint_gradient_at_the_stepped_head(rng, tiny_clients):
+    module = build_backbone("mlp", SHAPE, seed=0)
+    runner = FeatureRunner(module, threads=1)
+    theta = get_params(module)
+    c = tiny_clients[0]
+    h0 = _heads(rng, [c], module.feature_dim)[0]
+    features, joint = _client(module, runner, theta)
+
+    res = pflego.client_round(features, joint, h0, c.x_train, c.y_train, tau=6, beta=0.2, rho=0.1, scale=2.5)
+
+    with torch.no_grad():
+        fb = headlib.with_bias(module(torch.from_numpy(c.x_train)).numpy())
+    stepped = headlib.gradient_steps(h0, fb, c.y_train, 0.2, 5)
+    loss, g_head = headlib.loss_and_grad(stepped, fb, c.y_train)
+    np.testing.assert_allclose(res.head, stepped - 0.1 * 2.5 * g_head, rtol=1e-4, atol=1e-6)
+    assert res.loss == pytest.approx(loss, rel=1e-5)
+
+
+def _client_grads(rng, clients):
+    module = build_backbone("mlp", SHAPE, seed=0)
+    theta = get_params(module)
+    heads = _heads(rng, clients, module.feature_dim)
+    return [pflego.torch_joint_gradient(module, theta, h, c.x_train, c.y_train)[2]
+            for h, c in zip(heads, clients)]
+
+
+def test_server_gradient_is_unbiased_over_every_subset_of_size_r(rng):
+    from tests.conftest import make_clients
+
+    clients = make_clients(rng, sizes=(4, 6, 3, 8), classes=(2, 2, 3, 2))
+    grads = _client_grads(rng, clients)
+    alphas = aggregation.alphas([c.n_train for c in clients])
+    num, r = len(clients), 2
+
+    subsets = list(itertools.combinations(range(num), r))
+    estimates = [aggregation.unbiased_gradient([grads[i] for i in s], [alphas[i] for i in s], num / r)
+                 for s in subsets]
+    mean = [np.mean([e[k] for e in estimates], axis=0) for k in range(len(grads[0]))]
+
+    full = aggregation.weighted_sum(grads, alphas)
+    for m, f in zip(mean, full):
+        np.testing.assert_allclose(m, f, rtol=1e-4, atol=1e-7)
+    assert any(not np.allclose(e[0], full[0]) for e in estimates)  # single subsets are biased
+
+
+def test_server_gradient_is_unbiased_under_bernoulli_participation(rng):
+    from tests.conftest import make_clients
+
+    clients = make_clients(rng, sizes=(4, 6, 3), classes=(2, 2, 3))
+    grads = _client_grads(rng, clients)
+    alphas = aggregation.alphas([c.n_train for c in clients])
+    pi, num = 0.3, len(clients)
+
+    expected = [np.zeros_like(g, dtype=np.float64) for g in grads[0]]
+    for mask in itertools.product([0, 1], repeat=num):
+        members = [i for i in range(num) if mask[i]]
+        if not members:
+            continue  # contributes a zero gradient
+        prob = pi ** len(members) * (1 - pi) ** (num - len(members))
+        est = aggregation.unbiased_gradient([grads[i] for i in members], [alphas[i] for i in members], 1 / pi)
+        for acc, e in zip(expected, est):
+            acc += prob * e
+    for e, f in zip(expected, aggregation.weighted_sum(grads, alphas)):
+        np.testing.assert_allclose(e, f, rtol=1e-4, atol=1e-7)
