@@ -84,7 +84,11 @@ def _print_summary(csv_path: Path) -> None:
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
-    Console().print(render(summarize(report), str(csv_path), overhead_fraction(report)))
+    Console().print(render(summarize(report)))
+    overhead = overhead_fraction(report)
+    if overhead is not None:
+        typer.echo(f"profiler overhead: {overhead:.3%} of the client rounds' wall time")
+    typer.echo(f"report: {csv_path}")
 
 
 @app.command()

@@ -78,8 +78,11 @@ def write_omniglot(root: Path, bit_depth: int = 8, size: int = 12) -> list[tuple
     return written
 
 
-def write_cifar(folder: Path, per_batch: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """The six CIFAR-10 python batches as pickled dicts; returns all pixels (N, 3072) and labels in load order."""
+def write_cifar(folder: Path, per_batch: int = 2, old_numpy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The six CIFAR-10 python batches as pickled dicts; returns all pixels (N, 3072) and labels in load order.
+
+    ``old_numpy`` names ``numpy.core.multiarray`` in the pickle, as the official (numpy 1) files do.
+    """
     rng = np.random.default_rng(2)
     folder.mkdir(parents=True, exist_ok=True)
     pixels, labels = [], []
@@ -88,7 +91,10 @@ def write_cifar(folder: Path, per_batch: int = 2) -> tuple[np.ndarray, np.ndarra
         batch_labels = [int(v) for v in rng.integers(0, 10, size=per_batch)]
         batch = {b"batch_label": name.encode(), b"data": data, b"labels": batch_labels,
                  b"filenames": [b"x.png"] * per_batch}
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+        raw = pickle.dumps(batch, protocol=2)
+        if old_numpy:
+            raw = raw.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+        (folder / name).write_bytes(raw)
         pixels.append(data)
         labels.extend(batch_labels)
     return np.concatenate(pixels), np.array(labels)
@@ -219,10 +225,10 @@ def test_inconsistent_idx_pair_is_refused(tmp_path: Path, labels: np.ndarray, me
 # ---------------------------------------------------------------------------------------- CIFAR-10
 
 
-@pytest.mark.parametrize("subdir", ["cifar-10-batches-py", ""])
-def test_cifar10_round_trips_pixels_and_labels(tmp_path: Path, subdir: str) -> None:
+@pytest.mark.parametrize(("subdir", "old_numpy"), [("cifar-10-batches-py", True), ("", False)])
+def test_cifar10_round_trips_pixels_and_labels(tmp_path: Path, subdir: str, old_numpy: bool) -> None:
     # Prepare
-    pixels, labels = write_cifar(tmp_path / subdir)
+    pixels, labels = write_cifar(tmp_path / subdir, old_numpy=old_numpy)
     # Execute
     dataset = load_dataset("cifar10", data_dir=tmp_path)
     # Assert

@@ -52,7 +52,9 @@ def make_synthetic(
     if num_classes < 2:
         raise ConfigError(f"synthetic data needs at least 2 classes, got {num_classes}")
     if num_samples < num_classes:
-        raise ConfigError(f"synthetic data needs at least one sample per class: {num_samples} samples < {num_classes} classes")
+        raise ConfigError(
+            f"synthetic data needs at least one sample per class: {num_samples} samples < {num_classes} classes"
+        )
     channels, height, width = check_shape(shape or SYNTHETIC_SHAPE)
     rng = np.random.default_rng(seed)
     prototypes = _prototypes(rng, num_classes, (channels, height, width))

@@ -22,10 +22,12 @@ from typing import Callable, Mapping, Sequence
 
 from edgeprof.errors import MeterError
 from edgeprof.meters import jetson, nvml, rapl
-from edgeprof.meters.base import Domain, Meter, ProbeResult
+from edgeprof.meters.base import METHODS, Domain, Meter, ProbeResult
 from edgeprof.meters.estimate import CpuTimeEstimateMeter, detect_cpu_model, watts_per_core_for
 
 SYSFS_ENV = "EDGEPROF_SYSFS_ROOT"
+#: reason prefix of a back-end that exists but is deliberately not opened (the estimate beside a counter)
+NOT_NEEDED = "not needed"
 
 
 def resolve_sysfs_root(sysfs_root: str | None = None) -> str:
@@ -59,8 +61,6 @@ class MeterSet:
     @property
     def methods(self) -> tuple[str, ...]:
         """The distinct methods of the domains that count towards the total, most direct first."""
-        from edgeprof.meters.base import METHODS
-
         used = {d.method for d in self.domains() if d.in_total}
         return tuple(m for m in METHODS if m in used)
 
@@ -68,7 +68,11 @@ class MeterSet:
         return {
             "meters": [m.describe() for m in self.meters],
             "not_found": [
-                {"meter": p.meter, "reason": p.reason, "fix": p.fix} for p in self.probes if not p.available
+                {"meter": p.meter, "reason": p.reason, "fix": p.fix}
+                for p in self.probes if not p.available and not p.reason.startswith(NOT_NEEDED)
+            ],
+            "not_used": [
+                {"meter": p.meter, "reason": p.reason} for p in self.probes if p.reason.startswith(NOT_NEEDED)
             ],
         }
 
@@ -121,7 +125,7 @@ def discover(
         probes.append(ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)))
     else:
         found = "RAPL" if cpu_side is not None else "the Jetson rails"
-        probes.append(ProbeResult("cpu_estimate", False, f"not needed: CPU energy is measured by {found}"))
+        probes.append(ProbeResult("cpu_estimate", False, f"{NOT_NEEDED}: CPU energy is measured by {found}"))
     return MeterSet(meters, tuple(probes))
 
 

@@ -2,21 +2,25 @@
 
 Theta changes every federated round and a client runs exactly one forward pass per round over its
 whole local set, so what a round costs is "get the fresh weights into ONNX Runtime + one forward".
-:class:`FeatureRunner` offers three ways to do that (``STRATEGIES``), measured side by side by
+:class:`FeatureRunner` offers two ways to do that (``STRATEGIES``), measured side by side by
 ``scripts/bench_onnx_weights.py``:
 
 * ``initializers-rebuild`` (default): the weights are initializers of the graph; for each new theta
   the raw bytes of those initializers are replaced in the exported model, which is serialised and
   opened as a new session. ONNX Runtime then optimises and pre-packs the weights like any static
-  model, which makes the forward pass several times faster than with weights as inputs.
-* ``initializers-override``: the same, but the new weights are handed to the session through
-  ``SessionOptions.add_initializer`` instead of rewriting the model bytes.
+  model, which makes the forward pass about twice as fast as with weights as inputs. All sessions
+  share one process-wide CPU arena, so a new session does not page-fault its activations in again.
 * ``inputs``: the weights are graph inputs of one session built once and fed with every run; nothing
   is rebuilt, but ONNX Runtime cannot pre-pack or constant-fold them.
 
-The two rebuilding strategies keep the session while theta is unchanged (several clients of one
-round share it); "unchanged" is decided by comparing the values with a private copy, never by object
+The rebuilding strategy keeps its session while theta is unchanged (several clients of one round
+share it); "unchanged" is decided by comparing the values with a private copy, never by object
 identity, so weights updated in place are picked up too.
+
+Not offered: ``SessionOptions.add_initializer`` (no re-serialisation). With onnxruntime 1.31 and
+``ORT_ENABLE_ALL`` the convolution weights it supplies are silently ignored (the ALL-level layout
+transformation apparently keeps the exported values), so the conv backbones return features of
+the stale theta; at ``ORT_ENABLE_EXTENDED`` it is correct but loses the fast convolution layout.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 from edgeprof.errors import ConfigError, ModelError, OutputError
 from edgeprof.nn.backbones import Backbone
 
-STRATEGIES = ("initializers-rebuild", "initializers-override", "inputs")
+STRATEGIES = ("initializers-rebuild", "inputs")
 DEFAULT_STRATEGY = "initializers-rebuild"
 INPUT_NAME = "x"
 OUTPUT_NAME = "features"
@@ -193,23 +197,6 @@ class _RebuildFeed:
         return _session(self._model.SerializeToString(), _session_options(self._threads))
 
 
-class _OverrideFeed(_RebuildFeed):
-    """Like :class:`_RebuildFeed`, but hands the weights over with ``SessionOptions.add_initializer``."""
-
-    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
-        super().__init__(model, names, threads)
-        self._model_bytes = model.SerializeToString()
-        self._values: list[ort.OrtValue] = []
-
-    def _build(self, theta: list[np.ndarray]) -> ort.InferenceSession:
-        options = _session_options(self._threads)
-        # the OrtValues borrow theta's buffers, which must outlive the session: keep both referenced
-        self._values = [ort.OrtValue.ortvalue_from_numpy(value) for value in theta]
-        for name, value in zip(self._names, self._values):
-            options.add_initializer(name, value)
-        return _session(self._model_bytes, options)
-
-
 class _InputsFeed:
     """Weights as graph inputs of one session built once, fed with every run."""
 
@@ -224,7 +211,7 @@ class _InputsFeed:
         return self._session.run([OUTPUT_NAME], feeds)[0]
 
 
-_FEEDS = {"initializers-rebuild": _RebuildFeed, "initializers-override": _OverrideFeed, "inputs": _InputsFeed}
+_FEEDS = {"initializers-rebuild": _RebuildFeed, "inputs": _InputsFeed}
 
 
 class FeatureRunner:

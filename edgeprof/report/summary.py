@@ -55,14 +55,14 @@ def _cell(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def render(lines: Sequence[SummaryLine], report_path: str, overhead: float | None = None):
-    """A rich Table of the summary lines, titled with the report's path."""
+def render(lines: Sequence[SummaryLine]):
+    """A rich Table of the summary lines."""
     from rich.table import Table
 
-    table = Table(title="median per client round", caption=f"report: {report_path}"
-                  + (f"  |  profiler overhead {overhead:.3%} of client wall time" if overhead is not None else ""))
+    table = Table(title="median per client round")
     for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "energy method"):
-        table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right")
+        table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
+                         no_wrap=name in ("algo", "part"))
     for ln in lines:
         table.add_row(ln.algo, ln.part, str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
                       ln.method)

@@ -1,0 +1,68 @@
+"""``edgeprof doctor``: what this machine can measure, and for each missing meter why and how to fix it.
+
+:func:`doctor_report` runs the same discovery as a profiled run (so it reports exactly what a run would
+use), closes the meters again, and returns one plain dict per back-end; :func:`render_doctor` turns the
+rows into a plain-text table.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from edgeprof.meters.discovery import NOT_NEEDED, discover, resolve_sysfs_root
+
+
+def doctor_report(*, sysfs_root: str | None = None, nvml_module: ModuleType | None = None,
+                  cpu_watts: float | None = None) -> list[dict]:
+    """One row per back-end: status, domains, methods, update period, sampling rate, reason, fix."""
+    meter_set = discover(cpu_watts=cpu_watts, sysfs_root=sysfs_root, nvml_module=nvml_module)
+    try:
+        opened = {m.name: m.describe() for m in meter_set.meters}
+    finally:
+        meter_set.close()
+    rows = []
+    for probe in meter_set.probes:
+        info = opened.get(probe.meter)
+        if info is None:
+            status = "not used" if probe.reason.startswith(NOT_NEEDED) else "not found"
+            rows.append({"meter": probe.meter, "status": status, "domains": [], "methods": [],
+                         "update_period_s": None, "sampling_hz": None, "resolution": "",
+                         "reason": probe.reason, "fix": probe.fix, "notes": ""})
+            continue
+        domains = info["domains"]
+        notes = [str(info[k]) for k in ("total", "watts_source", "model") if info.get(k)]
+        rows.append({
+            "meter": probe.meter, "status": "found",
+            "domains": [d["name"] + ("" if d["in_total"] else " (not in total)") for d in domains],
+            "methods": sorted({d["method"] for d in domains}),
+            "update_period_s": info.get("update_period_s"), "sampling_hz": info.get("sampling_hz"),
+            "resolution": info.get("resolution", ""), "reason": "", "fix": "", "notes": "; ".join(notes),
+        })
+    rows.append({"meter": "sysfs", "status": "info", "domains": [], "methods": [], "update_period_s": None,
+                 "sampling_hz": None, "resolution": "", "reason": f"sysfs root: {resolve_sysfs_root(sysfs_root)}",
+                 "fix": "set EDGEPROF_SYSFS_ROOT when the host's /sys is mounted elsewhere", "notes": ""})
+    return rows
+
+
+def render_doctor(rows: list[dict]) -> str:
+    """A plain-text report: one block per meter, found ones first."""
+    order = {"found": 0, "not found": 1, "not used": 2, "info": 3}
+    lines = []
+    for row in sorted(rows, key=lambda r: order.get(r["status"], 9)):
+        lines.append(f"{row['meter']:<13} {row['status'].upper()}")
+        if row["status"] == "found":
+            period = row["update_period_s"]
+            lines.append(f"  domains:       {', '.join(row['domains'])}")
+            lines.append(f"  method:        {', '.join(row['methods'])}")
+            lines.append(f"  update period: {period:g} s" if period is not None else "  update period: -")
+            if row["sampling_hz"]:
+                lines.append(f"  sampling:      {row['sampling_hz']:g} Hz")
+            if row["resolution"]:
+                lines.append(f"  resolution:    {row['resolution']}")
+            if row["notes"]:
+                lines.append(f"  notes:         {row['notes']}")
+        else:
+            lines.append(f"  why:           {row['reason']}")
+            if row["fix"]:
+                lines.append(f"  fix:           {row['fix']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,58 @@
+"""Idle baseline: the power the machine draws while the run is not working, measured before the run.
+
+``measure_idle`` reads every meter, sleeps ``seconds`` and reads again; the power of a domain is its
+energy delta over the elapsed (clock) time. Net energy of a window, which the profiler computes, is
+``gross_j - total_power_w * wall_s``. ``seconds=0`` turns the baseline off: all powers are zero and
+the baseline is flagged ``disabled`` so reports show net == gross and say why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from edgeprof.errors import ConfigError
+from edgeprof.meters.discovery import MeterSet
+
+
+@dataclass(frozen=True)
+class IdleBaseline:
+    """Idle power per domain (W) and of the domains counted in the total, measured over ``seconds``."""
+
+    seconds: float
+    power_w: Mapping[str, float] = field(default_factory=dict)
+    total_power_w: float = 0.0
+    disabled: bool = False
+
+    def net_j(self, gross_j: float, wall_s: float) -> float:
+        """Energy above idle of a window: ``gross_j - total_power_w * wall_s``."""
+        return gross_j - self.total_power_w * wall_s
+
+    def describe(self) -> dict:
+        return {"seconds": self.seconds, "power_w": dict(self.power_w), "total_power_w": self.total_power_w,
+                "disabled": self.disabled}
+
+
+def measure_idle(
+    meters: MeterSet,
+    seconds: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> IdleBaseline:
+    """Measure idle power for ``seconds`` (0: disabled baseline of zeros)."""
+    if seconds < 0:
+        raise ConfigError(f"idle seconds must be >= 0, got {seconds}")
+    domains = meters.domains()
+    if seconds == 0:
+        return IdleBaseline(0.0, {d.name: 0.0 for d in domains}, 0.0, disabled=True)
+    before, t0 = meters.read_j(), clock()
+    sleep(seconds)
+    after, t1 = meters.read_j(), clock()
+    elapsed = t1 - t0
+    if elapsed <= 0:
+        raise ConfigError("idle measurement took no measurable time; check the clock")
+    power = {d.name: (after[d.name] - before[d.name]) / elapsed for d in domains}
+    total = sum(power[d.name] for d in domains if d.in_total)
+    return IdleBaseline(float(elapsed), power, float(total))

@@ -1,0 +1,161 @@
+"""Builders of real sysfs-like trees (powercap RAPL zones, Jetson INA3221 rails) and a fake pynvml.
+
+Each builder writes the files the kernel would show under a root directory that the production code
+reads as its ``sysfs_root``; tests then change the counter files between reads.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+MAX_RANGE_UJ = 262143328850  # a real package-0 max_energy_range_uj
+
+
+def rapl_zone(root: Path, zone: str, name: str, energy_uj: int = 0, max_range_uj: int = MAX_RANGE_UJ) -> Path:
+    """Write ``class/powercap/<zone>/{name,energy_uj,max_energy_range_uj}`` and return the zone dir."""
+    path = Path(root) / "class" / "powercap" / zone
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "name").write_text(name + "\n")
+    (path / "energy_uj").write_text(f"{energy_uj}\n")
+    (path / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
+    return path
+
+
+def set_energy(root: Path, zone: str, energy_uj: int) -> None:
+    (Path(root) / "class" / "powercap" / zone / "energy_uj").write_text(f"{energy_uj}\n")
+
+
+#: layouts by scenario: (zone dir, kernel name)
+RAPL_LAYOUTS = {
+    "one_socket": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl:0:1", "uncore")],
+    "two_sockets": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"),
+                    ("intel-rapl:1", "package-1"), ("intel-rapl:1:0", "core")],
+    "dram": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl:0:1", "dram"),
+             ("intel-rapl:1", "package-1"), ("intel-rapl:1:0", "dram")],
+    "psys": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl:0:1", "uncore"),
+             ("intel-rapl:0:2", "dram"), ("intel-rapl:1", "psys")],
+    "mmio_duplicate": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl-mmio:0", "package-0")],
+}
+
+
+def build_rapl(root: Path, layout: str, energy_uj: int = 1000) -> list[str]:
+    """Build one of :data:`RAPL_LAYOUTS`; returns the zone dirs."""
+    zones = RAPL_LAYOUTS[layout]
+    for zone, name in zones:
+        rapl_zone(root, zone, name, energy_uj)
+    return [zone for zone, _ in zones]
+
+
+# --- Jetson -------------------------------------------------------------------------------------
+
+#: board -> (layout, device dir under bus/i2c/drivers, rail labels in channel order)
+JETSON_BOARDS = {
+    "orin_nano": ("hwmon", "ina3221/1-0040", ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]),
+    "xavier_nx": ("iio", "ina3221x/7-0040", ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]),
+    "nano": ("iio", "ina3221x/6-0040", ["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"]),
+    "agx_orin": ("hwmon", "ina3221/1-0040", ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"]),
+}
+
+
+def _rail_dir(root: Path, board: str) -> Path:
+    layout, device, _ = JETSON_BOARDS[board]
+    base = Path(root) / "bus" / "i2c" / "drivers" / device
+    return base / ("hwmon/hwmon3" if layout == "hwmon" else "iio:device0")
+
+
+def build_jetson(root: Path, board: str, extra_nc: bool = True) -> list[str]:
+    """Write the rails of ``board`` (all at 0 W); an ``NC`` channel is added to hwmon boards."""
+    layout, _, labels = JETSON_BOARDS[board]
+    d = _rail_dir(root, board)
+    d.mkdir(parents=True, exist_ok=True)
+    for k, label in enumerate(labels, start=1 if layout == "hwmon" else 0):
+        if layout == "hwmon":
+            (d / f"in{k}_label").write_text(label + "\n")
+        else:
+            (d / f"rail_name_{k}").write_text(label + "\n")
+    if layout == "hwmon" and extra_nc:
+        (d / "in4_label").write_text("NC\n")
+        (d / "in4_input").write_text("0\n")
+        (d / "curr4_input").write_text("0\n")
+    set_rails(root, board, {label: (5000, 0) for label in labels})
+    return labels
+
+
+def set_rails(root: Path, board: str, values: dict[str, tuple[int, int]]) -> None:
+    """Set rails: hwmon takes (mV, mA); iio takes (mW, ignored)."""
+    layout, _, labels = JETSON_BOARDS[board]
+    d = _rail_dir(root, board)
+    for label, (a, b) in values.items():
+        k = labels.index(label) + (1 if layout == "hwmon" else 0)
+        if layout == "hwmon":
+            (d / f"in{k}_input").write_text(f"{a}\n")
+            (d / f"curr{k}_input").write_text(f"{b}\n")
+        else:
+            (d / f"in_power{k}_input").write_text(f"{a}\n")
+
+
+# --- NVML -----------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """An integer-nanosecond clock that moves only when told."""
+
+    def __init__(self, t_ns: int = 0) -> None:
+        self.t_ns = t_ns
+
+    def __call__(self) -> int:
+        return self.t_ns
+
+    def advance_s(self, seconds: float) -> None:
+        self.t_ns += round(seconds * 1e9)
+
+
+def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.ModuleType:
+    """A module with pynvml's functions, ``NVMLError`` and error codes.
+
+    Each GPU dict: ``energy_mj`` (int, or None when the counter is NOT_SUPPORTED), ``power_mw`` (int or
+    None) and ``name``; tests change the dicts between reads. ``module.calls`` records function names.
+    """
+    mod = types.ModuleType("pynvml")
+    mod.NVML_ERROR_NOT_SUPPORTED = 3
+    mod.NVML_ERROR_NO_PERMISSION = 4
+    mod.NVML_ERROR_DRIVER_NOT_LOADED = 9
+    mod.NVML_ERROR_FUNCTION_NOT_FOUND = 13
+    mod.calls = []
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            super().__init__(value)
+            self.value = value
+
+        def __str__(self) -> str:
+            return {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded"}.get(self.value, "Unknown")
+
+    mod.NVMLError = NVMLError
+    mod.initialised = False
+
+    def nvmlInit():
+        mod.calls.append("nvmlInit")
+        if init_error is not None:
+            raise NVMLError(init_error)
+        mod.initialised = True
+
+    def nvmlShutdown():
+        mod.calls.append("nvmlShutdown")
+        mod.initialised = False
+
+    def _field(handle, key):
+        value = gpus[handle][key]
+        if value is None:
+            raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    mod.nvmlInit = nvmlInit
+    mod.nvmlShutdown = nvmlShutdown
+    mod.nvmlDeviceGetCount = lambda: len(gpus)
+    mod.nvmlDeviceGetHandleByIndex = lambda i: i
+    mod.nvmlDeviceGetName = lambda h: gpus[h].get("name", "Fake GPU")
+    mod.nvmlDeviceGetTotalEnergyConsumption = lambda h: _field(h, "energy_mj")
+    mod.nvmlDeviceGetPowerUsage = lambda h: _field(h, "power_mw")
+    return mod

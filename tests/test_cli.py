@@ -1,0 +1,91 @@
+"""The CLI: bad input gets one clear line and a non-zero exit, no traceback, no report written."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgeprof.cli import app
+
+FAST = ["--dataset", "synthetic", "--samples", "200", "--classes", "4", "--backbone", "mlp", "--clients", "4",
+        "--rounds", "1", "--tau", "2", "--no-progress"]
+
+
+def _invoke(args, out: Path):
+    return CliRunner().invoke(app, ["measure", *args, "--out", str(out)])
+
+
+def _write_corrupt_mnist(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(struct.pack(">I", 1234) + b"junk"))
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"junk"))
+    return folder
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--algo", "fedfoo"], "unknown algorithm 'fedfoo'"),
+    (["--tau", "0"], "tau must be an integer >= 1"),
+    (["--participation", "0"], "participation must be in (0, 1]"),
+    (["--participation", "1.5"], "participation must be in (0, 1]"),
+    (["--backbone", "resnet"], "unknown backbone"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist"),
+    (["--run-name", "../escape"], "run name"),
+])
+def test_bad_input_is_one_line_and_non_zero(tmp_path, args, expected):
+    out = tmp_path / "profiles"
+
+    result = _invoke([*FAST, *args], out)
+
+    assert result.exit_code != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("edgeprof: error:"), result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.output
+    assert not list(out.glob("*.csv")) if out.exists() else True
+
+
+def test_corrupt_data_file(tmp_path):
+    data = _write_corrupt_mnist(tmp_path / "mnist")
+    out = tmp_path / "profiles"
+
+    result = _invoke([*FAST, "--dataset", "mnist", "--data-dir", str(data)], out)
+
+    assert result.exit_code == 3
+    assert "edgeprof: error:" in result.stderr and "train-images" in result.stderr
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+
+    result = _invoke(FAST, blocker / "profiles")
+
+    assert result.exit_code == 4
+    assert "not writable" in result.stderr and "Traceback" not in result.output
+
+
+def test_measure_writes_report_and_summary(tmp_path):
+    out = tmp_path / "profiles"
+
+    result = _invoke([*FAST, "--run-name", "cli-run"], out)
+
+    assert result.exit_code == 0, result.output
+    assert (out / "cli-run.csv").is_file() and (out / "cli-run.json").is_file()
+    assert "median per client round" in result.stdout and "cli-run.csv" in result.stdout.replace("\n", "")
+
+
+@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary"])
+def test_every_command_has_help(command):
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.stdout
+
+
+def test_export_writes_onnx(tmp_path):
+    result = CliRunner().invoke(app, ["export", "--backbone", "mlp", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "mlp.onnx").stat().st_size > 1000

@@ -1,0 +1,155 @@
+"""Discovery order and fallbacks, EDGEPROF_SYSFS_ROOT, the estimate table, the idle baseline, doctor."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgeprof.errors import ConfigError
+from edgeprof.meters import discover
+from edgeprof.meters.doctor import doctor_report, render_doctor
+from edgeprof.meters.estimate import DEFAULT_WATTS_PER_CORE, detect_cpu_model, watts_per_core_for
+from edgeprof.meters.idle import measure_idle
+from fixtures_sysfs import build_jetson, build_rapl, fake_pynvml, set_energy
+
+NO_GPU = fake_pynvml([], init_error=9)
+ONE_GPU = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
+
+
+@pytest.mark.parametrize(
+    ("rapl_layout", "board", "nvml_module", "meters", "estimate_used"),
+    [
+        (None, None, NO_GPU, ["cpu_estimate"], True),
+        ("one_socket", None, NO_GPU, ["rapl"], False),
+        ("dram", None, ONE_GPU, ["rapl", "nvml"], False),
+        (None, None, ONE_GPU, ["nvml", "cpu_estimate"], True),
+        (None, "orin_nano", NO_GPU, ["jetson"], False),
+        (None, "agx_orin", NO_GPU, ["jetson"], False),
+    ],
+    ids=["nothing", "rapl", "rapl+gpu", "gpu-only", "jetson", "agx-orin"],
+)
+def test_order_and_estimate_fallback(tmp_path, rapl_layout, board, nvml_module, meters, estimate_used):
+    if rapl_layout:
+        build_rapl(tmp_path, rapl_layout)
+    if board:
+        build_jetson(tmp_path, board)
+
+    with discover(sysfs_root=str(tmp_path), nvml_module=nvml_module, cpu_watts=3.0) as found:
+        names = [m.name for m in found.meters]
+        probes = {p.meter: p for p in found.probes}
+        not_found = {row["meter"] for row in found.describe()["not_found"]}
+
+    assert names == meters
+    assert [p.meter for p in found.probes] == ["rapl", "nvml", "jetson", "cpu_estimate"]
+    assert probes["cpu_estimate"].available is estimate_used
+    for missing in {"rapl", "nvml", "jetson"} - set(names):
+        assert missing in not_found and probes[missing].reason and probes[missing].fix
+    if estimate_used:
+        assert found.methods[-1] == "estimate"
+        assert found.meters[-1].watts_per_core == 3.0
+
+
+def test_unreadable_rapl_falls_through_to_the_next_meter(tmp_path):
+    zones = build_rapl(tmp_path, "one_socket")
+    (tmp_path / "class/powercap" / zones[0] / "energy_uj").unlink()  # a counter that cannot be read
+
+    with discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU) as found:
+        names = [m.name for m in found.meters]
+        rapl_probe = found.probes[0]
+
+    assert names == ["cpu_estimate"]
+    assert not rapl_probe.available and "energy_uj" in rapl_probe.reason
+
+
+def test_sysfs_root_comes_from_the_environment(tmp_path, monkeypatch):
+    build_rapl(tmp_path, "two_sockets", energy_uj=0)
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path))
+
+    found = discover(nvml_module=NO_GPU)
+    set_energy(tmp_path, "intel-rapl:1", 2_000_000)
+    reading = found.read_j()
+    found.close()
+
+    assert reading == {"cpu_package_0": 0.0, "cpu_package_1": 2.0}
+    assert found.update_period_s == 0.001
+
+
+@pytest.mark.parametrize(
+    ("model", "watts", "needle"),
+    [
+        ("Cortex-A57", 1.5, "Jetson Nano"),
+        ("Cortex-A78AE", 2.0, "Orin"),
+        ("Carmel", 2.5, "Xavier"),
+        ("Intel(R) Core(TM) i7-8550U CPU @ 1.80GHz", 7.0, "laptop"),
+        ("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", 12.0, "Xeon"),
+        ("AMD Ryzen 9 5950X 16-Core Processor", 11.0, "desktop"),
+        ("Some Unknown RISC-V", DEFAULT_WATTS_PER_CORE, "default"),
+    ],
+)
+def test_watts_per_core_table(model, watts, needle):
+    got, source = watts_per_core_for(model)
+
+    assert got == watts and needle in source and "estimate" in source
+
+
+def test_discover_uses_the_table_for_the_cpu_model(tmp_path):
+    with discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU, cpu_model="Cortex-A57") as found:
+        meter = found.meters[0]
+
+    assert meter.watts_per_core == 1.5 and "Jetson Nano" in meter.describe()["watts_source"]
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "model"),
+    [("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU\n", "Intel(R) Xeon(R) CPU"),
+     ("processor\t: 0\nCPU part\t: 0xd07\nprocessor\t: 1\nCPU part\t: 0xd07\n", "Cortex-A57")],
+)
+def test_cpu_model_from_cpuinfo(tmp_path, cpuinfo, model):
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+
+    assert detect_cpu_model(str(tmp_path)) == model
+
+
+def test_idle_baseline_power_from_a_fake_clock(tmp_path):
+    build_rapl(tmp_path, "psys", energy_uj=0)
+    found = discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    now = {"t": 100.0}
+
+    def sleep(seconds):
+        now["t"] += seconds
+        set_energy(tmp_path, "intel-rapl:1", 8_000_000)  # psys: 8 J in 2 s
+        set_energy(tmp_path, "intel-rapl:0", 5_000_000)  # package inside psys: 5 J
+
+    baseline = measure_idle(found, 2.0, sleep=sleep, clock=lambda: now["t"])
+    found.close()
+
+    assert baseline.power_w["psys"] == 4.0 and baseline.power_w["cpu_package_0"] == 2.5
+    assert baseline.total_power_w == 4.0  # psys only: nested package not added
+    assert baseline.net_j(gross_j=10.0, wall_s=1.5) == 4.0 and not baseline.disabled
+
+
+def test_idle_zero_seconds_is_a_disabled_baseline(tmp_path):
+    found = discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+
+    baseline = measure_idle(found, 0, sleep=lambda s: pytest.fail("must not sleep"))
+
+    assert baseline.disabled and baseline.total_power_w == 0.0
+    assert baseline.power_w == {"cpu_estimate": 0.0}
+    with pytest.raises(ConfigError):
+        measure_idle(found, -1)
+
+
+def test_doctor_lists_found_and_missing_meters_with_fixes(tmp_path):
+    build_rapl(tmp_path, "dram")
+    build_jetson(tmp_path, "agx_orin")
+
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    text = render_doctor(rows)
+
+    by_meter = {r["meter"]: r for r in rows}
+    assert by_meter["rapl"]["status"] == "found" and by_meter["rapl"]["methods"] == ["counter"]
+    assert "dram_1" in by_meter["rapl"]["domains"] and by_meter["rapl"]["update_period_s"] == 0.001
+    assert by_meter["jetson"]["sampling_hz"] == 10.0
+    assert "no total input rail" in by_meter["jetson"]["notes"]
+    assert by_meter["nvml"]["status"] == "not found" and by_meter["nvml"]["fix"]
+    assert by_meter["cpu_estimate"]["status"] == "not used"
+    assert "RAPL" in text and "NOT FOUND" in text and "fix:" in text and "this board has no total input rail" in text

@@ -1,0 +1,121 @@
+"""Jetson INA3221 rails from real hwmon (JetPack 5+) and iio (JetPack 4) trees, with a fake clock."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from edgeprof.meters import jetson
+from edgeprof.meters.discovery import totals
+from fixtures_sysfs import FakeClock, build_jetson, set_rails
+
+# board -> {domain: (column, in_total)}
+EXPECTED = {
+    "orin_nano": {"board_total": ("board_total", True), "board_vdd_cpu_gpu_cv": ("board_cpu", False),
+                  "board_vdd_soc": ("board_soc", False)},
+    "xavier_nx": {"board_total": ("board_total", True), "board_vdd_cpu_gpu_cv": ("board_cpu", False),
+                  "board_vdd_soc": ("board_soc", False)},
+    "nano": {"board_total": ("board_total", True), "board_pom_5v_gpu": ("board_gpu", False),
+             "board_pom_5v_cpu": ("board_cpu", False)},
+    "agx_orin": {"board_vdd_gpu_soc": ("board_gpu", True), "board_vdd_cpu_cv": ("board_cpu", True),
+                 "board_vin_sys_5v0": ("board_soc", True)},
+}
+
+
+def _power_mw(board: str, setting: tuple[int, int]) -> Fraction:
+    layout = jetson_layout(board)
+    a, b = setting
+    return Fraction(a * b, 1000) if layout == "hwmon" else Fraction(a)
+
+
+def jetson_layout(board: str) -> str:
+    from fixtures_sysfs import JETSON_BOARDS
+
+    return JETSON_BOARDS[board][0]
+
+
+@pytest.mark.parametrize("board", sorted(EXPECTED))
+def test_rails_map_to_domains_and_the_total_rail_is_never_summed_with_sub_rails(tmp_path, board):
+    build_jetson(tmp_path, board)
+
+    with jetson.JetsonMeter(tmp_path, start_thread=False) as meter:
+        got = {d.name: (d.column, d.in_total) for d in meter.domains()}
+        info = meter.describe()
+
+    assert got == EXPECTED[board]
+    assert all(d.method == "integrated_power" for d in meter.domains())
+    assert info["partial_total"] is (board == "agx_orin")
+    if board == "agx_orin":
+        assert "no total input rail" in info["total"] and "partial" in info["total"]
+
+
+@pytest.mark.parametrize("board", sorted(EXPECTED))
+def test_trapezoidal_energy_is_exact_with_a_fake_clock(tmp_path, board):
+    labels = build_jetson(tmp_path, board)
+    # three samples per rail: (mV, mA) for hwmon, (mW, -) for iio; different per rail
+    steps = [
+        {lab: (5000 + 10 * i, 400 + 100 * i) if jetson_layout(board) == "hwmon" else (2000 + 500 * i, 0)
+         for i, lab in enumerate(labels)},
+        {lab: (5100, 800 + 7 * i) if jetson_layout(board) == "hwmon" else (3100 + 11 * i, 0)
+         for i, lab in enumerate(labels)},
+        {lab: (4900, 333) if jetson_layout(board) == "hwmon" else (1234 + i, 0)
+         for i, lab in enumerate(labels)},
+    ]
+    durations = [0.1, 0.25, 0.037]  # seconds between samples
+    clock = FakeClock()
+    set_rails(tmp_path, board, steps[0])
+    meter = jetson.JetsonMeter(tmp_path, hz=10, clock_ns=clock, start_thread=False)  # sample at t=0
+
+    for step, dt in zip(steps[1:], durations[:2]):
+        clock.advance_s(dt)
+        set_rails(tmp_path, board, step)
+        meter.sampler.sample()
+    clock.advance_s(durations[2])
+    reading = meter.read_j()  # takes the final sample at t=0.387 s with step 2's powers still set
+
+    names = [d.name for d in meter.domains()]
+    powers = [steps[0], steps[1], steps[2], steps[2]]
+    expected = {}
+    for name, lab in zip(names, labels):
+        p = [_power_mw(board, s[lab]) / 1000 for s in powers]  # W
+        expected[name] = sum((p[i] + p[i + 1]) / 2 * Fraction(round(d * 1e9), 10**9)
+                             for i, d in enumerate(durations))
+    assert reading == {k: float(v) for k, v in expected.items()}
+    total = totals(meter.domains(), reading)
+    if board == "agx_orin":
+        assert total == sum(reading.values())
+    else:
+        assert total == reading["board_total"]
+
+
+def test_nc_channels_are_skipped(tmp_path):
+    build_jetson(tmp_path, "orin_nano", extra_nc=True)
+
+    labels = [r.label for r in jetson.find_rails(tmp_path)]
+
+    assert labels == ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]
+
+
+def test_not_a_jetson_is_reported_with_a_fix(tmp_path):
+    result = jetson.probe(tmp_path)
+
+    assert not result.available and "not a Jetson" in result.reason and "ina3221" in result.fix
+
+
+def test_sampler_thread_integrates_at_the_configured_rate(tmp_path):
+    build_jetson(tmp_path, "nano")
+    set_rails(tmp_path, "nano", {"POM_5V_IN": (4000, 0), "POM_5V_GPU": (1000, 0), "POM_5V_CPU": (500, 0)})
+    meter = jetson.JetsonMeter(tmp_path, hz=200)
+    try:
+        import time
+
+        time.sleep(0.1)
+        reading = meter.read_j()
+    finally:
+        meter.close()
+
+    assert meter.sampler.samples > 5  # the thread sampled on its own
+    # constant power: energy = 4 W * elapsed, elapsed between 0.1 s and a generous bound
+    assert 0.4 <= reading["board_total"] <= 4.0
+    assert reading["board_total"] / reading["board_pom_5v_gpu"] == pytest.approx(4.0)

@@ -1,0 +1,114 @@
+"""The CSV schema, the sidecar, and what a killed or interrupted run leaves behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgeprof.algorithms import ALGORITHMS
+from edgeprof.config import RunConfig
+from edgeprof.meters.base import REPORT_COLUMNS
+from edgeprof.report import columns_for, read_report
+from edgeprof.report.schema import CORE_COLUMNS
+from edgeprof.simulate import run
+
+SMALL = dict(dataset="synthetic", synthetic_samples=240, synthetic_classes=4, backbone="mlp", clients=4,
+             participation=0.5, rounds=2, tau=3, progress=False)
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize("algo", ["pflego", "fedavg"])
+def test_report_rows_follow_the_schema(tmp_path, algo):
+    result = run(RunConfig(algo=algo, out=tmp_path, run_name=f"r-{algo}", **SMALL))
+    report = read_report(result.csv_path)
+
+    assert report.columns == columns_for(ALGORITHMS[algo].phases)
+    clients, servers = report.where(kind="client"), report.where(kind="server")
+    assert len(clients) == 2 * 2 and len(servers) == 2
+    for row in clients:
+        assert float(row["wall_s"]) > 0 and float(row["cpu_s"]) >= 0
+        assert row["energy_method"] == "estimate" and float(row["energy_j"]) >= 0
+        assert row["cpu_estimate_method"] == "estimate" and row["cpu_package_j"] == ""
+        assert int(row["n_samples"]) > 0 and float(row["train_loss"]) > 0
+        phase_sum = sum(float(row[f"{p}_s"]) for p in ALGORITHMS[algo].phases)
+        assert phase_sum <= float(row["wall_s"])
+    sidecar = report.sidecar
+    assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == 2
+    assert sidecar["config"]["algo"] == algo and sidecar["config"]["tau"] == 3
+    assert sidecar["device"]["cpu_cores_logical"] >= 1 and "memory_gib" in sidecar["device"]
+    assert sidecar["libraries"]["torch"] and sidecar["libraries"]["onnxruntime"]
+    assert sidecar["meters"]["meters"][0]["domains"][0]["method"] == "estimate"
+
+
+def test_readme_documents_every_column():
+    text = README.read_text()
+    phases = {p for spec in ALGORITHMS.values() for p in spec.phases}
+    missing = [c for c in CORE_COLUMNS if f"`{c}`" not in text]
+    missing += [c for c in REPORT_COLUMNS if f"`{c}_j`" not in text]
+    missing += [p for p in phases if f"`{p}`" not in text]
+    assert not missing, f"README does not document: {missing}"
+
+
+def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / "profiles"
+    args = [sys.executable, "-m", "edgeprof.cli", "measure", "--dataset", "synthetic", "--samples", "400",
+            "--classes", "4", "--backbone", "mlp", "--clients", "4", "--tau", "5", "--rounds", "100000",
+            "--no-progress", "--out", str(out), "--run-name", name]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out / f"{name}.csv"
+
+
+def _wait_for_rows(path: Path, proc: subprocess.Popen, rows: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text().count("\n") > rows:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read())
+        time.sleep(0.05)
+    raise AssertionError("run produced no rows in time")
+
+
+@pytest.mark.slow
+def test_killed_run_leaves_a_valid_csv_with_every_finished_round(tmp_path):
+    proc, path = _start(tmp_path, "killed")
+    _wait_for_rows(path, proc, 6)
+
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    header = path.read_text().splitlines()[0].split(",")
+    assert len(rows) >= 6
+    assert path.read_text().endswith("\n")  # no half-written row
+    for row in rows:
+        assert None not in row and len(row) == len(header)
+        assert row["kind"] in ("client", "server") and float(row["wall_s"]) > 0
+    rounds = sorted({int(r["round"]) for r in rows})
+    assert rounds == list(range(1, rounds[-1] + 1))
+    assert json.loads(path.with_suffix(".json").read_text())["status"] == "running"
+
+
+@pytest.mark.slow
+def test_interrupted_run_exits_130_and_marks_the_sidecar(tmp_path):
+    proc, path = _start(tmp_path, "interrupted")
+    _wait_for_rows(path, proc, 4)
+
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    sidecar = json.loads(path.with_suffix(".json").read_text())
+    assert sidecar["status"] == "interrupted"
+    assert read_report(path).where(kind="server")
+    assert sidecar["rows"] == len(read_report(path).rows)
