@@ -172,6 +172,18 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
         _print_summary(report)
 
 
+# --- doctor (meters) -------------------------------------------------------------------------------------
+
+
+# --- train (baselines) ------------------------------------------------------------------------------------
+
+
+# --- sweep and dashboard ----------------------------------------------------------------------------------
+
+
+# --- flower -----------------------------------------------------------------------------------------------
+
+
 def main() -> None:  # pragma: no cover - console entry point alternative
     app()
 

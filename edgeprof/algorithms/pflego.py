@@ -77,6 +77,11 @@ def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray,
     return PflegoClientResult(head, grad_theta, loss, len(y))
 
 
+def initial_head(seed: int, client_id: int, num_classes: int, feature_dim: int) -> np.ndarray:
+    """Client ``client_id``'s first head, from (seed, client id) alone: the same wherever the client runs."""
+    return headlib.init_head(num_classes, feature_dim, np.random.default_rng([seed, client_id]))
+
+
 def server_step(theta: Sequence[np.ndarray], grads: Sequence[Sequence[np.ndarray]],
                 client_alphas: Sequence[float], scale: float, optimizer) -> list[np.ndarray]:
     """Equation (4): theta_t = optimizer(theta_{t-1}, (I/r) * sum alpha_i g_i)."""
@@ -94,7 +99,7 @@ class Pflego(Algorithm):
 
         self.theta = get_params(backbone)
         m = backbone.feature_dim
-        self.heads = [headlib.init_head(c.num_classes, m, rng) for c in self.clients]
+        self.heads = [initial_head(cfg.seed, c.client_id, c.num_classes, m) for c in self.clients]
         self.alphas = aggregation.alphas([c.n_train for c in self.clients])
         self.scale = self.num_clients / cfg.sampled_per_round
         self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
