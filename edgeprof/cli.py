@@ -115,6 +115,7 @@ def measure(
     samples: Annotated[int, typer.Option(help="Synthetic data: total number of samples.")] = 2000,
     classes: Annotated[int, typer.Option(help="Synthetic data: number of classes.")] = 10,
     cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+    jetson_hz: Annotated[float, typer.Option(help="Sampling rate of the Jetson power rails, Hz.")] = 10.0,
     idle_seconds: Annotated[float, typer.Option(help="Seconds of idle baseline before the run (0: off).")] = 0.0,
     country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
     region: Annotated[Optional[str], typer.Option(help="Region within the country, where data exists.")] = None,
@@ -129,7 +130,7 @@ def measure(
                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
                         data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho,
                         server_optimizer=server_optimizer, engine=engine, run_name=run_name, evaluate=evaluate,
-                        synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts,
+                        synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts, jetson_hz=jetson_hz,
                         idle_seconds=idle_seconds, country=country, region=region,
                         carbon_intensity=carbon_intensity, progress=progress)
         result = _run_with_progress(cfg)
@@ -173,6 +174,15 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
 
 
 # --- doctor (meters) -------------------------------------------------------------------------------------
+@app.command()
+def doctor(
+    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+) -> None:
+    """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
+    with guard():
+        from edgeprof.meters.doctor import doctor_report, render_doctor
+
+        typer.echo(render_doctor(doctor_report(cpu_watts=cpu_watts)))
 
 
 # --- train (baselines) ------------------------------------------------------------------------------------

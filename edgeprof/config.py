@@ -58,6 +58,7 @@ class RunConfig:
     evaluate: bool = False
     # energy (meters issue)
     cpu_watts: Optional[float] = None
+    jetson_hz: float = 10.0
     idle_seconds: float = 0.0
     country: Optional[str] = None
     region: Optional[str] = None
@@ -119,7 +120,7 @@ def validate(cfg: RunConfig) -> None:
            f"participation must be in (0, 1], got {cfg.participation}")
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")
     _check(cfg.threads is None or cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}")
-    for name in ("beta", "rho", "cpu_watts", "carbon_intensity"):
+    for name in ("beta", "rho", "cpu_watts", "carbon_intensity", "jetson_hz"):
         value = getattr(cfg, name)
         _check(value is None or value > 0, f"{name.replace('_', '-')} must be positive, got {value}")
     _check(cfg.mu is None or cfg.mu >= 0, f"mu must be >= 0, got {cfg.mu}")

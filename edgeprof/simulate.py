@@ -164,7 +164,7 @@ def open_energy(cfg: RunConfig, meters: MeterSet) -> Energy:
     if cfg.idle_seconds > 0:
         baseline = idle.measure_idle(meters, cfg.idle_seconds)
         energy.idle_power_w = baseline.total_power_w
-        energy.sidecar["idle"] = dataclasses.asdict(baseline)
+        energy.sidecar["idle"] = baseline.describe()
     intensity = carbon.carbon_intensity(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
     energy.carbon_g_per_kwh = intensity.g_per_kwh
     energy.sidecar["carbon"] = dataclasses.asdict(intensity)
@@ -174,7 +174,7 @@ def open_energy(cfg: RunConfig, meters: MeterSet) -> Energy:
 def open_meters(cfg: RunConfig) -> MeterSet:
     from edgeprof.meters.discovery import discover
 
-    return discover(cpu_watts=cfg.cpu_watts)
+    return discover(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
 
 
 def sidecar_data(cfg: RunConfig, run_id: str, meters: MeterSet, energy: Energy, **status) -> dict:

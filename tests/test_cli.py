@@ -79,7 +79,7 @@ def test_measure_writes_report_and_summary(tmp_path):
     assert "median per client round" in result.stdout and "cli-run.csv" in result.stdout.replace("\n", "")
 
 
-@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary"])
+@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary", "doctor"])
 def test_every_command_has_help(command):
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.stdout
@@ -89,3 +89,13 @@ def test_export_writes_onnx(tmp_path):
     result = CliRunner().invoke(app, ["export", "--backbone", "mlp", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "mlp.onnx").stat().st_size > 1000
+
+
+def test_doctor_lists_the_estimate_and_why_rapl_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path))
+
+    result = CliRunner().invoke(app, ["doctor", "--cpu-watts", "7.5"])
+
+    assert result.exit_code == 0, result.output
+    assert "cpu_estimate" in result.stdout and "estimate" in result.stdout
+    assert "rapl" in result.stdout and "NOT FOUND" in result.stdout and "fix" in result.stdout

@@ -112,3 +112,16 @@ def test_interrupted_run_exits_130_and_marks_the_sidecar(tmp_path):
     assert sidecar["status"] == "interrupted"
     assert read_report(path).where(kind="server")
     assert sidecar["rows"] == len(read_report(path).rows)
+
+
+def test_net_energy_and_carbon_columns_follow_the_sidecar(tmp_path):
+    result = run(RunConfig(algo="pflego", out=tmp_path, run_name="net", idle_seconds=0.2, carbon_intensity=250.0,
+                           **SMALL))
+    report = read_report(result.csv_path)
+    idle_w = report.sidecar["energy"]["idle"]["total_power_w"]
+    assert report.sidecar["energy"]["carbon"]["g_per_kwh"] == 250.0
+
+    for row in report.where(kind="client"):
+        gross, wall = float(row["energy_j"]), float(row["wall_s"])
+        assert float(row["energy_net_j"]) == pytest.approx(gross - idle_w * wall, rel=1e-4, abs=1e-9)
+        assert float(row["carbon_g"]) == pytest.approx(gross / 3.6e6 * 250.0, rel=1e-4)

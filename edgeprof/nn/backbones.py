@@ -81,16 +81,19 @@ def set_params(module: nn.Module, params: Sequence[np.ndarray]) -> None:
     Raises :class:`ModelError`, before changing anything, if the count or any shape differs.
     """
     targets = list(module.parameters())
-    if len(params) != len(targets):
-        raise ModelError(f"expected {len(targets)} parameter arrays, got {len(params)}")
-    for i, (target, value) in enumerate(zip(targets, params)):
-        if tuple(np.shape(value)) != tuple(target.shape):
-            raise ModelError(
-                f"parameter {i} has shape {tuple(np.shape(value))}, the backbone needs {tuple(target.shape)}"
-            )
+    check_params([tuple(t.shape) for t in targets], params)
     with torch.no_grad():
         for target, value in zip(targets, params):
             target.copy_(torch.from_numpy(np.asarray(value, dtype=np.float32)))
+
+
+def check_params(shapes: Sequence[tuple[int, ...]], params: Sequence[np.ndarray]) -> None:
+    """Raise :class:`ModelError` unless ``params`` has exactly one array of each shape, in order."""
+    if len(params) != len(shapes):
+        raise ModelError(f"expected {len(shapes)} parameter arrays, got {len(params)}")
+    for i, (value, shape) in enumerate(zip(params, shapes)):
+        if tuple(np.shape(value)) != tuple(shape):
+            raise ModelError(f"parameter {i} has shape {tuple(np.shape(value))}, the backbone needs {tuple(shape)}")
 
 
 def param_count(module: nn.Module) -> int:
