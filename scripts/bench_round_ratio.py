@@ -42,11 +42,11 @@ def build(algo: str, client, tau: int, threads: int):
     return load(algo)(cfg, [client], backbone, np.random.default_rng(0))
 
 
-def timed_round(profiler, algorithm) -> tuple[float, dict]:
+def timed_round(profiler, algorithm) -> tuple[float, dict, float]:
     with profiler.window("client") as win:
         algorithm.client_round(0, win.phase)
     algorithm.server_step([])
-    return win.result.wall_s, {k: v.wall_s for k, v in win.result.phases.items()}
+    return win.result.wall_s, {k: v.wall_s for k, v in win.result.phases.items()}, win.result.overhead_s
 
 
 def main() -> None:
@@ -73,11 +73,13 @@ def main() -> None:
         algorithm.cfg = full
     walls: dict[str, list[float]] = {n: [] for n in algos}
     phases: dict[str, list[dict]] = {n: [] for n in algos}
+    overheads: dict[str, list[float]] = {n: [] for n in algos}
     start = time.perf_counter()
     for _ in range(args.repeats):
         for name, algorithm in algos.items():
-            wall, split = timed_round(profiler, algorithm)
+            wall, split, overhead = timed_round(profiler, algorithm)
             walls[name].append(wall)
+            overheads[name].append(overhead)
             phases[name].append(split)
     med = {n: statistics.median(w) for n, w in walls.items()}
     print(f"cnn-omniglot, {args.samples} local samples 28x28, tau={args.tau}, {args.threads} threads, "
@@ -85,6 +87,8 @@ def main() -> None:
     for name in algos:
         split = {k: statistics.median(p[k] for p in phases[name]) for k in phases[name][0]}
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in split.items())
+        share = sum(overheads[name]) / sum(walls[name])
+        print(f"  {name:7s} profiler overhead {share:.4%} of the round's wall time")
         print(f"  {name:7s} median round {med[name]:8.3f} s   (all: {', '.join(f'{w:.3f}' for w in walls[name])})  [{parts}]")
     print(f"FedAvg/PFLEGO per-round time ratio at tau={args.tau}: {med['fedavg'] / med['pflego']:.1f}x")
 
