@@ -130,8 +130,8 @@ def measure(
                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
                         data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho,
                         server_optimizer=server_optimizer, engine=engine, run_name=run_name, evaluate=evaluate,
-                        synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts, jetson_hz=jetson_hz,
-                        idle_seconds=idle_seconds, country=country, region=region,
+                        synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts,
+                        jetson_hz=jetson_hz, idle_seconds=idle_seconds, country=country, region=region,
                         carbon_intensity=carbon_intensity, progress=progress)
         result = _run_with_progress(cfg)
         _print_summary(result.csv_path)
@@ -189,6 +189,103 @@ def doctor(
 
 
 # --- sweep and dashboard ----------------------------------------------------------------------------------
+def _csv_list(value: str, kind: type, name: str) -> tuple:
+    """Parse a comma-separated option; ConfigError names the option on a bad item."""
+    from edgeprof.errors import ConfigError
+
+    try:
+        return tuple(kind(v.strip()) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"--{name} must be a comma-separated list of {kind.__name__}s, got {value!r}") from None
+
+
+@app.command()
+def sweep(
+    algos: Annotated[str, typer.Option(help="Comma-separated algorithms, each `algo` or `algo:engine`.")] = "pflego,fedavg",
+    taus: Annotated[str, typer.Option(help="Comma-separated local step counts tau.")] = "1,5,10,25,50,100",
+    repeats: Annotated[int, typer.Option(help="Measured rounds per (algorithm, tau) cell.")] = 3,
+    engines: Annotated[str, typer.Option(help="Engines to run each plain algo with, where it has them "
+                                              "(e.g. onnx,torch-reuse); default: its first engine.")] = "",
+    dataset: Dataset = "synthetic",
+    backbone: Backbone = "cnn-omniglot",
+    samples_per_client: Annotated[int, typer.Option(help="Training samples kept per client (0: all).")] = 600,
+    clients: Annotated[int, typer.Option(help="Clients; every one takes part in every measured round.")] = 1,
+    degree: Degree = "high",
+    data_dir: DataDir = None,
+    seed: Seed = 0,
+    out: Out = Path("profiles"),
+    threads: Threads = None,
+    max_baseline_tau: Annotated[Optional[int], typer.Option(
+        help="Skip cells of algorithms other than pflego above this tau (they dominate the time).")] = None,
+    warmup: Annotated[bool, typer.Option(help="One unrecorded round per algorithm before measuring.")] = True,
+    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: sweep-time-id).")] = None,
+    check: Annotated[bool, typer.Option(help="Exit 8 unless pflego is flat and fedavg linear in tau.")] = False,
+    check_metric: Annotated[str, typer.Option(help="Metric --check judges: wall_s, cpu_s or energy_j.")] = "wall_s",
+    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
+    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
+    with guard():
+        from edgeprof.analysis import METRICS
+        from edgeprof.config import RunConfig
+        from edgeprof.errors import ConfigError
+        from edgeprof.sweep import SweepConfig
+
+        base = RunConfig(dataset=dataset, backbone=backbone, clients=clients, participation=1.0, degree=degree,
+                         data_dir=data_dir, seed=seed, out=out, threads=threads, run_name=run_name,
+                         cpu_watts=cpu_watts, country=country, carbon_intensity=carbon_intensity,
+                         progress=progress)
+        cfg = SweepConfig(base=base, algos=_csv_list(algos, str, "algos"), engines=_csv_list(engines, str, "engines"),
+                          taus=_csv_list(taus, int, "taus"), repeats=repeats,
+                          samples_per_client=samples_per_client or None, max_baseline_tau=max_baseline_tau,
+                          warmup=warmup)
+        if check_metric not in METRICS:
+            raise ConfigError(f"unknown --check-metric {check_metric!r}; choose one of: {', '.join(METRICS)}")
+        if check and not {"pflego", "fedavg"} <= {v.algo for v in cfg.variants()}:
+            raise ConfigError("--check needs both pflego and fedavg in --algos")
+        _sweep_and_report(cfg, check=check, check_metric=check_metric)
+
+
+def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
+    from rich.console import Console
+
+    from edgeprof.analysis import ClaimNotShown, analyze, check_claim, render
+    from edgeprof.report.writer import read_report
+    from edgeprof.sweep import plan_cells, run_sweep
+
+    total = len(plan_cells(cfg))
+    with _progress_callback(cfg.base.progress, total, "sweep") as bar:
+        if bar is None:
+            result = run_sweep(cfg)
+        else:
+            task = bar.add_task("sweep", total=total)
+            result = run_sweep(cfg, progress=lambda done, _total: bar.update(task, completed=done))
+    analysis = analyze(read_report(result.csv_path).rows)
+    console = Console()
+    for table in render(analysis):
+        console.print(table)
+    typer.echo(f"report: {result.csv_path}")
+    if check:
+        problems = check_claim(analysis, check_metric)
+        if problems:
+            raise ClaimNotShown("claim not shown: " + "; ".join(problems))
+        typer.echo(f"check: pflego is flat and fedavg linear in tau ({check_metric})")
+
+
+@app.command()
+def dashboard(
+    reports: Annotated[list[Path], typer.Argument(help="Report CSVs (their JSON sidecars are read too).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+    title: Annotated[str, typer.Option(help="Title of the page.")] = "edgeprof report",
+) -> None:
+    """Write one self-contained HTML page (plots, fits, verdicts; opens offline) from one or more reports."""
+    with guard():
+        from edgeprof.report.dashboard import write_dashboard
+
+        path = write_dashboard(reports, output, title=title)
+        typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
 # --- flower -----------------------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ import numpy as np
 
 
 def make_client(samples: int, seed: int):
-    from edgeprof.data import ClientData, load_dataset, to_shape
+    from edgeprof.data import ClientData, load_dataset
 
     data = load_dataset("synthetic", shape=(1, 28, 28), seed=seed, synthetic_classes=5,
                         synthetic_samples=samples)
-    x = to_shape(data.x, (1, 28, 28))
+    x = data.x
     classes = np.unique(data.y)
     local = np.searchsorted(classes, data.y)
     return ClientData(0, classes, x, local, x[:5], local[:5])

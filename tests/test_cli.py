@@ -99,3 +99,25 @@ def test_doctor_lists_the_estimate_and_why_rapl_is_missing(tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     assert "cpu_estimate" in result.stdout and "estimate" in result.stdout
     assert "rapl" in result.stdout and "NOT FOUND" in result.stdout and "fix" in result.stdout
+
+
+@pytest.mark.slow
+def test_readme_command_runs_through_the_console_script(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("edgeprof", path=str(Path(sys.executable).parent))
+    assert exe, "the edgeprof console script is not installed next to this Python"
+
+    done = subprocess.run([exe, "measure", "--algo", "pflego", "--tau", "50", "--rounds", "1", "--no-progress",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr
+    (csv_path,) = tmp_path.glob("pflego-tau50-*.csv")
+    assert f"report: {csv_path}" in done.stdout
+    from edgeprof.report import read_report
+
+    report = read_report(csv_path)
+    assert report.sidecar["config"]["dataset"] == "digits" and report.sidecar["config"]["backbone"] == "cnn-omniglot"
+    assert len(report.where(kind="client")) == 2  # 20% of 10 clients

@@ -22,7 +22,8 @@ class AlgoSpec:
 
 ALGORITHMS: dict[str, AlgoSpec] = {
     "pflego": AlgoSpec("edgeprof.algorithms.pflego:Pflego", ("cache_forward", "head_steps", "joint_grad"),
-                       ("onnx",), "Personalized Federated Learning with Exact Stochastic Gradient Descent"),
+                       ("onnx", "torch-reuse"),
+                       "Personalized Federated Learning with Exact Stochastic Gradient Descent"),
     "fedavg": AlgoSpec("edgeprof.algorithms.fedavg:FedAvg", ("local_steps",), ("torch",),
                        "Communication-Efficient Learning of Deep Networks from Decentralized Data"),
 }

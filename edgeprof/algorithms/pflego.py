@@ -11,6 +11,13 @@ client i, round t, theta_{t-1} frozen:
 server: theta_t = opt(theta_{t-1}, (I/r) * sum_{i in I_t} alpha_i g_i) with alpha_i = N_i / sum_j N_j
   (equation (4)); ``opt`` is SGD(rho) as in the paper's analysis or Adam(rho) as in its experiments.
 
+Engines (``cfg.engine``): ``onnx`` is the paper's client, two forwards (ONNX Runtime for the cache, torch
+for the joint gradient) and one backward. ``torch-reuse`` (beyond the paper, :class:`GraphReuse`) runs
+the single forward of ``cache_forward`` in torch *with* autograd and keeps its graph through the head
+steps (theta is frozen during them, so the graph stays valid), then ``joint_grad`` only evaluates the
+new head on those features and backpropagates: one forward and one backward per round. It trades
+memory for time: the forward's activations stay alive from ``cache_forward`` to ``joint_grad``.
+
 About alpha_i and W_i: equation (5) writes W_i's stochastic gradient with alpha_i, but equation (3) and
 the authors' code step W_i with rho*I/r*grad l_i, *without* alpha_i. We follow equation (3). Seen as
 one SGD step on L(psi) = sum_i alpha_i l_i, this is a per-block step size: W_i moves with step
@@ -59,6 +66,40 @@ def torch_joint_gradient(module: torch.nn.Module, theta: Sequence[np.ndarray], h
     return float(loss.detach()), w.grad.numpy().copy(), grads
 
 
+class GraphReuse:
+    """The ``torch-reuse`` engine: a features fn and a joint-gradient fn sharing one torch forward.
+
+    :meth:`features` loads theta, runs the backbone with autograd on and keeps the output tensor (and
+    so the graph); :meth:`joint_grad` must then be called with the same ``x``: it computes the loss of
+    the given head on the kept features, backpropagates once through head and backbone and drops the
+    graph. The result equals :func:`torch_joint_gradient` at the same (head, theta).
+    """
+
+    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray]) -> None:
+        self.module = module
+        self.theta = theta
+        self._x: np.ndarray | None = None
+        self._feats: torch.Tensor | None = None
+
+    def features(self, x: np.ndarray) -> np.ndarray:
+        set_params(self.module, self.theta)
+        self.module.zero_grad(set_to_none=True)
+        self._x = x
+        self._feats = self.module(as_tensor(x))
+        return self._feats.detach().numpy()
+
+    def joint_grad(self, head: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
+        if self._feats is None or x is not self._x:
+            raise RuntimeError("GraphReuse.joint_grad needs the x of the preceding features() call")
+        feats, self._feats, self._x = self._feats, None, None
+        w = torch.tensor(head, requires_grad=True)
+        feats_b = torch.cat([feats, torch.ones(feats.shape[0], 1)], dim=1)
+        loss = mean_cross_entropy(feats_b @ w.T, as_tensor(y))
+        loss.backward()
+        grads = [p.grad.detach().numpy().copy() for p in self.module.parameters()]
+        return float(loss.detach()), w.grad.numpy().copy(), grads
+
+
 def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray, x: np.ndarray,
                  y: np.ndarray, *, tau: int, beta: float, rho: float, scale: float,
                  phase: Phase = no_phase) -> PflegoClientResult:
@@ -103,9 +144,14 @@ class Pflego(Algorithm):
         self.alphas = aggregation.alphas([c.n_train for c in self.clients])
         self.scale = self.num_clients / cfg.sampled_per_round
         self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
-        self.runner = FeatureRunner(backbone, threads=cfg.threads)
+        self.reuse = cfg.engine == "torch-reuse"
+        self.runner = None if self.reuse else FeatureRunner(backbone, threads=cfg.threads)
 
     def _features(self, x: np.ndarray) -> np.ndarray:
+        if self.runner is None:
+            set_params(self.backbone, self.theta)
+            with torch.no_grad():
+                return self.backbone(as_tensor(x)).numpy()
         return self.runner.features(x, self.theta)
 
     def _joint(self, head, x, y):
@@ -113,7 +159,11 @@ class Pflego(Algorithm):
 
     def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
         c = self.clients[client_id]
-        res = client_round(self._features, self._joint, self.heads[client_id], c.x_train, c.y_train,
+        features, joint = self._features, self._joint
+        if self.reuse:
+            engine = GraphReuse(self.backbone, self.theta)
+            features, joint = engine.features, engine.joint_grad
+        res = client_round(features, joint, self.heads[client_id], c.x_train, c.y_train,
                            tau=self.cfg.tau, beta=self.cfg.beta, rho=self.cfg.rho, scale=self.scale,
                            phase=phase)
         self.heads[client_id] = res.head

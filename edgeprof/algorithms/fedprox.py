@@ -1,0 +1,69 @@
+"""FedProx: Federated Optimization in Heterogeneous Networks (Li et al. 2020).
+
+FedAvg (:mod:`edgeprof.algorithms.fedavg`: whole model with one shared head of max K_i outputs) whose
+local objective carries the proximal term of Li et al.'s equation (2):
+
+    h_i(w; w^t) = l_i(w) + mu/2 ||w - w^t||^2,
+
+w^t the global weights received at the start of the round. The client takes tau full-batch gradient
+steps w <- w - beta * (grad l_i(w) + mu (w - w^t)) (phase ``local_steps``); the server averages the
+weights by N_i as FedAvg does. mu = 0.25 as in the PFLEGO paper (Table 6, Appendix A.3). Each step
+is a full forward and backward pass: O(tau) per client round.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from edgeprof.algorithms import fedavg
+from edgeprof.algorithms.base import ClientUpdate, Phase, as_tensor, mean_cross_entropy, no_phase
+from edgeprof.nn.backbones import get_params, set_params
+
+
+def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float, mu: float,
+            anchor: Sequence[np.ndarray]) -> float:
+    """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy.
+
+    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order.
+    """
+    params = list(model.parameters())
+    anchors = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in anchor]
+    xt, yt = as_tensor(x), as_tensor(y)
+    first = float("nan")
+    for step in range(steps):
+        loss = mean_cross_entropy(model(xt), yt)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g, a in zip(params, grads, anchors):
+                p.sub_(lr * (g + mu * (p - a)))
+        if step == 0:
+            first = float(loss.detach())
+    return first
+
+
+def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
+                 tau: int, beta: float, mu: float, phase: Phase = no_phase) -> tuple[list[np.ndarray], float]:
+    """FedProx's local update on arrays: tau proximal GD steps from (and towards) the global weights."""
+    set_params(model, weights)
+    with phase("local_steps"):
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights)
+    return get_params(model), loss
+
+
+#: the server step is FedAvg's N_i-weighted average
+server_step = fedavg.server_step
+
+
+class FedProx(fedavg.FedAvg):
+    """FedAvg with the proximal term in every local step."""
+
+    name = "fedprox"
+
+    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
+        c = self.clients[client_id]
+        new, loss = client_round(self.model, self.weights, c.x_train, c.y_train, tau=self.cfg.tau,
+                                 beta=self.cfg.beta, mu=self.cfg.mu, phase=phase)
+        return ClientUpdate(client_id, c.n_train, loss, new)

@@ -1,0 +1,69 @@
+"""FedSim and FedAlt: Federated Learning with Partial Model Personalization (Pillutla et al. 2022).
+
+Algorithms 1-3 of shared/papers/002_*.txt with the *output layer* as the personal part v_i (a K_i x M
+linear head plus bias) and the backbone as the shared part u, full-batch gradient steps:
+
+- FedSim (Algorithm 2, LocalSim), phase ``local_steps``: tau steps updating u and v_i *simultaneously*,
+  both partial gradients evaluated at the same point (u_k, v_k). With the output layer personal this is
+  exactly FedPer's local update (:func:`edgeprof.algorithms.fedper.client_round`).
+- FedAlt (Algorithm 3, LocalAlt): ``personal_steps``: tau_v = tau steps on v_i with u fixed (a full
+  forward pass through the backbone each step), then ``shared_steps``: tau_u = tau steps on u with the
+  *updated* v_i fixed. tau_v = tau_u, as in the paper's experiments (one local epoch each).
+
+Server (Algorithm 1, line 7): u is replaced by the average of the participants' u_i, weighted by N_i
+(the paper's alpha_i-weighted objective (3)); v_i stays on the device. Step sizes gamma_u = gamma_v =
+beta. Cost: FedSim tau, FedAlt 2 tau forward passes (tau backward through the backbone): both O(tau).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from edgeprof.algorithms import fedper
+from edgeprof.algorithms.base import Phase, no_phase
+from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm, local_steps
+from edgeprof.nn.backbones import get_params, set_params
+
+#: the shared part's server step: N_i-weighted average of the participants' u_i
+server_step = fedper.server_step
+
+
+def local_sim(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal: Sequence[np.ndarray],
+              x: np.ndarray, y: np.ndarray, *, tau: int, beta: float,
+              phase: Phase = no_phase) -> tuple[list[np.ndarray], Head, float]:
+    """LocalSim on arrays: (new u_i, new v_i, first loss)."""
+    return fedper.client_round(backbone, shared, personal, x, y, tau=tau, beta=beta, phase=phase)
+
+
+def local_alt(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal: Sequence[np.ndarray],
+              x: np.ndarray, y: np.ndarray, *, tau_v: int, tau_u: int, beta: float,
+              phase: Phase = no_phase) -> tuple[list[np.ndarray], Head, float]:
+    """LocalAlt on arrays: v_i first with u fixed, then u with the new v_i fixed; (new u_i, new v_i, first loss)."""
+    set_params(backbone, shared)
+    with phase("personal_steps"):
+        personal, loss = local_steps(backbone, personal, x, y, steps=tau_v, lr=beta, train_body=False)
+    with phase("shared_steps"):
+        local_steps(backbone, personal, x, y, steps=tau_u, lr=beta, train_head=False)
+    return get_params(backbone), personal, loss
+
+
+class FedSim(PersonalHeadAlgorithm):
+    """Partial personalization, simultaneous local updates."""
+
+    name = "fedsim"
+
+    def local_update(self, body, head, x, y, phase: Phase):
+        return local_sim(self.backbone, body, head, x, y, tau=self.cfg.tau, beta=self.cfg.beta, phase=phase)
+
+
+class FedAlt(PersonalHeadAlgorithm):
+    """Partial personalization, alternating local updates (personal first)."""
+
+    name = "fedalt"
+
+    def local_update(self, body, head, x, y, phase: Phase):
+        return local_alt(self.backbone, body, head, x, y, tau_v=self.cfg.tau, tau_u=self.cfg.tau,
+                         beta=self.cfg.beta, phase=phase)

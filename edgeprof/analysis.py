@@ -1,0 +1,373 @@
+"""Scaling analysis of a sweep: cost(tau) = a + b*tau per algorithm, confidence intervals, verdicts.
+
+Inputs are report rows (``kind=client``, one per client round); an *algorithm variant* is the algorithm
+plus its engine when that is not the registry's default (``pflego``, ``pflego[torch-reuse]``), and every
+device of a report is analysed on its own.
+
+* **Fit.** Ordinary least squares of every client row's cost on its tau, per variant and metric
+  (``wall_s``, ``cpu_s``, ``energy_j``). 95% intervals are estimate +- t(0.975, n-2) * standard error,
+  with the Student t quantile computed here (:func:`t_quantile`, exact for integer degrees of freedom).
+* **Verdict** (:func:`verdict`). The *relative growth* over the swept range is
+  ``g = b * (tau_max - tau_min) / (a + b * tau_min)``: how much dearer a round at the largest tau is
+  than one at the smallest, as a fraction of the latter; its interval comes from b's interval.
+  ``flat`` when the interval's upper end is at most :data:`FLAT_MAX_GROWTH` (20%): even the most
+  pessimistic slope the data allow adds less than a fifth to the round. ``linear`` when its lower end
+  is at least :data:`LINEAR_MIN_GROWTH` (50%): even the most optimistic slope makes the round at least
+  half again as dear (so b's interval excludes 0). Anything else is ``inconclusive``: a real but
+  moderate growth, or data too noisy (or too few: fewer than 2 taus or 3 rows) to tell. Noise widens
+  the interval and so can only turn a verdict into ``inconclusive``, never into the opposite one.
+* **Marginal cost of a local step** relative to one full backbone forward-and-backward pass over the
+  local set. That pass is measured in the same sweep as FedAvg's slope b: each FedAvg local step is
+  exactly one forward and one backward pass of backbone plus head over the client's local set and an
+  SGD update. Interval by the delta method on the ratio of two independent slopes.
+* **Ratios** of every other variant to every PFLEGO variant at each tau both were measured at: ratio of
+  geometric means, with a Welch t interval on the log scale (needs >= 2 rows on each side).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from edgeprof.errors import EdgeprofError
+
+METRICS = ("wall_s", "cpu_s", "energy_j")
+CONFIDENCE = 0.95
+FLAT_MAX_GROWTH = 0.20
+LINEAR_MIN_GROWTH = 0.50
+REFERENCE_ALGO = "pflego"
+PASS_ALGO = "fedavg"
+
+
+class ClaimNotShown(EdgeprofError):
+    """``sweep --check``: PFLEGO was not found flat or FedAvg not linear."""
+
+    exit_code = 8
+
+
+# --- Student t -----------------------------------------------------------------------------------------
+def t_abs_cdf(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer ``df`` >= 1 (Abramowitz & Stegun 26.7.3-4, exact sums)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if t <= 0:
+        return 0.0
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 1:
+        total, term = 0.0, math.cos(theta)
+        if df > 1:
+            total = term
+            for j in range(3, df - 1, 2):
+                term *= c2 * (j - 1) / j
+                total += term
+        return min(1.0, 2.0 / math.pi * (theta + s * total))
+    total, term = 1.0, 1.0
+    for j in range(2, df - 1, 2):
+        term *= c2 * (j - 1) / j
+        total += term
+    return min(1.0, s * total)
+
+
+def t_quantile(confidence: float, df: float) -> float:
+    """The two-sided critical value t with P(|T| <= t) = ``confidence``; non-integer ``df`` rounds down."""
+    k = max(1, int(math.floor(df)))
+    lo, hi = 0.0, 1.0
+    while t_abs_cdf(hi, k) < confidence:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_abs_cdf(mid, k) < confidence else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+# --- fits ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its confidence interval (``lo``/``hi`` None when it cannot be formed)."""
+
+    value: float
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """Least-squares line y = a + b*x with standard errors; intervals at :data:`CONFIDENCE`."""
+
+    a: float
+    b: float
+    se_a: float
+    se_b: float
+    cov_ab: float
+    n: int
+    x_min: float
+    x_max: float
+    x_mean: float
+    sxx: float
+    resid_sd: float
+
+    @property
+    def df(self) -> int:
+        return self.n - 2
+
+    @property
+    def t(self) -> float:
+        return t_quantile(CONFIDENCE, self.df) if self.df >= 1 else math.inf
+
+    @property
+    def ci_a(self) -> tuple[float, float]:
+        return self.a - self.t * self.se_a, self.a + self.t * self.se_a
+
+    @property
+    def ci_b(self) -> tuple[float, float]:
+        return self.b - self.t * self.se_b, self.b + self.t * self.se_b
+
+    def predict(self, x: float) -> float:
+        return self.a + self.b * x
+
+    def band(self, x: float) -> float:
+        """Half-width of the confidence band of the fitted mean at ``x``."""
+        if self.df < 1:
+            return math.inf
+        return self.t * self.resid_sd * math.sqrt(1.0 / self.n + (x - self.x_mean) ** 2 / self.sxx)
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> LineFit:
+    """OLS fit of y on x; ValueError when x has fewer than two distinct values."""
+    n = len(x)
+    if n != len(y) or len(set(x)) < 2:
+        raise ValueError("a line fit needs at least two distinct x values (and as many y)")
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y)) / sxx
+    a = my - b * mx
+    rss = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y))
+    s = math.sqrt(rss / (n - 2)) if n > 2 else math.nan
+    se_b = s / math.sqrt(sxx) if n > 2 else math.inf
+    se_a = s * math.sqrt(1.0 / n + mx * mx / sxx) if n > 2 else math.inf
+    cov = -mx * s * s / sxx if n > 2 else math.nan
+    return LineFit(a, b, se_a, se_b, cov, n, min(x), max(x), mx, sxx, s)
+
+
+# --- verdicts -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    """``flat``, ``linear`` or ``inconclusive``, the relative growth it rests on, and why."""
+
+    label: str
+    growth: Interval
+    reason: str
+
+
+def verdict(fit: Optional[LineFit]) -> Verdict:
+    """Apply the documented rule (module docstring) to one fit."""
+    if fit is None or fit.df < 1:
+        return Verdict("inconclusive", Interval(math.nan), "too few rows or taus for a line with an interval")
+    base = fit.predict(fit.x_min)
+    span = fit.x_max - fit.x_min
+    if not base > 0:
+        return Verdict("inconclusive", Interval(math.nan), "the fitted cost at the smallest tau is not positive")
+    lo_b, hi_b = fit.ci_b
+    growth = Interval(fit.b * span / base, lo_b * span / base, hi_b * span / base)
+    where = (f"growth over tau {fit.x_min:g}..{fit.x_max:g}: {growth.value:+.1%} "
+             f"[{growth.lo:+.1%}, {growth.hi:+.1%}]")
+    if growth.hi <= FLAT_MAX_GROWTH:
+        return Verdict("flat", growth, f"{where}; upper end <= {FLAT_MAX_GROWTH:.0%}")
+    if growth.lo >= LINEAR_MIN_GROWTH:
+        return Verdict("linear", growth, f"{where}; lower end >= {LINEAR_MIN_GROWTH:.0%}")
+    return Verdict("inconclusive", growth, f"{where}; neither upper end <= {FLAT_MAX_GROWTH:.0%} (flat) nor "
+                                           f"lower end >= {LINEAR_MIN_GROWTH:.0%} (linear): more repeats or "
+                                           f"a quieter machine may decide")
+
+
+# --- grouping rows ------------------------------------------------------------------------------------
+def variant_of(algo: str, engine: str) -> str:
+    """``algo``, or ``algo[engine]`` when ``engine`` is not the algorithm's default engine."""
+    from edgeprof.algorithms import ALGORITHMS
+
+    spec = ALGORITHMS.get(algo)
+    default = spec.engines[0] if spec else engine
+    return algo if engine in ("", default) else f"{algo}[{engine}]"
+
+
+def _cells(rows: Iterable[Mapping[str, str]], metric: str) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``."""
+    out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for r in rows:
+        if r.get("kind") == "client" and r.get(metric, "") != "" and r.get("tau", "") != "":
+            key = (r.get("device", ""), variant_of(r.get("algo", ""), r.get("engine", "")))
+            out[key].append((int(r["tau"]), float(r[metric])))
+    return out
+
+
+@dataclass(frozen=True)
+class VariantFit:
+    """One (device, variant, metric): its fit, verdict and marginal step cost relative to a full pass."""
+
+    device: str
+    variant: str
+    metric: str
+    n: int
+    taus: tuple[int, ...]
+    fit: Optional[LineFit]
+    verdict: Verdict
+    step_vs_pass: Optional[Interval] = None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Cost of ``variant`` over cost of ``reference`` (a PFLEGO variant) at one tau, one metric."""
+
+    device: str
+    metric: str
+    variant: str
+    reference: str
+    tau: int
+    ratio: Interval
+    n_variant: int
+    n_reference: int
+
+
+@dataclass
+class Analysis:
+    """Everything the sweep prints and the dashboard shows about scaling."""
+
+    fits: list[VariantFit] = field(default_factory=list)
+    ratios: list[Ratio] = field(default_factory=list)
+
+    def fit_for(self, device: str, variant: str, metric: str) -> Optional[VariantFit]:
+        return next((f for f in self.fits if (f.device, f.variant, f.metric) == (device, variant, metric)), None)
+
+
+def ratio_of_means(num: Sequence[float], den: Sequence[float]) -> Interval:
+    """Ratio of geometric means with a Welch t interval on the log scale (point only below 2 per side)."""
+    if not num or not den or min(num) <= 0 or min(den) <= 0:
+        return Interval(math.nan)
+    ln, ld = [math.log(v) for v in num], [math.log(v) for v in den]
+    mn, md = sum(ln) / len(ln), sum(ld) / len(ld)
+    value = math.exp(mn - md)
+    if len(ln) < 2 or len(ld) < 2:
+        return Interval(value)
+    vn = sum((v - mn) ** 2 for v in ln) / (len(ln) - 1) / len(ln)
+    vd = sum((v - md) ** 2 for v in ld) / (len(ld) - 1) / len(ld)
+    if vn + vd == 0:
+        return Interval(value, value, value)
+    df = (vn + vd) ** 2 / (vn ** 2 / (len(ln) - 1) + vd ** 2 / (len(ld) - 1))  # Welch-Satterthwaite
+    half = t_quantile(CONFIDENCE, df) * math.sqrt(vn + vd)
+    return Interval(value, value * math.exp(-half), value * math.exp(half))
+
+
+def slope_ratio(fit: LineFit, ref: LineFit) -> Optional[Interval]:
+    """b / b_ref with a delta-method interval (t at the smaller df); None when b_ref is not positive."""
+    if not ref.b > 0:
+        return None
+    value = fit.b / ref.b
+    df = min(fit.df, ref.df)
+    if df < 1:
+        return Interval(value)
+    se = abs(value) * math.sqrt((fit.se_b / fit.b) ** 2 + (ref.se_b / ref.b) ** 2) if fit.b != 0 \
+        else fit.se_b / ref.b
+    t = t_quantile(CONFIDENCE, df)
+    return Interval(value, value - t * se, value + t * se)
+
+
+def _fit_group(points: list[tuple[int, float]]) -> Optional[LineFit]:
+    taus = [p[0] for p in points]
+    if len(set(taus)) < 2 or len(points) < 3:
+        return None
+    return fit_line([float(t) for t in taus], [p[1] for p in points])
+
+
+def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS) -> Analysis:
+    """Fits, verdicts, step-vs-pass costs and ratios for every (device, variant, metric) in ``rows``."""
+    rows = list(rows)
+    result = Analysis()
+    for metric in metrics:
+        cells = _cells(rows, metric)
+        fits = {key: _fit_group(points) for key, points in cells.items()}
+        for (device, variant), points in cells.items():
+            fit = fits[(device, variant)]
+            ref = fits.get((device, PASS_ALGO))
+            rel = slope_ratio(fit, ref) if fit is not None and ref is not None else None
+            result.fits.append(VariantFit(device, variant, metric, len(points), tuple(sorted({p[0] for p in points})),
+                                          fit, verdict(fit), rel))
+        result.ratios.extend(_ratios(cells, metric))
+    return result
+
+
+def _is_reference(variant: str) -> bool:
+    return variant.split("[")[0] == REFERENCE_ALGO
+
+
+def _ratios(cells, metric: str) -> list[Ratio]:
+    out = []
+    for (device, ref), ref_points in cells.items():
+        if not _is_reference(ref):
+            continue
+        for (dev, variant), points in cells.items():
+            if dev != device or _is_reference(variant):
+                continue
+            for tau in sorted({p[0] for p in points} & {p[0] for p in ref_points}):
+                num = [v for t, v in points if t == tau]
+                den = [v for t, v in ref_points if t == tau]
+                out.append(Ratio(device, metric, variant, ref, tau, ratio_of_means(num, den), len(num), len(den)))
+    return out
+
+
+# --- the claim ----------------------------------------------------------------------------------------
+def check_claim(analysis: Analysis, metric: str = "wall_s") -> list[str]:
+    """Reasons the claim fails on ``metric``: a PFLEGO variant not ``flat`` or FedAvg not ``linear``.
+
+    An empty list means every PFLEGO variant is flat and FedAvg linear on every device; a sweep without
+    PFLEGO or FedAvg fails with the reason that it cannot show the claim.
+    """
+    fits = [f for f in analysis.fits if f.metric == metric]
+    problems = []
+    if not any(_is_reference(f.variant) for f in fits):
+        problems.append(f"no {REFERENCE_ALGO} rows with {metric}: the claim cannot be checked")
+    if not any(f.variant == PASS_ALGO for f in fits):
+        problems.append(f"no {PASS_ALGO} rows with {metric}: the claim cannot be checked")
+    for f in fits:
+        want = "flat" if _is_reference(f.variant) else "linear" if f.variant == PASS_ALGO else None
+        if want and f.verdict.label != want:
+            where = f" on {f.device}" if f.device else ""
+            problems.append(f"{f.variant}{where} is {f.verdict.label}, not {want}, in {metric} ({f.verdict.reason})")
+    return problems
+
+
+def _fmt_interval(iv: Optional[Interval], fmt: str = "{:.3g}") -> str:
+    if iv is None or math.isnan(iv.value):
+        return "-"
+    if iv.lo is None or iv.hi is None:
+        return fmt.format(iv.value)
+    return f"{fmt.format(iv.value)} [{fmt.format(iv.lo)}, {fmt.format(iv.hi)}]"
+
+
+def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
+    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    several = len({f.device for f in analysis.fits}) > 1
+    fits = Table(title=f"cost per client round = a + b*tau ({CONFIDENCE:.0%} intervals)")
+    for name in ("device",) * several + ("algo", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"):
+        fits.add_column(name, justify="left" if name in ("device", "algo", "metric", "verdict") else "right")
+    for f in analysis.fits:
+        if f.metric not in metrics:
+            continue
+        b = Interval(f.fit.b, *f.fit.ci_b) if f.fit else None
+        fits.add_row(*(escape(f.device),) * several, escape(f.variant), f.metric, str(f.n),
+                     f"{f.fit.a:.3g}" if f.fit else "-", _fmt_interval(b),
+                     _fmt_interval(f.step_vs_pass, "{:.3f}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
+                     f.verdict.label)
+    ratios = Table(title="ratio to PFLEGO per client round (geometric means)")
+    for name in ("device",) * several + ("algo", "over", "metric", "tau", "ratio"):
+        ratios.add_column(name, justify="right" if name in ("tau", "ratio") else "left")
+    for r in analysis.ratios:
+        if r.metric in metrics:
+            ratios.add_row(*(escape(r.device),) * several, escape(r.variant), escape(r.reference), r.metric,
+                           str(r.tau), _fmt_interval(r.ratio, "{:.1f}"))
+    return fits, ratios

@@ -1,0 +1,152 @@
+"""Flower run config <-> :class:`~edgeprof.config.RunConfig`, and the Flower app folder.
+
+Flower hands every ServerApp and ClientApp the run config (``[tool.flwr.app.config]`` of the app's
+``pyproject.toml``, overridden by ``flwr run -c 'key=value'``). Its values are str, int, float or bool,
+never None, so an unset optional setting is written as ``""`` (strings) or ``0`` (numbers). Keys are
+the RunConfig field names with ``-`` for ``_`` plus a few Flower-only keys (:data:`FLOWER_DEFAULTS`).
+
+This module imports nothing from flwr, so it can be unit-tested and used by the CLI without Flower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from edgeprof.config import RunConfig
+from edgeprof.errors import ConfigError
+
+#: RunConfig fields that are not meaningful in a federation (each node profiles itself; the
+#: per-node meters options come from the node config, see :func:`node_overrides`)
+_SKIPPED = ("extra", "progress", "idle_seconds", "evaluate")
+#: optional numeric fields, written as 0 when unset
+_OPTIONAL_NUMBERS = ("threads", "beta", "rho", "mu", "cpu_watts", "carbon_intensity")
+#: optional string/path fields, written as "" when unset
+_OPTIONAL_STRINGS = ("data_dir", "run_name", "engine", "country", "region")
+
+
+@dataclass(frozen=True)
+class FlowerSettings:
+    """The Flower-only part of the run config."""
+
+    round_timeout_s: float = 60.0  # how long the server waits for a round's replies
+    node_wait_s: float = 120.0  # how long the server waits for every partition to have a node
+    total_samples: int = 0  # sum_j N_j of the whole federation when known in advance (0: sum of known N_i)
+    simulation: bool = False  # set by `edgeprof flower-simulate`: clients share one machine
+
+
+FLOWER_DEFAULTS = {"round-timeout": 60.0, "node-wait": 120.0, "total-samples": 0, "simulation": False}
+
+
+def _key(field_name: str) -> str:
+    return field_name.replace("_", "-")
+
+
+def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -> dict[str, Any]:
+    """The Flower run config (hyphenated keys, no None) for ``cfg`` and the Flower settings."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        if f.name in _SKIPPED:
+            continue
+        value = getattr(cfg, f.name)
+        if value is None:
+            value = 0 if f.name in _OPTIONAL_NUMBERS else ""
+        elif isinstance(value, Path):
+            value = str(value)
+        out[_key(f.name)] = value
+    out.update({"round-timeout": float(settings.round_timeout_s), "node-wait": float(settings.node_wait_s),
+                "total-samples": int(settings.total_samples), "simulation": bool(settings.simulation)})
+    return out
+
+
+def _from_value(name: str, value: Any, default: Any) -> Any:
+    if name in _OPTIONAL_NUMBERS and value in (0, 0.0, ""):
+        return None
+    if name in _OPTIONAL_STRINGS and value == "":
+        return None
+    if name in ("data_dir", "out") and value is not None:
+        return Path(value)
+    if isinstance(default, bool) or name in ("rounds", "clients", "tau", "seed", "synthetic_samples",
+                                              "synthetic_classes", "threads"):
+        return value if isinstance(value, bool) or value is None else int(value)
+    if isinstance(default, float) or name in ("beta", "rho", "mu", "cpu_watts", "carbon_intensity"):
+        return float(value)
+    return value
+
+
+def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+                    ) -> tuple[RunConfig, FlowerSettings]:
+    """Parse a Flower run config (over ``defaults``, itself a run config) into (RunConfig, settings).
+
+    Unknown keys are a :class:`ConfigError` so a typo in ``flwr run -c`` is not silently ignored.
+    """
+    merged = {**(defaults or {}), **dict(run_config)}
+    base = RunConfig()
+    known = {_key(f.name): f.name for f in dataclasses.fields(base) if f.name not in _SKIPPED}
+    unknown = sorted(k for k in merged if k not in known and k not in FLOWER_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"unknown edgeprof run-config key(s): {', '.join(unknown)}")
+    kwargs = {name: _from_value(name, merged[key], getattr(base, name)) for key, name in known.items()
+              if key in merged}
+    cfg = RunConfig(progress=False, **kwargs).resolved()
+    flower = {**FLOWER_DEFAULTS, **{k: merged[k] for k in FLOWER_DEFAULTS if k in merged}}
+    settings = FlowerSettings(float(flower["round-timeout"]), float(flower["node-wait"]),
+                              int(flower["total-samples"]), bool(flower["simulation"]))
+    if settings.round_timeout_s <= 0 or settings.node_wait_s < 0 or settings.total_samples < 0:
+        raise ConfigError("round-timeout must be > 0, node-wait and total-samples >= 0")
+    return cfg, settings
+
+
+def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
+    """``cfg`` with the per-device settings a SuperNode may set in its ``--node-config``.
+
+    ``threads``, ``cpu-watts``, ``jetson-hz``, ``country``, ``region`` and ``carbon-intensity`` describe
+    the device, not the experiment, so each node may set its own.
+    """
+    changes = {}
+    for name in ("threads", "cpu_watts", "jetson_hz", "country", "region", "carbon_intensity"):
+        if _key(name) in node_config:
+            changes[name] = _from_value(name, node_config[_key(name)], getattr(cfg, name))
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def app_pyproject(run_config: Mapping[str, Any], name: str = "edgeprof-flower") -> str:
+    """The ``pyproject.toml`` of a Flower app whose components are edgeprof's ServerApp and ClientApp."""
+    lines = [
+        "# Written by `edgeprof flower-app-dir`: a Flower app whose server and client are edgeprof's.",
+        "# edgeprof (with the `flower` extra) must be installed on the server and on every device.",
+        "[project]", f'name = "{name}"', 'version = "1.0.0"',
+        'description = "edgeprof energy profiling of federated rounds on Flower"', 'license = "Apache-2.0"',
+        "",
+        "[tool.flwr.app]", 'publisher = "edgeprof"', "",
+        "[tool.flwr.app.components]", 'serverapp = "edgeprof.flower.server_app:app"',
+        'clientapp = "edgeprof.flower.client_app:app"', "",
+        "[tool.flwr.app.config]",
+    ]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in run_config.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
+    """Create (or refresh) the Flower app folder ``folder`` and return its pyproject path."""
+    from edgeprof.errors import OutputError
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "pyproject.toml"
+        path.write_text(app_pyproject(run_config), encoding="utf-8")
+    except OSError as err:
+        raise OutputError(f"cannot write the Flower app folder {folder}: {err.strerror or err}") from err
+    return path

@@ -1,0 +1,104 @@
+"""A Flower mod that profiles every training round of a ClientApp with the edgeprof Profiler.
+
+The mod opens this device's meters (:func:`edgeprof.meters.discovery.discover`), runs the rest of the
+ClientApp inside a profiler window named ``client``, and adds two records to the reply:
+
+* ``edgeprof.profile`` (MetricRecord, numbers only): every numeric report column the window produced -
+  ``wall_s``, ``cpu_s``, ``peak_rss_mb``, ``energy_j``, ``carbon_g``, the per-domain ``<column>_j``, the
+  phase columns ``<phase>_s`` / ``<phase>_cpu_s`` / ``<phase>_j``, ``profiler_overhead_s``, ``short_window``;
+* ``edgeprof.profile-info`` (ConfigRecord, strings, since a MetricRecord holds only numbers): ``device``
+  (``EDGEPROF_DEVICE``, else the node config's ``device``, else the host name), ``energy_method`` and
+  every ``<column>_method`` (``counter``, ``integrated_power`` or ``estimate``), and where the carbon
+  intensity comes from.
+
+The server turns these into the client's report row (:mod:`edgeprof.flower.report`). Phases are marked
+by the code inside the window through :func:`current_phase`, a context variable the mod sets for the
+duration of the call, so the algorithms' client rounds take the phase marker as in ``edgeprof measure``.
+Messages other than TRAIN pass through unprofiled.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+import socket
+from typing import Any, Callable, Mapping, Optional
+
+from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord
+
+from edgeprof.algorithms.base import Phase, no_phase
+from edgeprof.config import RunConfig
+
+PROFILE_METRICS = "edgeprof.profile"
+PROFILE_INFO = "edgeprof.profile-info"
+
+_PHASE: contextvars.ContextVar[Phase] = contextvars.ContextVar("edgeprof_phase", default=no_phase)
+
+
+def current_phase() -> Phase:
+    """The phase marker of the profiler window around this call (a no-op outside the mod)."""
+    return _PHASE.get()
+
+
+def device_name(node_config: Mapping[str, Any]) -> str:
+    """How this device appears in the report's ``device`` column."""
+    return os.environ.get("EDGEPROF_DEVICE") or str(node_config.get("device", "")) or socket.gethostname()
+
+
+@functools.lru_cache(maxsize=8)
+def _carbon(country: Optional[str], region: Optional[str], override: Optional[float]) -> tuple[Optional[float], str]:
+    from edgeprof.errors import ConfigError
+    from edgeprof.meters.carbon import carbon_intensity
+
+    try:
+        found = carbon_intensity(country, region=region, override_g_per_kwh=override)
+    except ConfigError as err:
+        return None, f"no carbon intensity: {err}"
+    return found.g_per_kwh, found.source
+
+
+def split_row(row: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Numeric cells -> MetricRecord values; the other non-empty cells -> ConfigRecord strings."""
+    numbers, strings = {}, {}
+    for key, value in row.items():
+        if value == "":
+            continue
+        try:
+            numbers[key] = float(value)
+        except ValueError:
+            strings[key] = value
+    return numbers, strings
+
+
+def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
+    """The mod; ``cfg_of(context)`` gives the run settings of this node (meters options, carbon)."""
+
+    def profile_mod(msg: Message, context: Context, call_next) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, context)
+        from edgeprof.profiler import Profiler
+        from edgeprof.report.schema import row_from_window
+        from edgeprof.simulate import open_meters
+
+        cfg = cfg_of(context)
+        meters = open_meters(cfg)
+        try:
+            with Profiler(meters).window("client") as win:
+                token = _PHASE.set(win.phase)
+                try:
+                    reply = call_next(msg, context)
+                finally:
+                    _PHASE.reset(token)
+        finally:
+            meters.close()
+        if reply.has_error():
+            return reply
+        g_per_kwh, source = _carbon(cfg.country, cfg.region, cfg.carbon_intensity)
+        numbers, strings = split_row(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
+        strings.update(device=device_name(context.node_config), carbon_source=source)
+        reply.content[PROFILE_METRICS] = MetricRecord(numbers)
+        reply.content[PROFILE_INFO] = ConfigRecord(strings)
+        return reply
+
+    return profile_mod

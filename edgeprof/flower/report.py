@@ -1,0 +1,100 @@
+"""One edgeprof report for a whole Flower federation, written by the server.
+
+:class:`ReportingStrategy` wraps any strategy (it adds reporting, it does not subclass an algorithm):
+for every training reply that carries the profile of :mod:`edgeprof.flower.mod` it writes that
+client's row - with the ``device`` the client ran on - and it times the wrapped strategy's
+aggregation in a server-side profiler window, written as the round's ``server`` row. Rows are flushed
+as they are written, so a federation that stops keeps every finished round; a client that never
+replies simply has no row for that round. The CSV has the schema of ``edgeprof measure``, so
+``edgeprof summary`` and the dashboard read it unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
+from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy
+from edgeprof.report.schema import _fmt
+from edgeprof.simulate import RunContext, base_row
+
+log = logging.getLogger("edgeprof.flower")
+
+#: report columns written as integers
+_INTEGER_COLUMNS = ("short_window",)
+
+
+def profile_cells(msg: Message, columns: Iterable[str]) -> dict[str, str]:
+    """The report cells of a reply's profile records (only columns the report has)."""
+    content = msg.content
+    cells: dict[str, str] = {}
+    allowed = set(columns)
+    if PROFILE_METRICS in content:
+        for key, value in content[PROFILE_METRICS].items():
+            if key in allowed and not isinstance(value, list):
+                cells[key] = str(int(value)) if key in _INTEGER_COLUMNS else (
+                    f"{value:.1f}" if key == "peak_rss_mb" else _fmt(float(value)))
+    if PROFILE_INFO in content:
+        for key, value in content[PROFILE_INFO].items():
+            if key in allowed and isinstance(value, str):
+                cells[key] = value
+    return cells
+
+
+class ReportingStrategy(Strategy):
+    """Wraps an :class:`EdgeprofStrategy`; writes client rows and a server row every round."""
+
+    def __init__(self, inner: EdgeprofStrategy, ctx: RunContext) -> None:
+        self.inner = inner
+        self.ctx = ctx
+        self.cfg = inner.cfg
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        return self.inner.configure_train(server_round, arrays, config, grid)
+
+    def _client_row(self, server_round: int, msg: Message) -> dict | None:
+        if msg.has_error() or PROFILE_METRICS not in msg.content:
+            return None
+        metrics = msg.content[METRICS_KEY] if METRICS_KEY in msg.content else MetricRecord()
+        pid = self.inner.directory.partition_of(msg.metadata.src_node_id)
+        row = base_row(self.ctx, self.cfg, server_round, "client", client=pid,
+                       n_samples=int(metrics.get("n-samples", 0)) or None,
+                       n_participants=len(self.inner.sampled.get(server_round, ())),
+                       train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
+        row = {k: "" if v is None else str(v) for k, v in row.items()}
+        row.update(profile_cells(msg, self.ctx.writer.columns))
+        return row
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        replies = list(replies)
+        for msg in replies:
+            try:
+                row = self._client_row(server_round, msg)
+            except (TypeError, ValueError, KeyError) as err:
+                log.warning("round %d: unreadable profile from node %d: %s", server_round,
+                            msg.metadata.src_node_id, err)
+                continue
+            if row is not None:
+                self.ctx.writer.write(row)
+        with self.ctx.profiler.window("server") as win:
+            result = self.inner.aggregate_train(server_round, replies)
+        accepted = self.inner.accepted.get(server_round, [])
+        n = sum(self.inner.directory.nodes[p].n_train for p in accepted)
+        self.ctx.record(win, base_row(self.ctx, self.cfg, server_round, "server",
+                                      n_participants=len(self.inner.sampled.get(server_round, ())),
+                                      n_samples=n))
+        return result
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
+        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]):
+        return self.inner.aggregate_evaluate(server_round, replies)
+
+    def summary(self) -> None:
+        self.inner.summary()

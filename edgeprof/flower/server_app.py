@@ -1,0 +1,180 @@
+"""The edgeprof ServerApp: roll call, the algorithm's strategy wrapped in the reporter, one report.
+
+Order of work, as in :func:`edgeprof.simulate.run`: parse and validate the run config, check the
+output folder, ask every connected node who it is (:func:`roll_call`), build the strategy and the
+initial global model (the same seeded backbone as the in-process run), open this machine's meters;
+only then create the CSV and the sidecar. The rounds are Flower's ``Strategy.start`` loop with the
+round timeout of the run config; the final global arrays are saved next to the report as
+``<run_id>.theta.npz`` (``arr_0``, ``arr_1``, ... in parameter order).
+
+The sidecar gets a ``flower`` section: which node served which partition on which device, alpha_i's
+denominator and where it came from, per round the partitions sampled, accepted and rejected (with the
+reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the
+same device) - the note that per-client energy is then attribution, not measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any, Mapping, Optional
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from edgeprof.config import RunConfig
+from edgeprof.flower.config import FlowerSettings, from_run_config
+from edgeprof.flower.report import ReportingStrategy
+from edgeprof.flower.strategy import METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy
+
+log = logging.getLogger("edgeprof.flower")
+
+SHARED_MACHINE_NOTE = (
+    "clients share one machine ({why}): each client row's energy is the machine's energy during that "
+    "client's window, an attribution, not a measurement of a separate device; concurrent clients are "
+    "counted in each other's windows")
+
+
+def _forward_logs_to_flower() -> None:
+    """Show this package's log lines where Flower shows its own (the ServerApp's log stream)."""
+    ours, flwr_logger = logging.getLogger("edgeprof.flower"), logging.getLogger("flwr")
+    if not ours.handlers and flwr_logger.handlers:
+        for handler in flwr_logger.handlers:
+            ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False
+
+
+def _node_info(msg: Message) -> NodeInfo:
+    metrics = msg.content[METRICS_KEY]
+    device = msg.content["device"]["device"] if "device" in msg.content else ""
+    return NodeInfo(int(metrics["partition-id"]), msg.metadata.src_node_id, int(metrics["n-samples"]),
+                    int(metrics.get("num-classes", 0)), str(device))
+
+
+def roll_call(grid: Grid, cfg: RunConfig, settings: FlowerSettings, *, poll_s: float = 1.0) -> Directory:
+    """Ask every connected node for its partition id, N_i, K_i and device, until all I partitions are
+    served or ``node-wait`` seconds have passed (then the missing partitions count as absent clients)."""
+    directory = Directory(cfg.clients, settings.total_samples)
+    answered: set[int] = set()
+    deadline = time.monotonic() + settings.node_wait_s
+    while True:
+        new = [n for n in grid.get_node_ids() if n not in answered]
+        if new:
+            messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in new]
+            for reply in grid.send_and_receive(messages, timeout=settings.round_timeout_s):
+                if reply.has_error():
+                    log.warning("node %d did not answer the roll call: %s", reply.metadata.src_node_id,
+                                reply.error.reason)
+                    continue
+                try:
+                    info = _node_info(reply)
+                except (KeyError, TypeError, ValueError) as err:
+                    log.warning("node %d sent an unreadable roll-call answer: %s", reply.metadata.src_node_id, err)
+                    continue
+                answered.add(info.node_id)
+                directory.add(info)
+        if len(directory.nodes) >= cfg.clients or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    missing = directory.describe()["missing_partitions"]
+    log.info("roll call: %d of %d partitions served%s", len(directory.nodes), cfg.clients,
+             f"; missing {missing}" if missing else "")
+    return directory
+
+
+def initial_arrays(cfg: RunConfig, directory: Directory) -> list[np.ndarray]:
+    """The global model of round 0, built exactly as :func:`edgeprof.simulate.build_algorithm` does."""
+    from edgeprof.nn.backbones import build_backbone, get_params
+    from edgeprof.simulate import input_shape
+
+    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
+    if cfg.algo == "fedavg":
+        from edgeprof.algorithms.fedavg import BackboneWithHead
+
+        return get_params(BackboneWithHead(backbone, directory.num_outputs, seed=cfg.seed))
+    return get_params(backbone)
+
+
+def shared_machine(settings: FlowerSettings, directory: Directory) -> Optional[str]:
+    """Why the clients share a machine, or None when every client reported its own device."""
+    if settings.simulation:
+        return "Flower simulation"
+    devices = [i.device for i in directory.nodes.values()]
+    shared = sorted({d for d in devices if devices.count(d) > 1})
+    return f"several SuperNodes report device {', '.join(shared)}" if shared else None
+
+
+def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict:
+    why = shared_machine(settings, strategy.directory)
+    rounds = {str(r): {"sampled": s, "accepted": strategy.accepted.get(r, []),
+                       "rejected": [{"from": w, "reason": why_} for w, why_ in strategy.rejected.get(r, [])]}
+              for r, s in strategy.sampled.items()}
+    return {"strategy": type(strategy).__name__, "scale_I_over_r": strategy.scale,
+            "alpha": strategy.directory.describe(), "round_timeout_s": settings.round_timeout_s,
+            "missing_gradients": "count as zero (PFLEGO Section 3.2.1): sum over the replies, scale I/r of "
+                                 "the sampled r", "simulation": settings.simulation,
+            "shared_machine": why is not None, "energy_note": SHARED_MACHINE_NOTE.format(why=why) if why else "",
+            "rounds": rounds}
+
+
+def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> str:
+    """Run the federation the run config describes; returns the run id (report ``<out>/<run_id>.csv``)."""
+    from edgeprof.algorithms import phases_of
+    from edgeprof.profiler import Profiler
+    from edgeprof.report.schema import columns_for
+    from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+    from edgeprof.simulate import RunContext, make_run_id, open_energy, open_meters, set_threads, sidecar_data
+
+    _forward_logs_to_flower()
+    cfg, settings = from_run_config(run_config, defaults)
+    out = check_writable(cfg.out)
+    set_threads(cfg.threads)
+    directory = roll_call(grid, cfg, settings)
+    strategy = make_strategy(cfg, directory)
+    theta0 = initial_arrays(cfg, directory)
+    meters = open_meters(cfg)
+    try:
+        energy = open_energy(cfg, meters)
+        run_id = make_run_id(cfg)
+        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+
+        def sidecar(**status) -> None:
+            write_sidecar(sidecar_path, {**sidecar_data(cfg, run_id, meters, energy, **status),
+                                         "flower": flower_section(strategy, settings)})
+
+        with ReportWriter(csv_path, columns_for(phases_of([cfg.algo]))) as writer:
+            sidecar(status="running")
+            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
+            status, final = "interrupted", theta0
+            try:
+                result = ReportingStrategy(strategy, ctx).start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
+                                                                timeout=settings.round_timeout_s)
+                if result.arrays is not None and len(result.arrays) > 0:
+                    final = result.arrays.to_numpy_ndarrays()
+                np.savez(out / f"{run_id}.theta.npz", *final)
+                status = "complete"
+            finally:
+                sidecar(status=status, rounds_completed=len(strategy.accepted), rows=writer.rows_written)
+        log.info("edgeprof report: %s", csv_path)
+        return run_id
+    finally:
+        meters.close()
+
+
+def make_server_app(defaults: Optional[Mapping[str, Any]] = None) -> ServerApp:
+    """The ServerApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_server(grid, context.run_config, defaults)
+
+    return app
+
+
+app = make_server_app()

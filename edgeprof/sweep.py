@@ -1,0 +1,249 @@
+"""``edgeprof sweep``: the cost of one client round against tau, for several algorithms, in one report.
+
+Every cell of the sweep is one (algorithm variant, tau, repeat): one federated round (every client
+takes part, each in its own profiler window, then the server step in its window) recorded with
+:func:`edgeprof.simulate.run_round`, so its rows are ordinary report rows. What keeps the comparison
+fair on a noisy machine:
+
+* the same data, partition, seed and backbone initialisation for every variant (each variant has its
+  own algorithm object built by :func:`edgeprof.simulate.build_algorithm` from the same settings);
+* a warm-up: one unrecorded round per variant at the smallest tau (first ONNX Runtime session, first
+  torch kernels, allocator growth) before anything is measured;
+* the cells run in a seeded random order (:func:`plan_cells`), so drift in the machine's load or
+  clock speed is spread over every variant and tau instead of favouring whichever runs first.
+
+The report's ``round`` column is the cell's position in that order (1, 2, ...); ``tau``, ``algo`` and
+``engine`` say which cell it was. An algorithm's tau is changed between cells by giving its object a
+config with the new tau (``algorithm.cfg``): algorithms read ``self.cfg.tau`` at every client round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from edgeprof.algorithms import ALGORITHMS, phases_of
+from edgeprof.config import RunConfig
+from edgeprof.errors import ConfigError
+from edgeprof.report.schema import columns_for
+
+REFERENCE_ALGO = "pflego"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An algorithm with one of its engines."""
+
+    algo: str
+    engine: str
+
+    @property
+    def label(self) -> str:
+        from edgeprof.analysis import variant_of
+
+        return variant_of(self.algo, self.engine)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured round of the sweep."""
+
+    variant: Variant
+    tau: int
+    repeat: int
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Settings of a sweep; ``base`` holds the shared run settings (data, backbone, seed, meters, out).
+
+    ``algos`` items are ``algo`` or ``algo:engine``; a plain ``algo`` runs with every engine of
+    ``engines`` it has (its default engine when it has none of them). ``samples_per_client`` keeps
+    that many training samples per client (None: all). ``max_baseline_tau`` skips cells of the
+    algorithms other than PFLEGO above that tau (their cost dominates the sweep's time).
+    """
+
+    base: RunConfig = field(default_factory=lambda: RunConfig(dataset="synthetic", clients=1, participation=1.0))
+    algos: tuple[str, ...] = ("pflego", "fedavg")
+    engines: tuple[str, ...] = ()
+    taus: tuple[int, ...] = (1, 5, 10, 25, 50, 100)
+    repeats: int = 3
+    samples_per_client: Optional[int] = 600
+    max_baseline_tau: Optional[int] = None
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.taus or any(not isinstance(t, int) or t < 1 for t in self.taus):
+            raise ConfigError(f"taus must be integers >= 1, got {','.join(map(str, self.taus)) or 'none'}")
+        if len(set(self.taus)) != len(self.taus):
+            raise ConfigError("taus must not repeat")
+        if self.repeats < 1:
+            raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
+        if self.samples_per_client is not None and self.samples_per_client < 1:
+            raise ConfigError(f"samples per client must be >= 1, got {self.samples_per_client}")
+        if self.max_baseline_tau is not None and self.max_baseline_tau < 1:
+            raise ConfigError(f"max baseline tau must be >= 1, got {self.max_baseline_tau}")
+        self.variants()  # validates algos and engines
+
+    def variants(self) -> list[Variant]:
+        """The (algo, engine) pairs to run, in the order given, without repeats."""
+        out: list[Variant] = []
+        for item in self.algos:
+            algo, _, engine = item.strip().partition(":")
+            if algo not in ALGORITHMS:
+                raise ConfigError(f"unknown algorithm {algo!r}; choose from: {', '.join(ALGORITHMS)}")
+            engines = ALGORITHMS[algo].engines
+            if engine and engine not in engines:
+                raise ConfigError(f"unknown engine {engine!r} for {algo}; choose one of: {', '.join(engines)}")
+            chosen = [engine] if engine else [e for e in self.engines if e in engines] or [engines[0]]
+            out.extend(v for v in (Variant(algo, e) for e in chosen) if v not in out)
+        if not out:
+            raise ConfigError("no algorithm to sweep; give --algos")
+        return out
+
+    def taus_for(self, variant: Variant) -> list[int]:
+        cap = self.max_baseline_tau
+        if cap is None or variant.algo == REFERENCE_ALGO:
+            return sorted(self.taus)
+        return [t for t in sorted(self.taus) if t <= cap]
+
+    def run_config(self, variant: Variant, tau: int) -> RunConfig:
+        """The full (resolved) settings of one cell."""
+        return dataclasses.replace(self.base, algo=variant.algo, engine=variant.engine, tau=tau,
+                                   beta=None, rho=None, mu=None).resolved()
+
+
+@dataclass
+class SweepResult:
+    """Where the sweep's report lies and how many cells finished."""
+
+    run_id: str
+    csv_path: Path
+    sidecar_path: Path
+    cells_completed: int
+    cells_total: int
+    status: str
+
+
+def plan_cells(cfg: SweepConfig) -> list[Cell]:
+    """Every (variant, tau, repeat) cell in a random order seeded by ``base.seed``."""
+    cells = [Cell(v, tau, k) for v in cfg.variants() for tau in cfg.taus_for(v) for k in range(1, cfg.repeats + 1)]
+    order = np.random.default_rng([cfg.base.seed, 5]).permutation(len(cells))
+    return [cells[i] for i in order]
+
+
+def sweep_clients(cfg: SweepConfig):
+    """The clients every variant shares; each keeps ``samples_per_client`` training samples.
+
+    For synthetic data enough samples are generated for every client to have that many; for the
+    other data sets a client with fewer is a ConfigError.
+    """
+    from edgeprof.simulate import load_clients
+
+    from edgeprof.data.partition import classes_for_degree
+
+    base, want = cfg.base, cfg.samples_per_client
+    if base.dataset == "synthetic" and want is not None and base.degree != "group":
+        k = classes_for_degree(base.degree, base.synthetic_classes)
+        share = 1.0 / max(base.synthetic_classes / k, base.clients)  # of all samples, per client, about
+        needed = math.ceil(1.3 * want / share / (1.0 - base.test_fraction)) + base.synthetic_classes
+        base = dataclasses.replace(base, synthetic_samples=max(base.synthetic_samples, needed))
+    clients = load_clients(base)
+    if want is None:
+        return clients
+    short = [c for c in clients if c.n_train < want]
+    if short:
+        c = short[0]
+        raise ConfigError(f"client {c.client_id} has only {c.n_train} training samples, fewer than "
+                          f"--samples-per-client {want}; lower it or use fewer --clients")
+    return [dataclasses.replace(c, x_train=c.x_train[:want], y_train=c.y_train[:want]) for c in clients]
+
+
+def _warm_up(algorithms: dict, cfg: SweepConfig, participants: Sequence[int]) -> None:
+    """One unrecorded round per variant at its smallest tau; the state it leaves is kept."""
+    for variant, algorithm in algorithms.items():
+        algorithm.cfg = cfg.run_config(variant, cfg.taus_for(variant)[0])
+        algorithm.server_step([algorithm.client_round(cid) for cid in participants])
+
+
+def _sweep_sidecar(cfg: SweepConfig, run_id, meters, energy, cells: Sequence[Cell], **status) -> dict:
+    from edgeprof.simulate import sidecar_data
+
+    variants = cfg.variants()
+    data = sidecar_data(cfg.base, run_id, meters, energy, **status)
+    data["config"].update(algo=[v.algo for v in variants], engine=[v.engine for v in variants],
+                          tau=sorted(cfg.taus), beta=None, rho=None, mu=None)
+    data["phases"] = list(phases_of(dict.fromkeys(v.algo for v in variants)))
+    data["sweep"] = {
+        "variants": [v.label for v in variants], "taus": sorted(cfg.taus), "repeats": cfg.repeats,
+        "samples_per_client": cfg.samples_per_client, "max_baseline_tau": cfg.max_baseline_tau,
+        "warmup": cfg.warmup, "participants": list(range(cfg.base.clients)),
+        "learning_rates": {v.label: {k: getattr(cfg.run_config(v, 1), k) for k in ("beta", "rho", "mu")}
+                           for v in variants},
+        "order": [[c.variant.label, c.tau, c.repeat] for c in cells],
+    }
+    return data
+
+
+def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]] = None) -> SweepResult:
+    """Run every cell of ``cfg`` and write one report; ``progress(done, total)`` after every cell.
+
+    Order of work as in :func:`edgeprof.simulate.run`: validate, check the output folder, load the data,
+    build every algorithm and open the meters before any file is created. KeyboardInterrupt is
+    re-raised after the sidecar is marked ``interrupted``.
+    """
+    from edgeprof.profiler import Profiler
+    from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+    from edgeprof.simulate import (RunContext, build_algorithm, open_energy, open_meters, run_round,
+                                   set_threads)
+
+    out = check_writable(cfg.base.out)
+    set_threads(cfg.base.threads)
+    cells = plan_cells(cfg)
+    clients = sweep_clients(cfg)
+    participants = list(range(len(clients)))
+    algorithms = {}
+    meters = None
+    try:
+        for v in cfg.variants():
+            algorithms[v] = build_algorithm(cfg.run_config(v, cfg.taus_for(v)[0]), clients)
+        meters = open_meters(cfg.base)
+        energy = open_energy(cfg.base, meters)
+        run_id = cfg.base.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+        phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
+        with ReportWriter(csv_path, columns_for(phases)) as writer:
+            write_sidecar(sidecar_path, _sweep_sidecar(cfg, run_id, meters, energy, cells, status="running"))
+            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
+            done, status = 0, "interrupted"
+            try:
+                if cfg.warmup:
+                    _warm_up(algorithms, cfg, participants)
+                for index, cell in enumerate(cells, start=1):
+                    cell_cfg = cfg.run_config(cell.variant, cell.tau)
+                    algorithm = algorithms[cell.variant]
+                    algorithm.cfg = cell_cfg
+                    run_round(ctx, cell_cfg, algorithm, index, participants)
+                    done += 1
+                    if progress:
+                        progress(done, len(cells))
+                status = "complete"
+            finally:
+                write_sidecar(sidecar_path, _sweep_sidecar(cfg, run_id, meters, energy, cells, status=status,
+                                                           rounds_completed=done, rows=writer.rows_written))
+        return SweepResult(run_id, csv_path, sidecar_path, done, len(cells), status)
+    finally:
+        if meters is not None:
+            meters.close()
+        for algorithm in algorithms.values():
+            algorithm.close()
