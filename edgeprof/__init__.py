@@ -6,6 +6,16 @@ The public API is re-exported lazily from :mod:`edgeprof.api` so that ``import e
 
 from __future__ import annotations
 
+import os
+
+# OpenMP workers (torch's intra-op pool) sleep between parallel regions instead of spinning. A client round
+# is many small parallel regions; spinning workers burn CPU that the profiler would charge to the round and,
+# on a busy machine, fight the main thread for the cores (PFLEGO's joint gradient on digits/mlp: ~86 ms
+# spinning vs ~1 ms passive on 2 loaded cores). The OpenMP runtime reads this when torch loads, so it takes
+# effect when edgeprof is imported before torch (the CLI and the scripts do); an explicit OMP_WAIT_POLICY in
+# the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 __version__ = "0.1.0"
 
 __all__ = ["RunConfig", "run", "read_report", "__version__"]

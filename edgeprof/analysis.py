@@ -8,10 +8,12 @@ device of a report is analysed on its own.
   (``wall_s``, ``cpu_s``, ``energy_j``). 95% intervals are estimate +- t(0.975, n-2) * standard error,
   with the Student t quantile computed here (:func:`t_quantile`, exact for integer degrees of freedom).
 * **Verdict** (:func:`verdict`). The *relative growth* over the swept range is
-  ``g = b * (tau_max - tau_min) / (a + b * tau_min)``: how much dearer a round at the largest tau is
-  than one at the smallest, as a fraction of the latter; its interval comes from b's interval.
-  ``flat`` when the interval's upper end is at most :data:`FLAT_MAX_GROWTH` (20%): even the most
-  pessimistic slope the data allow adds less than a fifth to the round. ``linear`` when its lower end
+  ``g = b * (tau_max - tau_min) / mean cost at tau_min``: how much dearer a round at the largest tau is
+  than one at the smallest, as a fraction of the latter (the observed mean, not the fitted intercept,
+  which noise can push to zero or below for a cost proportional to tau); its interval comes from b's.
+  ``flat`` when the whole interval lies within +-:data:`FLAT_MAX_GROWTH` (20%): even the most
+  pessimistic slope the data allow changes the round by less than a fifth (an equivalence test: a
+  noisy fit whose interval reaches far below zero is not evidence of flatness). ``linear`` when its lower end
   is at least :data:`LINEAR_MIN_GROWTH` (50%): even the most optimistic slope makes the round at least
   half again as dear (so b's interval excludes 0). Anything else is ``inconclusive``: a real but
   moderate growth, or data too noisy (or too few: fewer than 2 taus or 3 rows) to tell. Noise widens
@@ -108,6 +110,7 @@ class LineFit:
     x_mean: float
     sxx: float
     resid_sd: float
+    y_at_min: float = math.nan
 
     @property
     def df(self) -> int:
@@ -149,7 +152,8 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> LineFit:
     se_b = s / math.sqrt(sxx) if n > 2 else math.inf
     se_a = s * math.sqrt(1.0 / n + mx * mx / sxx) if n > 2 else math.inf
     cov = -mx * s * s / sxx if n > 2 else math.nan
-    return LineFit(a, b, se_a, se_b, cov, n, min(x), max(x), mx, sxx, s)
+    at_min = [yi for xi, yi in zip(x, y) if xi == min(x)]
+    return LineFit(a, b, se_a, se_b, cov, n, min(x), max(x), mx, sxx, s, sum(at_min) / len(at_min))
 
 
 # --- verdicts -----------------------------------------------------------------------------------------
@@ -166,19 +170,19 @@ def verdict(fit: Optional[LineFit]) -> Verdict:
     """Apply the documented rule (module docstring) to one fit."""
     if fit is None or fit.df < 1:
         return Verdict("inconclusive", Interval(math.nan), "too few rows or taus for a line with an interval")
-    base = fit.predict(fit.x_min)
+    base = fit.y_at_min
     span = fit.x_max - fit.x_min
     if not base > 0:
-        return Verdict("inconclusive", Interval(math.nan), "the fitted cost at the smallest tau is not positive")
+        return Verdict("inconclusive", Interval(math.nan), "the mean cost at the smallest tau is not positive")
     lo_b, hi_b = fit.ci_b
     growth = Interval(fit.b * span / base, lo_b * span / base, hi_b * span / base)
     where = (f"growth over tau {fit.x_min:g}..{fit.x_max:g}: {growth.value:+.1%} "
              f"[{growth.lo:+.1%}, {growth.hi:+.1%}]")
-    if growth.hi <= FLAT_MAX_GROWTH:
-        return Verdict("flat", growth, f"{where}; upper end <= {FLAT_MAX_GROWTH:.0%}")
+    if -FLAT_MAX_GROWTH <= growth.lo and growth.hi <= FLAT_MAX_GROWTH:
+        return Verdict("flat", growth, f"{where}; within +-{FLAT_MAX_GROWTH:.0%}")
     if growth.lo >= LINEAR_MIN_GROWTH:
         return Verdict("linear", growth, f"{where}; lower end >= {LINEAR_MIN_GROWTH:.0%}")
-    return Verdict("inconclusive", growth, f"{where}; neither upper end <= {FLAT_MAX_GROWTH:.0%} (flat) nor "
+    return Verdict("inconclusive", growth, f"{where}; neither within +-{FLAT_MAX_GROWTH:.0%} (flat) nor "
                                            f"lower end >= {LINEAR_MIN_GROWTH:.0%} (linear): more repeats or "
                                            f"a quieter machine may decide")
 
@@ -354,7 +358,8 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
     several = len({f.device for f in analysis.fits}) > 1
     fits = Table(title=f"cost per client round = a + b*tau ({CONFIDENCE:.0%} intervals)")
     for name in ("device",) * several + ("algo", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"):
-        fits.add_column(name, justify="left" if name in ("device", "algo", "metric", "verdict") else "right")
+        fits.add_column(name, justify="left" if name in ("device", "algo", "metric", "verdict") else "right",
+                        no_wrap=name in ("algo", "metric", "verdict"))
     for f in analysis.fits:
         if f.metric not in metrics:
             continue
@@ -365,7 +370,7 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
                      f.verdict.label)
     ratios = Table(title="ratio to PFLEGO per client round (geometric means)")
     for name in ("device",) * several + ("algo", "over", "metric", "tau", "ratio"):
-        ratios.add_column(name, justify="right" if name in ("tau", "ratio") else "left")
+        ratios.add_column(name, justify="right" if name in ("tau", "ratio") else "left", no_wrap=name != "ratio")
     for r in analysis.ratios:
         if r.metric in metrics:
             ratios.add_row(*(escape(r.device),) * several, escape(r.variant), escape(r.reference), r.metric,

@@ -186,6 +186,71 @@ def doctor(
 
 
 # --- train (baselines) ------------------------------------------------------------------------------------
+@app.command()
+def train(
+    algos: Annotated[str, typer.Option("--algos", "-a", help="Comma-separated algorithms, trained one after "
+                                       "another (see `edgeprof algos`).")] = "pflego",
+    tau: Tau = 50,
+    rounds: Rounds = 50,
+    clients: Clients = 20,
+    participation: Participation = 0.2,
+    participation_mode: Mode = "fixed",
+    dataset: Dataset = "digits",
+    degree: Degree = "high",
+    backbone: Backbone = "mlp",
+    data_dir: DataDir = None,
+    seed: Seed = 0,
+    out: Out = Path("profiles"),
+    threads: Threads = None,
+    beta: Annotated[Optional[float], typer.Option(help="Client step size (default: the paper's Tables 6-7).")] = None,
+    rho: Annotated[Optional[float], typer.Option(help="Server step size of pflego/fedrecon (default: Tables 6-7).")] = None,
+    mu: Annotated[Optional[float], typer.Option(help="FedProx's mu and Ditto's lambda (default: Table 6).")] = None,
+    server_optimizer: Annotated[str, typer.Option(help="pflego/fedrecon server optimizer: adam or sgd.")] = "adam",
+    target_accuracy: Annotated[float, typer.Option(help="Test accuracy the energy-to-target column counts to.")] = 0.9,
+    run_name: Annotated[Optional[str], typer.Option(help="Report name prefix: <name>-<algo> (default: automatic).")] = None,
+    samples: Annotated[int, typer.Option(help="Synthetic data: total number of samples.")] = 2000,
+    classes: Annotated[int, typer.Option(help="Synthetic data: number of classes.")] = 10,
+    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
+    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report each."""
+    from edgeprof.config import RunConfig
+    from edgeprof.errors import ConfigError
+
+    with guard():
+        names = [a.strip() for a in algos.split(",") if a.strip()]
+        if not names:
+            raise ConfigError("--algos needs at least one algorithm")
+        if not 0.0 < target_accuracy <= 1.0:
+            raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
+        base = RunConfig(algo=names[0], tau=tau, rounds=rounds, clients=clients, participation=participation,
+                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
+                         data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
+                         server_optimizer=server_optimizer, run_name=run_name, evaluate=True,
+                         synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts, country=country,
+                         carbon_intensity=carbon_intensity, progress=progress)
+        _train_and_report(base, names, target_accuracy)
+
+
+def _train_and_report(base, names, target: float) -> None:
+    from rich.console import Console
+
+    from edgeprof.report.writer import read_report
+    from edgeprof.train import energy_to_target, render, train_configs
+
+    configs = train_configs(base, names)  # every config is validated before the first run starts
+    results, paths = [], []
+    for cfg in configs:
+        result = _run_with_progress(cfg)
+        paths.append(result.csv_path)
+        results.extend(energy_to_target(read_report(result.csv_path), target))
+    Console().print(render(results))
+    for path in paths:
+        typer.echo(f"report: {path}")
+
+
 
 
 # --- sweep and dashboard ----------------------------------------------------------------------------------
@@ -201,7 +266,8 @@ def _csv_list(value: str, kind: type, name: str) -> tuple:
 
 @app.command()
 def sweep(
-    algos: Annotated[str, typer.Option(help="Comma-separated algorithms, each `algo` or `algo:engine`.")] = "pflego,fedavg",
+    algos: Annotated[str, typer.Option(
+        help="Comma-separated algorithms, each `algo` or `algo:engine`.")] = "pflego,fedavg",
     taus: Annotated[str, typer.Option(help="Comma-separated local step counts tau.")] = "1,5,10,25,50,100",
     repeats: Annotated[int, typer.Option(help="Measured rounds per (algorithm, tau) cell.")] = 3,
     engines: Annotated[str, typer.Option(help="Engines to run each plain algo with, where it has them "
@@ -222,8 +288,8 @@ def sweep(
     check: Annotated[bool, typer.Option(help="Exit 8 unless pflego is flat and fedavg linear in tau.")] = False,
     check_metric: Annotated[str, typer.Option(help="Metric --check judges: wall_s, cpu_s or energy_j.")] = "wall_s",
     cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
-    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
-    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")] = None,
+    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity.")] = None,
+    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
@@ -289,6 +355,66 @@ def dashboard(
 
 
 # --- flower -----------------------------------------------------------------------------------------------
+FlowerDir = Annotated[Path, typer.Argument(help="Folder of the Flower app to write (created if missing).")]
+RoundTimeout = Annotated[float, typer.Option(help="Seconds the server waits for a round's replies.")]
+NodeWait = Annotated[float, typer.Option(help="Seconds the server waits for every partition to have a SuperNode.")]
+TotalSamples = Annotated[int, typer.Option(help="sum_j N_j of the federation when known (0: sum over known clients).")]
+
+
+def _flower_cfg(**options):
+    from edgeprof.config import RunConfig
+
+    return RunConfig(progress=False, **options)
+
+
+@app.command("flower-app-dir")
+def flower_app_dir(
+    folder: FlowerDir = Path("edgeprof-flower-app"),
+    algo: Algo = "pflego", tau: Tau = 50, rounds: Rounds = 3, clients: Clients = 10,
+    participation: Participation = 0.2, participation_mode: Mode = "fixed", dataset: Dataset = "digits",
+    degree: Degree = "high", backbone: Backbone = "cnn-omniglot", data_dir: DataDir = None, seed: Seed = 0,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder on the server (made absolute).")] = Path("profiles"),
+    threads: Threads = None,
+    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
+    round_timeout: RoundTimeout = 600.0, node_wait: NodeWait = 300.0, total_samples: TotalSamples = 0,
+) -> None:
+    """Write a Flower app folder (pyproject.toml) running edgeprof's ServerApp and ClientApp; print the commands."""
+    with guard():
+        from edgeprof.flower.config import FlowerSettings, to_run_config, write_app_dir
+
+        cfg = _flower_cfg(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
+                          participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
+                          data_dir=data_dir, seed=seed, out=Path(out).resolve(), threads=threads, run_name=run_name)
+        path = write_app_dir(folder, to_run_config(cfg, FlowerSettings(round_timeout, node_wait, total_samples)))
+        typer.echo(f"wrote {path}\n"
+                   f"server:  flower-superlink --ssl-ca-certfile ca.crt --ssl-certfile server.pem --ssl-keyfile server.key\n"
+                   f"device i: flower-supernode --root-certificates ca.crt --superlink <server>:9093 "
+                   f"--node-config 'partition-id=<i> num-partitions={clients}'\n"
+                   f"submit:  flwr run {folder} <connection>   (a [superlink.<connection>] in $FLWR_HOME/config.toml)")
+
+
+@app.command("flower-simulate")
+def flower_simulate(
+    algo: Algo = "pflego", tau: Tau = 50, rounds: Rounds = 3, clients: Clients = 10,
+    participation: Participation = 0.2, participation_mode: Mode = "fixed", dataset: Dataset = "digits",
+    degree: Degree = "high", backbone: Backbone = "cnn-omniglot", data_dir: DataDir = None, seed: Seed = 0,
+    out: Out = Path("profiles"), threads: Threads = 1,
+    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
+    client_cpus: Annotated[float, typer.Option(help="CPUs reserved per virtual client (Ray).")] = 1.0,
+    client_gpus: Annotated[float, typer.Option(help="GPUs (fractions allowed) per virtual client.")] = 0.0,
+    round_timeout: RoundTimeout = 600.0,
+) -> None:
+    """Run many clients on this machine with Flower's simulation engine (per-client energy is attribution)."""
+    with guard():
+        from edgeprof.flower.config import FlowerSettings
+        from edgeprof.flower.simulation import simulate
+
+        cfg = _flower_cfg(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
+                          participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
+                          data_dir=data_dir, seed=seed, out=Path(out).resolve(), threads=threads, run_name=run_name)
+        folder = simulate(cfg, FlowerSettings(round_timeout_s=round_timeout, simulation=True),
+                          client_cpus=client_cpus, client_gpus=client_gpus)
+        typer.echo(f"reports in {folder}")
 
 
 def main() -> None:  # pragma: no cover - console entry point alternative

@@ -26,7 +26,6 @@ from edgeprof.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
 
-
 @dataclass
 class RunResult:
     """Where a run's report lies and how far it got."""

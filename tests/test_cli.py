@@ -79,7 +79,7 @@ def test_measure_writes_report_and_summary(tmp_path):
     assert "median per client round" in result.stdout and "cli-run.csv" in result.stdout.replace("\n", "")
 
 
-@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary", "doctor"])
+@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary", "doctor", "train", "flower-app-dir", "flower-simulate"])
 def test_every_command_has_help(command):
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.stdout

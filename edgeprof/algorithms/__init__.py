@@ -26,6 +26,22 @@ ALGORITHMS: dict[str, AlgoSpec] = {
                        "Personalized Federated Learning with Exact Stochastic Gradient Descent"),
     "fedavg": AlgoSpec("edgeprof.algorithms.fedavg:FedAvg", ("local_steps",), ("torch",),
                        "Communication-Efficient Learning of Deep Networks from Decentralized Data"),
+    "fedprox": AlgoSpec("edgeprof.algorithms.fedprox:FedProx", ("local_steps",), ("torch",),
+                        "Federated Optimization in Heterogeneous Networks"),
+    "fedper": AlgoSpec("edgeprof.algorithms.fedper:FedPer", ("local_steps",), ("torch",),
+                       "Federated Learning with Personalization Layers"),
+    "fedrep": AlgoSpec("edgeprof.algorithms.fedrep:FedRep", ("head_epochs", "body_epochs"), ("torch",),
+                       "Exploiting Shared Representations for Personalized Federated Learning"),
+    "fedbabu": AlgoSpec("edgeprof.algorithms.fedbabu:FedBabu", ("local_steps",), ("torch",),
+                        "FedBABU: Towards Enhanced Representation for Federated Image Classification"),
+    "ditto": AlgoSpec("edgeprof.algorithms.ditto:Ditto", ("global_steps", "personal_steps"), ("torch",),
+                      "Ditto: Fair and Robust Federated Learning Through Personalization"),
+    "fedrecon": AlgoSpec("edgeprof.algorithms.fedrecon:FedRecon", ("reconstruction", "body_steps"), ("onnx",),
+                         "Federated Reconstruction: Partially Local Federated Learning"),
+    "fedsim": AlgoSpec("edgeprof.algorithms.partial:FedSim", ("local_steps",), ("torch",),
+                       "Federated Learning with Partial Model Personalization"),
+    "fedalt": AlgoSpec("edgeprof.algorithms.partial:FedAlt", ("personal_steps", "shared_steps"), ("torch",),
+                       "Federated Learning with Partial Model Personalization"),
 }
 
 #: the phase every server step is recorded under

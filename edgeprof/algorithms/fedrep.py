@@ -24,9 +24,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm, local_steps, server_step  # noqa: F401
+from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import Phase, no_phase
+from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm, local_steps
 from edgeprof.nn.backbones import get_params, set_params
+
+#: the server step: N_i-weighted average of the backbones (heads stay personal)
+server_step = fedper.server_step
 
 #: head epochs per representation epoch, as in the FedRep paper (10 : 1)
 HEAD_TO_BODY = 10

@@ -41,6 +41,14 @@ def current_phase() -> Phase:
     return _PHASE.get()
 
 
+def _enter_phase(phase: Phase) -> contextvars.Token:
+    return _PHASE.set(phase)
+
+
+def _exit_phase(token: contextvars.Token) -> None:
+    _PHASE.reset(token)
+
+
 def device_name(node_config: Mapping[str, Any]) -> str:
     """How this device appears in the report's ``device`` column."""
     return os.environ.get("EDGEPROF_DEVICE") or str(node_config.get("device", "")) or socket.gethostname()
@@ -85,11 +93,11 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
         meters = open_meters(cfg)
         try:
             with Profiler(meters).window("client") as win:
-                token = _PHASE.set(win.phase)
+                token = _enter_phase(win.phase)  # module functions: Ray pickles this closure by value
                 try:
                     reply = call_next(msg, context)
                 finally:
-                    _PHASE.reset(token)
+                    _exit_phase(token)
         finally:
             meters.close()
         if reply.has_error():

@@ -247,6 +247,7 @@ class EdgeprofStrategy(Strategy):
                 continue
             self.directory.update_n(reply.partition_id, reply.n_samples)
             good.append(reply)
+        good.sort(key=lambda g: g.partition_id)  # the in-process loop's order, so sums round alike
         self.accepted[server_round] = [g.partition_id for g in good]
         return good
 

@@ -176,21 +176,24 @@ def _runs(reports: Sequence[Report], rows: Sequence[Row]) -> str:
 def _verdicts(analysis: Analysis) -> str:
     rule = (f"<p>Fit: least squares of every client round's cost on tau, cost = a + b&middot;tau, "
             f"{CONFIDENCE:.0%} intervals from the t distribution. Growth = b&middot;(tau<sub>max</sub> - "
-            f"tau<sub>min</sub>) / cost(tau<sub>min</sub>), interval from b's. Verdict <b>flat</b> when the "
-            f"growth's upper end is at most {FLAT_MAX_GROWTH:.0%}; <b>linear</b> when its lower end is at least "
-            f"{LINEAR_MIN_GROWTH:.0%}; otherwise <b>inconclusive</b> (moderate growth, or too noisy or too few "
-            f"rows to tell). Step/pass: the marginal cost b of one more local step over the cost of one full "
-            f"backbone forward-and-backward pass over the local set, measured in the same report as FedAvg's "
-            f"slope b (one FedAvg local step is exactly such a pass).</p>")
+            f"tau<sub>min</sub>) / (mean cost at tau<sub>min</sub>), interval from b's. Verdict <b>flat</b> when the "
+            f"growth's whole interval lies within &plusmn;{FLAT_MAX_GROWTH:.0%}; <b>linear</b> when its lower "
+            f"end is at least {LINEAR_MIN_GROWTH:.0%}; otherwise <b>inconclusive</b> (moderate growth, or too "
+            f"noisy or too few rows to tell). Step/pass: the marginal cost b of one more local step over the cost "
+            f"of one full backbone forward-and-backward pass over the local set, measured in the same report as "
+            f"FedAvg's slope b (one FedAvg local step is exactly such a pass).</p>")
     fits = _table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
                   [(f.device, f.variant, f.metric, f.n, f"{f.fit.a:.4g}" if f.fit else "-",
                     _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None), _iv(f.step_vs_pass, "{:.3f}"),
                     _iv(f.verdict.growth, "{:+.1%}"), f.verdict.label) for f in analysis.fits], "verdicts")
-    ratios = _table(("device", "algorithm", "over", "metric", "tau", "ratio [95% CI]", "n"),
-                    [(r.device, r.variant, r.reference, r.metric, r.tau, _iv(r.ratio, "{:.2f}"),
-                      f"{r.n_variant}/{r.n_reference}") for r in analysis.ratios])
-    return rule + fits + "<h3>Ratio to PFLEGO at each tau (geometric means, Welch interval on the log scale)</h3>" \
-        + ratios
+    taus = sorted({r.tau for r in analysis.ratios})
+    pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
+    for r in analysis.ratios:
+        pivot[(r.device, r.variant, r.reference, r.metric)][r.tau] = _iv(r.ratio, "{:.2f}")
+    ratios = _table(("device", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
+                    [(*key, *[cells.get(t, "-") for t in taus]) for key, cells in pivot.items()])
+    return (rule + fits + "<h3>Ratio to PFLEGO per client round at each tau (geometric means; 95% Welch "
+            "interval on the log scale)</h3>" + ratios)
 
 
 def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str, metric: str) -> str:
@@ -221,8 +224,11 @@ def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str
                          "line": {"width": 0}, "fillcolor": color, "opacity": 0.2})
     if not data:
         return ""
+    scale = {"type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1.12, "yanchor": "bottom",
+             "buttons": [{"label": "linear y", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                         {"label": "log y", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}
     return page.figure(data, f"{device}: {METRIC_LABELS[metric]} per client round", {"title": {"text": "tau"}},
-                       {"title": {"text": METRIC_LABELS[metric]}, "rangemode": "tozero"})
+                       {"title": {"text": METRIC_LABELS[metric]}, "rangemode": "tozero"}, updatemenus=[scale])
 
 
 def _cost_vs_tau(page: _Page, analysis: Analysis, devices: Mapping[str, list[Row]]) -> str:
@@ -262,6 +268,20 @@ def _phase_plot(page: _Page, rows: Sequence[Row], device: str, phases: Sequence[
         return ""
     return page.figure(data, f"{device}: median seconds per phase (server: the server step)", {"type": "category"},
                        {"title": {"text": "seconds"}}, barmode="stack")
+
+
+def _memory(devices: Mapping[str, list[Row]]) -> str:
+    body = []
+    for device, rows in devices.items():
+        peaks: dict[str, list[float]] = defaultdict(list)
+        for r in rows:
+            if r.data.get("kind") == "client" and r.num("peak_rss_mb") is not None:
+                peaks[r.variant].append(r.num("peak_rss_mb"))
+        body.extend((device, v, len(p), f"{statistics.median(p):.0f}", f"{max(p):.0f}") for v, p in peaks.items())
+    if not body:
+        return ""
+    return ("<h3>Peak resident memory per client round (MiB; the window's high-water mark)</h3>"
+            + _table(("device", "algorithm", "rounds", "median MiB", "max MiB"), body))
 
 
 def _phase_names(reports: Sequence[Report]) -> list[str]:
@@ -430,7 +450,8 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
         "runs": _runs(reports, rows),
         "verdicts": _verdicts(analysis),
         "cost-vs-tau": _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
-        "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()]),
+        "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])
+        + _memory(devices),
         "timeseries": _timeseries(page, devices),
         "energy": _energy(page, devices),
         "accuracy": _accuracy(page, devices),

@@ -1,0 +1,229 @@
+"""Real processes on loopback: a SuperLink and three SuperNodes (separate process groups on 127.0.0.1),
+runs submitted with ``flwr run``; theta compared with the in-process loop of :mod:`edgeprof.simulate`.
+
+Both tests share one federation (module fixture); the second kills a SuperNode, so it runs last.
+Every process group is killed by a finalizer registered as soon as the process starts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from edgeprof.config import RunConfig  # noqa: E402
+from edgeprof.flower.config import FlowerSettings, to_run_config, write_app_dir  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+NUM_NODES = 3
+BIN = Path(sys.executable).parent
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left of it."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            # the group may outlive its leader (superexec, clientapp children): kill it too
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            continue
+        return
+
+
+def wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+@dataclass
+class Federation:
+    root: Path
+    env: dict
+    nodes: dict  # partition id -> Popen
+    logs: Path
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2500:] for p in sorted(self.logs.glob("*.log")))
+
+    def submit(self, name: str, cfg: RunConfig, settings: FlowerSettings) -> tuple[Path, Path]:
+        """Write the app folder, ``flwr run`` it, and return (report csv, sidecar) paths."""
+        app = write_app_dir(self.root / f"app-{name}", to_run_config(cfg, settings))
+        out = subprocess.run([str(BIN / "flwr"), "run", str(app.parent), "loopback"], env=self.env,
+                             capture_output=True, text=True, timeout=90)
+        assert "Successfully started run" in out.stdout, out.stdout + out.stderr
+        return Path(cfg.out) / f"{cfg.run_name}.csv", Path(cfg.out) / f"{cfg.run_name}.json"
+
+    def wait_done(self, sidecar: Path, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sidecar.is_file():
+                data = json.loads(sidecar.read_text())
+                if data["status"] != "running":
+                    return data
+            time.sleep(0.5)
+        pytest.fail(f"the federation did not finish in {timeout} s\n{self.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def federation(request, tmp_path_factory):
+    if shutil.which("flower-superlink", path=str(BIN)) is None:
+        pytest.skip("flower-superlink is not installed")
+    root = tmp_path_factory.mktemp("flower")
+    logs = root / "logs"
+    logs.mkdir()
+    link, *node_ports = free_ports(1 + NUM_NODES)
+    env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PYTHONUNBUFFERED": "1"}
+    env.pop("EDGEPROF_DEVICE", None)
+    Path(env["FLWR_HOME"]).mkdir()
+    (Path(env["FLWR_HOME"]) / "config.toml").write_text(
+        f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{link}"\ninsecure = true\n')
+
+    def start(name: str, args: list[str]) -> subprocess.Popen:
+        log = open(logs / f"{name}.log", "w")
+        proc = subprocess.Popen([str(BIN / args[0]), *args[1:]], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=root, start_new_session=True)
+        request.addfinalizer(lambda: (kill_group(proc), log.close()))
+        return proc
+
+    start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
+                        "--disable-runtime-dependency-installation"])
+    wait_for_port(link, 60)
+    nodes = {pid: start(f"supernode-{pid}", [
+        "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
+        "--port", str(port), "--node-config", f"partition-id={pid} num-partitions={NUM_NODES}"])
+        for pid, port in enumerate(node_ports)}
+    return Federation(root, env, nodes, logs)
+
+
+def tiny_cfg(out: Path, name: str, **kw) -> RunConfig:
+    return RunConfig(algo="pflego", tau=2, rounds=3, clients=NUM_NODES, dataset="synthetic", backbone="mlp",
+                     synthetic_samples=150, synthetic_classes=4, seed=3, threads=1, out=out, run_name=name,
+                     server_optimizer="adam", progress=False, **kw).resolved()
+
+
+def load_theta(run_dir: Path, name: str) -> list[np.ndarray]:
+    data = np.load(run_dir / f"{name}.theta.npz")
+    return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]:
+    """theta of the in-process loop; with ``accepted`` (round -> partitions), the other replies are dropped."""
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.profiler import Profiler
+    from edgeprof.report.writer import ReportWriter
+    from edgeprof.simulate import (Energy, RunContext, build_algorithm, load_clients, run_rounds,
+                                   sample_participants)
+
+    algorithm = build_algorithm(cfg, load_clients(cfg))
+    if accepted is None:  # the very loop of `edgeprof measure`
+        out = Path(cfg.out) / "in-process"
+        out.mkdir(exist_ok=True)
+        with ReportWriter(out / "r.csv", _columns(cfg)) as writer:
+            run_rounds(RunContext("r", "here", writer, Profiler(MeterSet([])), Energy()), cfg, algorithm)
+        return algorithm.theta
+    rng = np.random.default_rng(cfg.seed + 2)
+    for t in range(1, cfg.rounds + 1):
+        updates = [algorithm.client_round(c) for c in
+                   sample_participants(rng, cfg.clients, cfg.participation, cfg.participation_mode)]
+        algorithm.server_step([u for u in updates if u.client_id in accepted[t]])
+    return algorithm.theta
+
+
+def _columns(cfg: RunConfig):
+    from edgeprof.algorithms import phases_of
+    from edgeprof.report.schema import columns_for
+
+    return columns_for(phases_of([cfg.algo]))
+
+
+def test_pflego_on_flower_matches_the_in_process_run(federation, tmp_path):
+    # Prepare: 3 clients, r = 2 sampled per round, so the sampling sequence matters
+    cfg = tiny_cfg(tmp_path, "match", participation=0.67)
+    # Execute
+    csv_path, sidecar = federation.submit("match", cfg, FlowerSettings(round_timeout_s=90, node_wait_s=60))
+    data = federation.wait_done(sidecar, 150)
+    # Assert: the run completed, every sampled client replied, theta equals the in-process theta
+    assert data["status"] == "complete", federation.log_tail()
+    rounds = data["flower"]["rounds"]
+    assert all(r["accepted"] == r["sampled"] and len(r["sampled"]) == 2 for r in rounds.values())
+    for got, want in zip(load_theta(tmp_path, "match"), in_process(cfg), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    # one report: a row per sampled client per round with its device, one server row per round
+    from edgeprof.report import read_report
+
+    report = read_report(csv_path)
+    for t, r in rounds.items():
+        clients = sorted(int(row["client"]) for row in report.where(round=t, kind="client"))
+        assert clients == r["sampled"]
+        assert len(report.where(round=t, kind="server")) == 1
+    assert all(row["device"] and row["energy_method"] and row["cache_forward_s"] for row in report.where(kind="client"))
+    assert data["flower"]["shared_machine"] and "attribution" in data["flower"]["energy_note"]
+
+
+def test_a_client_killed_mid_run_does_not_stop_the_federation(federation, tmp_path):
+    # Prepare: every client in every round; a short round timeout so the dead client costs little time
+    victim = NUM_NODES - 1
+    assert federation.nodes[victim].poll() is None, "the victim node must be alive at the start"
+    cfg = tiny_cfg(tmp_path, "kill", participation=1.0)
+    csv_path, sidecar = federation.submit("kill", cfg, FlowerSettings(round_timeout_s=25, node_wait_s=60))
+    # Execute: kill the victim's whole process group as soon as round 1 is on disk
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if csv_path.is_file() and any(r["round"] == "1" and r["kind"] == "server"
+                                      for r in csv.DictReader(open(csv_path))):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("round 1 never finished\n" + federation.log_tail())
+    kill_group(federation.nodes[victim])
+    data = federation.wait_done(sidecar, 120)
+    # Assert: the run completed; the victim is missing from the last round; the others lost no row
+    assert data["status"] == "complete", federation.log_tail()
+    rounds = data["flower"]["rounds"]
+    assert victim not in rounds[str(cfg.rounds)]["accepted"]
+    from edgeprof.report import read_report
+
+    report = read_report(csv_path)
+    for t in range(1, cfg.rounds + 1):
+        replied = sorted(int(r["client"]) for r in report.where(round=t, kind="client"))
+        assert [c for c in range(NUM_NODES) if c != victim] == [c for c in replied if c != victim]
+        assert sorted(rounds[str(t)]["accepted"]) == replied
+    # theta = the paper's aggregation with the missing gradient set to zero: alpha_i of the clients that
+    # replied, scale I/r of the sampled r (the in-process loop, the victim's update dropped where it was)
+    accepted = {int(t): r["accepted"] for t, r in rounds.items()}
+    for got, want in zip(load_theta(tmp_path, "kill"), in_process(cfg, accepted), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)

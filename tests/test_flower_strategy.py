@@ -1,0 +1,200 @@
+"""The Flower strategies on constructed replies: equation (4) with missing clients, rejection of bad replies,
+sampling identical to the in-process loop, the reporting wrapper's rows, and the run-config round trip."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, Metadata, MetricRecord, RecordDict  # noqa: E402
+
+from edgeprof.config import RunConfig  # noqa: E402
+from edgeprof.flower import strategy as st  # noqa: E402
+
+SHAPES = [(3, 2), (3,)]
+N = {0: 10, 1: 30, 2: 20, 3: 40}  # N_i of four clients
+
+
+def cfg_for(**kw) -> RunConfig:
+    base = dict(algo="pflego", clients=4, participation=0.5, rho=0.1, beta=0.1, server_optimizer="sgd",
+                dataset="synthetic", backbone="mlp")
+    return RunConfig(**{**base, **kw})
+
+
+def directory() -> st.Directory:
+    d = st.Directory(4)
+    for pid, n in N.items():
+        d.add(st.NodeInfo(pid, 100 + pid, n, 2, f"dev{pid}"))
+    return d
+
+
+def reply(node: int, content: RecordDict | Error, round_: int = 1) -> Message:
+    meta = Metadata(run_id=1, message_id="m", src_node_id=node, dst_node_id=0, reply_to_message_id="x",
+                    group_id=str(round_), created_at=0.0, ttl=60.0, message_type=MessageType.TRAIN)
+    if isinstance(content, Error):
+        return Message(error=content, metadata=meta)
+    return Message(content=content, metadata=meta)
+
+
+def grad_reply(pid: int, arrays, *, n=None, node=None, metrics=None) -> Message:
+    m = MetricRecord(metrics if metrics is not None else {"partition-id": pid, "n-samples": n or N[pid],
+                                                          "train-loss": 0.5})
+    return reply(100 + pid if node is None else node, RecordDict({"arrays": ArrayRecord(list(arrays)), "metrics": m}))
+
+
+def grads(seed: int):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+@pytest.fixture
+def pflego_strategy():
+    s = st.PflegoStrategy(cfg_for(), directory())
+    s.theta = [np.ones(sh, np.float32) for sh in SHAPES]
+    s.sampled[1] = [0, 1]
+    return s
+
+
+def test_pflego_aggregation_is_equation_4_with_missing_clients_as_zero(pflego_strategy):
+    # Prepare: clients 0 and 1 sampled (r = 2 of I = 4); only client 1 replies
+    g1 = grads(1)
+    # Execute
+    arrays, metrics = pflego_strategy.aggregate_train(1, [grad_reply(1, g1)])
+    # Assert: SGD step rho * (I/r) * alpha_1 * g_1, alpha_1 = 30/100, computed independently here
+    expected = [np.ones(sh) - 0.1 * (4 / 2) * (30 / 100) * g for sh, g in zip(SHAPES, g1)]
+    for got, want in zip(arrays.to_numpy_ndarrays(), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert metrics["replies-accepted"] == 1 and pflego_strategy.accepted[1] == [1]
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (lambda: grad_reply(0, [np.zeros((2, 3), np.float32), np.zeros(3, np.float32)]), "shape"),
+    (lambda: grad_reply(0, grads(0)[:1]), "1 arrays, expected 2"),
+    (lambda: grad_reply(0, [np.full((3, 2), np.nan, np.float32), np.zeros(3, np.float32)]), "NaN"),
+    (lambda: grad_reply(0, [np.full((3, 2), np.inf, np.float32), np.zeros(3, np.float32)]), "NaN or infinite"),
+    (lambda: grad_reply(0, [np.zeros((3, 2), np.int64), np.zeros(3, np.int64)]), "dtype"),
+    (lambda: grad_reply(0, grads(0), node=101), "which is node 100"),  # node 101 claims partition 0
+    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0}), "'n-samples' missing"),
+    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0, "n-samples": -3}), "positive integer"),
+    (lambda: reply(100, RecordDict({"metrics": MetricRecord({"partition-id": 0, "n-samples": 10})})),
+     "no ArrayRecord"),
+    (lambda: reply(100, Error(code=1, reason="boom")), "client error: boom"),
+    (lambda: grad_reply(2, grads(2)), "not sampled"),
+])
+def test_malformed_reply_is_rejected_with_a_logged_reason(pflego_strategy, caplog, bad, reason):
+    # Prepare: one good reply from client 1 and one bad reply
+    g1 = grads(1)
+    # Execute
+    with caplog.at_level(logging.WARNING, logger="edgeprof.flower"):
+        arrays, _ = pflego_strategy.aggregate_train(1, [bad(), grad_reply(1, g1)])
+    # Assert: the bad one is logged and left out; theta moved by client 1's gradient alone
+    assert reason in caplog.text
+    assert len(pflego_strategy.rejected[1]) == 1 and reason in pflego_strategy.rejected[1][0][1]
+    expected = [np.ones(sh) - 0.1 * 2 * 0.3 * g for sh, g in zip(SHAPES, g1)]
+    for got, want in zip(arrays.to_numpy_ndarrays(), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_no_valid_reply_leaves_the_model_unchanged(pflego_strategy):
+    arrays, metrics = pflego_strategy.aggregate_train(1, [grad_reply(0, grads(0)[:1])])
+    assert arrays is None and metrics["replies-rejected"] == 1
+
+
+def test_alpha_denominator_is_the_configured_total_when_given():
+    d = directory()
+    d.total_samples = 200
+    assert d.alpha(1) == pytest.approx(30 / 200)
+    del d.nodes[3]  # client 3 never showed up: without a configured total the sum over known clients is used
+    d.total_samples = 0
+    assert d.alpha(1) == pytest.approx(30 / 60)
+
+
+def test_fedavg_strategy_averages_weights_by_n():
+    s = st.FedAvgStrategy(cfg_for(algo="fedavg"), directory())
+    s.theta = [np.zeros(sh, np.float32) for sh in SHAPES]
+    s.sampled[1] = [0, 3]
+    w0, w3 = grads(0), grads(3)
+    arrays, _ = s.aggregate_train(1, [grad_reply(3, w3), grad_reply(0, w0)])
+    for got, a, b in zip(arrays.to_numpy_ndarrays(), w0, w3):
+        np.testing.assert_allclose(got, (10 * a + 40 * b) / 50, rtol=1e-6)
+
+
+def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
+    # Prepare: Flower messages need a task identity outside a running ServerApp
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from edgeprof.simulate import sample_participants
+
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    cfg = cfg_for(seed=7)
+    s = st.PflegoStrategy(cfg, directory())
+    del s.directory.nodes[2]  # partition 2 has no node: sampled, but no message
+    rng = np.random.default_rng(cfg.seed + 2)
+    arrays = ArrayRecord([np.zeros(sh, np.float32) for sh in SHAPES])
+    for t in range(1, 6):
+        # Execute
+        messages = list(s.configure_train(t, arrays, ConfigRecord(), grid=None))
+        # Assert
+        expected = sample_participants(rng, 4, 0.5, "fixed")
+        assert s.sampled[t] == expected
+        assert [m.metadata.dst_node_id for m in messages] == [100 + p for p in expected if p != 2]
+        assert all(m.content["config"]["scale"] == 2.0 for m in messages)
+
+
+def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_row(tmp_path, pflego_strategy):
+    # Prepare
+    from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
+    from edgeprof.flower.report import ReportingStrategy
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.profiler import Profiler
+    from edgeprof.report import columns_for, read_report
+    from edgeprof.report.writer import ReportWriter
+    from edgeprof.simulate import Energy, RunContext
+
+    msg = grad_reply(1, grads(1))
+    msg.content[PROFILE_METRICS] = MetricRecord({"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25,
+                                                 "short_window": 0.0, "not_a_column": 1.0})
+    msg.content[PROFILE_INFO] = ConfigRecord({"device": "jetson-7", "energy_method": "integrated_power"})
+    with ReportWriter(tmp_path / "r.csv", columns_for(("cache_forward", "head_steps", "joint_grad"))) as w:
+        ctx = RunContext("r", "laptop", w, Profiler(MeterSet([])), Energy())
+        # Execute
+        ReportingStrategy(pflego_strategy, ctx).aggregate_train(1, [msg])
+    # Assert
+    report = read_report(tmp_path / "r.csv")
+    (client,), (server,) = report.where(kind="client"), report.where(kind="server")
+    assert (client["device"], client["client"], client["n_samples"]) == ("jetson-7", "1", "30")
+    assert (client["wall_s"], client["energy_j"], client["energy_method"], client["joint_grad_s"]) == \
+        ("1.5", "12", "integrated_power", "0.25")
+    assert (server["device"], server["round"], server["n_participants"], server["n_samples"]) == ("laptop", "1", "2", "30")
+
+
+def test_run_config_round_trip():
+    from edgeprof.flower.config import FlowerSettings, from_run_config, to_run_config
+
+    cfg = cfg_for(tau=3, threads=None, country="FRA", progress=False).resolved()
+    run_config = to_run_config(cfg, FlowerSettings(round_timeout_s=9.0, total_samples=50))
+    assert all(v is not None for v in run_config.values())
+    back, settings = from_run_config(run_config)
+    assert back == cfg and settings == FlowerSettings(round_timeout_s=9.0, total_samples=50)
+
+
+def test_unknown_run_config_key_is_a_config_error():
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import from_run_config
+
+    with pytest.raises(ConfigError, match="taux"):
+        from_run_config({"taux": 3})
+
+
+def test_import_edgeprof_does_not_import_flower():
+    import subprocess
+    import sys
+
+    code = "import sys, edgeprof, edgeprof.cli, edgeprof.simulate, edgeprof.flower.config; print('flwr' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,130 @@
+"""The sweep: cell planning, shared clients, the CLI end to end on a tiny configuration, and --check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgeprof.algorithms import phases_of
+from edgeprof.cli import app
+from edgeprof.config import RunConfig
+from edgeprof.errors import ConfigError
+from edgeprof.report.schema import columns_for
+from edgeprof.report.writer import ReportWriter, read_report
+from edgeprof.sweep import SweepConfig, SweepResult, Variant, plan_cells, sweep_clients
+
+from conftest import make_clients
+from test_analysis import CLAIM_HOLDS, rows_for
+
+TINY = ["--backbone", "mlp", "--dataset", "synthetic", "--samples-per-client", "20", "--taus", "1,3",
+        "--repeats", "1", "--no-progress"]
+
+
+def _cfg(**kw) -> SweepConfig:
+    base = RunConfig(dataset="synthetic", backbone="mlp", clients=1, participation=1.0, progress=False)
+    return SweepConfig(base=base, **kw)
+
+
+def test_variants_expand_engines_and_accept_algo_colon_engine():
+    cfg = _cfg(algos=("pflego", "fedavg", "pflego:onnx"), engines=("onnx", "torch-reuse"))
+
+    assert cfg.variants() == [Variant("pflego", "onnx"), Variant("pflego", "torch-reuse"), Variant("fedavg", "torch")]
+    assert _cfg(algos=("pflego:torch-reuse",)).variants() == [Variant("pflego", "torch-reuse")]
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(algos=("fedfoo",)), "unknown algorithm 'fedfoo'"),
+    (dict(algos=("fedavg:onnx",)), "unknown engine 'onnx' for fedavg"),
+    (dict(taus=(0, 5)), "taus must be integers >= 1"),
+    (dict(taus=(5, 5)), "must not repeat"),
+    (dict(repeats=0), "repeats must be >= 1"),
+])
+def test_bad_sweep_settings_are_config_errors(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        _cfg(**kw)
+
+
+def test_plan_has_every_cell_once_in_a_seeded_shuffled_order():
+    cfg = _cfg(algos=("pflego", "fedavg"), taus=(1, 5, 50, 100), repeats=3, max_baseline_tau=50)
+
+    cells = plan_cells(cfg)
+
+    key = [(c.variant.algo, c.tau, c.repeat) for c in cells]
+    assert len(key) == len(set(key)) == 4 * 3 + 3 * 3  # fedavg skips tau=100
+    assert key == [(c.variant.algo, c.tau, c.repeat) for c in plan_cells(cfg)]
+    assert key != sorted(key)
+
+
+def test_clients_keep_samples_per_client_and_too_many_is_an_error(monkeypatch, rng):
+    clients = sweep_clients(_cfg(samples_per_client=30))
+    assert [c.n_train for c in clients] == [30]
+
+    monkeypatch.setattr("edgeprof.simulate.load_clients", lambda cfg: make_clients(rng, sizes=(40, 7)))
+    digits = SweepConfig(base=RunConfig(dataset="digits", backbone="mlp", clients=2, participation=1.0),
+                         samples_per_client=30)
+    with pytest.raises(ConfigError, match="client 1 has only 7 training samples, fewer than --samples-per-client 30"):
+        sweep_clients(digits)
+
+
+def test_tiny_sweep_runs_end_to_end_and_writes_one_report(tmp_path):
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--algos", "pflego,fedavg", "--engines", "onnx,torch-reuse",
+                                      "--out", str(out), "--run-name", "tiny"])
+
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["tiny.csv", "tiny.json"]
+    report = read_report(out / "tiny.csv")
+    assert report.columns == columns_for(phases_of(["pflego", "fedavg"]))
+    clients, servers = report.where(kind="client"), report.where(kind="server")
+    assert len(clients) == len(servers) == 3 * 2
+    cells = {(r["algo"], r["engine"], r["tau"]) for r in clients}
+    assert cells == {(a, e, t) for a, e in (("pflego", "onnx"), ("pflego", "torch-reuse"), ("fedavg", "torch"))
+                     for t in ("1", "3")}
+    assert sorted(int(r["round"]) for r in clients) == list(range(1, 7))
+    assert all(r["n_samples"] == "20" for r in clients)
+    assert {r["joint_grad_s"] != "" for r in clients if r["algo"] == "pflego"} == {True}
+    sidecar = json.loads((out / "tiny.json").read_text())
+    assert sidecar["status"] == "complete" and len(sidecar["sweep"]["order"]) == 6
+    assert "report:" in result.stdout and "verdict" in result.stdout
+
+
+def _fake_sweep(monkeypatch, tmp_path: Path, costs: dict) -> None:
+    """Replace run_sweep by one that writes a report of synthetic rows (no timing in tests)."""
+    path = tmp_path / "fake.csv"
+    with ReportWriter(path, columns_for(phases_of(["pflego", "fedavg"]))) as writer:
+        for row in rows_for(costs):
+            writer.write(row)
+
+    def fake(cfg, progress=None):
+        return SweepResult("fake", path, path.with_suffix(".json"), 1, 1, "complete")
+
+    monkeypatch.setattr("edgeprof.sweep.run_sweep", fake)
+
+
+@pytest.mark.parametrize("costs,code", [
+    (CLAIM_HOLDS, 0),
+    ({("pflego", "onnx"): lambda t: 0.01 + 0.15 * t, ("fedavg", "torch"): lambda t: 0.2}, 8),
+])
+def test_check_exit_code_follows_the_verdicts(monkeypatch, tmp_path, costs, code):
+    _fake_sweep(monkeypatch, tmp_path, costs)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path), "--check"])
+
+    assert result.exit_code == code, result.output
+    if code:
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("edgeprof: error: claim not shown:")
+        assert "not flat" in lines[0] and "not linear" in lines[0]
+    else:
+        assert "check: pflego is flat and fedavg linear" in result.stdout
+
+
+def test_check_without_fedavg_is_refused_before_running(tmp_path):
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--algos", "pflego", "--check", "--out", str(tmp_path / "o")])
+
+    assert result.exit_code == 2 and "--check needs both pflego and fedavg" in result.stderr
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
