@@ -366,13 +366,17 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
         b = Interval(f.fit.b, *f.fit.ci_b) if f.fit else None
         fits.add_row(*(escape(f.device),) * several, escape(f.variant), f.metric, str(f.n),
                      f"{f.fit.a:.3g}" if f.fit else "-", _fmt_interval(b),
-                     _fmt_interval(f.step_vs_pass, "{:.3f}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
+                     _fmt_interval(f.step_vs_pass, "{:.3g}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
                      f.verdict.label)
-    ratios = Table(title="ratio to PFLEGO per client round (geometric means)")
-    for name in ("device",) * several + ("algo", "over", "metric", "tau", "ratio"):
-        ratios.add_column(name, justify="right" if name in ("tau", "ratio") else "left", no_wrap=name != "ratio")
+    ratios = Table(title="ratio to PFLEGO per client round at each tau (geometric means)")
+    taus = sorted({r.tau for r in analysis.ratios if r.metric in metrics})
+    for name in ("device",) * several + ("algo", "over", "metric") + tuple(f"tau={t}" for t in taus):
+        ratios.add_column(name, justify="right" if name.startswith("tau") else "left", no_wrap=True)
+    pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
         if r.metric in metrics:
-            ratios.add_row(*(escape(r.device),) * several, escape(r.variant), escape(r.reference), r.metric,
-                           str(r.tau), _fmt_interval(r.ratio, "{:.1f}"))
+            key = (*(escape(r.device),) * several, escape(r.variant), escape(r.reference), r.metric)
+            pivot[key][r.tau] = _fmt_interval(r.ratio, "{:.1f}")
+    for key, cells in pivot.items():
+        ratios.add_row(*key, *[cells.get(t, "-") for t in taus])
     return fits, ratios

@@ -26,6 +26,11 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
+def device_label(configured: str | None = None) -> str:
+    """The name rows carry in their ``device`` column: $EDGEPROF_DEVICE, else ``configured``, else the host name."""
+    return os.environ.get("EDGEPROF_DEVICE") or configured or socket.gethostname()
+
+
 def device_info() -> dict:
     """CPU model, cores, memory, OS, Python and the host's name."""
     import psutil

@@ -9,9 +9,7 @@ profiler window and its row is flushed as soon as the window closes.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 
 from edgeprof.algorithms import ALGORITHMS, load, phases_of
 from edgeprof.config import RunConfig
+from edgeprof.device import device_label
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
@@ -200,7 +199,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
         energy = open_energy(cfg, meters)
         run_id = make_run_id(cfg)
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+        device = device_label()
         with ReportWriter(csv_path, columns_for(phases_of([cfg.algo]))) as writer:
             write_sidecar(sidecar_path, sidecar_data(cfg, run_id, meters, energy, status="running"))
             ctx = RunContext(run_id, device, writer, Profiler(meters), energy)

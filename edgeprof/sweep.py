@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +199,7 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
     re-raised after the sidecar is marked ``interrupted``.
     """
+    from edgeprof.device import device_label
     from edgeprof.profiler import Profiler
     from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
     from edgeprof.simulate import (RunContext, build_algorithm, open_energy, open_meters, run_round,
@@ -220,7 +219,7 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         energy = open_energy(cfg.base, meters)
         run_id = cfg.base.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+        device = device_label()
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
         with ReportWriter(csv_path, columns_for(phases)) as writer:
             write_sidecar(sidecar_path, _sweep_sidecar(cfg, run_id, meters, energy, cells, status="running"))

@@ -79,7 +79,11 @@ def test_measure_writes_report_and_summary(tmp_path):
     assert "median per client round" in result.stdout and "cli-run.csv" in result.stdout.replace("\n", "")
 
 
-@pytest.mark.parametrize("command", ["measure", "export", "algos", "summary", "doctor", "train", "flower-app-dir", "flower-simulate"])
+COMMANDS = ["measure", "export", "algos", "summary", "doctor", "train", "sweep", "dashboard", "flower-app-dir",
+            "flower-simulate"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help(command):
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.stdout

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import os
-import socket
 from typing import Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord
 
 from edgeprof.algorithms.base import Phase, no_phase
 from edgeprof.config import RunConfig
+from edgeprof.device import device_label
 
 PROFILE_METRICS = "edgeprof.profile"
 PROFILE_INFO = "edgeprof.profile-info"
@@ -51,7 +50,7 @@ def _exit_phase(token: contextvars.Token) -> None:
 
 def device_name(node_config: Mapping[str, Any]) -> str:
     """How this device appears in the report's ``device`` column."""
-    return os.environ.get("EDGEPROF_DEVICE") or str(node_config.get("device", "")) or socket.gethostname()
+    return device_label(str(node_config.get("device", "")))
 
 
 @functools.lru_cache(maxsize=8)

@@ -16,8 +16,6 @@ same device) - the note that per-client energy is then attribution, not measurem
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from typing import Any, Mapping, Optional
 
@@ -26,6 +24,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from edgeprof.config import RunConfig
+from edgeprof.device import device_label
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ReportingStrategy
 from edgeprof.flower.strategy import METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy
@@ -141,7 +140,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
         energy = open_energy(cfg, meters)
         run_id = make_run_id(cfg)
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = os.environ.get("EDGEPROF_DEVICE") or socket.gethostname()
+        device = device_label()
 
         def sidecar(**status) -> None:
             write_sidecar(sidecar_path, {**sidecar_data(cfg, run_id, meters, energy, **status),

@@ -184,7 +184,7 @@ def _verdicts(analysis: Analysis) -> str:
             f"FedAvg's slope b (one FedAvg local step is exactly such a pass).</p>")
     fits = _table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
                   [(f.device, f.variant, f.metric, f.n, f"{f.fit.a:.4g}" if f.fit else "-",
-                    _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None), _iv(f.step_vs_pass, "{:.3f}"),
+                    _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None), _iv(f.step_vs_pass, "{:.3g}"),
                     _iv(f.verdict.growth, "{:+.1%}"), f.verdict.label) for f in analysis.fits], "verdicts")
     taus = sorted({r.tau for r in analysis.ratios})
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
