@@ -39,7 +39,8 @@ def guard() -> Iterator[None]:
 
 
 # --- shared options -------------------------------------------------------------------------------------
-Algo = Annotated[str, typer.Option("--algo", "-a", help="Algorithm: pflego or fedavg (see `edgeprof algos`).")]
+Algo = Annotated[str, typer.Option("--algo", "-a", help="Algorithm: pflego, fedavg, fedprox, fedper, fedrep, fedbabu, "
+                                                  "ditto, fedrecon, fedsim, fedalt (see `edgeprof algos`).")]
 Tau = Annotated[int, typer.Option(help="Local steps per client round (tau >= 1).")]
 Rounds = Annotated[int, typer.Option(help="Federated rounds to run.")]
 Clients = Annotated[int, typer.Option(help="Number of clients I the data is partitioned across.")]
@@ -55,6 +56,16 @@ DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="Folder with
 Seed = Annotated[int, typer.Option(help="Seed for data, partition, initialization and client sampling.")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Folder the report (CSV + JSON sidecar) is written to.")]
 Threads = Annotated[Optional[int], typer.Option(help="Intra-op threads for torch and ONNX Runtime.")]
+Beta = Annotated[Optional[float], typer.Option(help="Client step size (default: the paper's Tables 6-7).")]
+Rho = Annotated[Optional[float], typer.Option(help="Server step size of pflego/fedrecon (default: Tables 6-7).")]
+Mu = Annotated[Optional[float], typer.Option(help="FedProx's mu and Ditto's lambda (default: Table 6).")]
+ServerOptimizer = Annotated[str, typer.Option(help="pflego/fedrecon server optimizer: adam or sgd.")]
+Samples = Annotated[int, typer.Option(help="Synthetic data: total number of samples.")]
+Classes = Annotated[int, typer.Option(help="Synthetic data: number of classes.")]
+CpuWatts = Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")]
+Country = Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")]
+CarbonIntensity = Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")]
+ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
 
 
 def _progress_callback(enabled: bool, total: int, label: str):
@@ -106,21 +117,22 @@ def measure(
     seed: Seed = 0,
     out: Out = Path("profiles"),
     threads: Threads = None,
-    beta: Annotated[Optional[float], typer.Option(help="Client step size (default: the paper's Tables 6-7).")] = None,
-    rho: Annotated[Optional[float], typer.Option(help="PFLEGO's server step size (default: Tables 6-7).")] = None,
-    server_optimizer: Annotated[str, typer.Option(help="PFLEGO server optimizer: adam or sgd.")] = "adam",
-    engine: Annotated[Optional[str], typer.Option(help="Client engine (pflego: onnx).")] = None,
+    beta: Beta = None,
+    rho: Rho = None,
+    mu: Mu = None,
+    server_optimizer: ServerOptimizer = "adam",
+    engine: Annotated[Optional[str], typer.Option(help="Client engine (pflego: onnx or torch-reuse).")] = None,
     run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
     evaluate: Annotated[bool, typer.Option(help="Also record training loss and test accuracy every round.")] = False,
-    samples: Annotated[int, typer.Option(help="Synthetic data: total number of samples.")] = 2000,
-    classes: Annotated[int, typer.Option(help="Synthetic data: number of classes.")] = 10,
-    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+    samples: Samples = 2000,
+    classes: Classes = 10,
+    cpu_watts: CpuWatts = None,
     jetson_hz: Annotated[float, typer.Option(help="Sampling rate of the Jetson power rails, Hz.")] = 10.0,
     idle_seconds: Annotated[float, typer.Option(help="Seconds of idle baseline before the run (0: off).")] = 0.0,
-    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
+    country: Country = None,
     region: Annotated[Optional[str], typer.Option(help="Region within the country, where data exists.")] = None,
-    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    carbon_intensity: CarbonIntensity = None,
+    progress: ShowProgress = True,
 ) -> None:
     """Run federated rounds in-process and write a CSV energy report with a JSON sidecar."""
     from edgeprof.config import RunConfig
@@ -128,7 +140,7 @@ def measure(
     with guard():
         cfg = RunConfig(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
-                        data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho,
+                        data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
                         server_optimizer=server_optimizer, engine=engine, run_name=run_name, evaluate=evaluate,
                         synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts,
                         jetson_hz=jetson_hz, idle_seconds=idle_seconds, country=country, region=region,
@@ -176,7 +188,7 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
 # --- doctor (meters) -------------------------------------------------------------------------------------
 @app.command()
 def doctor(
-    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
+    cpu_watts: CpuWatts = None,
 ) -> None:
     """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
     with guard():
@@ -202,18 +214,18 @@ def train(
     seed: Seed = 0,
     out: Out = Path("profiles"),
     threads: Threads = None,
-    beta: Annotated[Optional[float], typer.Option(help="Client step size (default: the paper's Tables 6-7).")] = None,
-    rho: Annotated[Optional[float], typer.Option(help="Server step size of pflego/fedrecon (default: Tables 6-7).")] = None,
-    mu: Annotated[Optional[float], typer.Option(help="FedProx's mu and Ditto's lambda (default: Table 6).")] = None,
-    server_optimizer: Annotated[str, typer.Option(help="pflego/fedrecon server optimizer: adam or sgd.")] = "adam",
+    beta: Beta = None,
+    rho: Rho = None,
+    mu: Mu = None,
+    server_optimizer: ServerOptimizer = "adam",
     target_accuracy: Annotated[float, typer.Option(help="Test accuracy the energy-to-target column counts to.")] = 0.9,
     run_name: Annotated[Optional[str], typer.Option(help="Report name prefix: <name>-<algo> (default: automatic).")] = None,
-    samples: Annotated[int, typer.Option(help="Synthetic data: total number of samples.")] = 2000,
-    classes: Annotated[int, typer.Option(help="Synthetic data: number of classes.")] = 10,
-    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
-    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")] = None,
-    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    samples: Samples = 2000,
+    classes: Classes = 10,
+    cpu_watts: CpuWatts = None,
+    country: Country = None,
+    carbon_intensity: CarbonIntensity = None,
+    progress: ShowProgress = True,
 ) -> None:
     """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report each."""
     from edgeprof.config import RunConfig
@@ -287,10 +299,10 @@ def sweep(
     run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: sweep-time-id).")] = None,
     check: Annotated[bool, typer.Option(help="Exit 8 unless pflego is flat and fedavg linear in tau.")] = False,
     check_metric: Annotated[str, typer.Option(help="Metric --check judges: wall_s, cpu_s or energy_j.")] = "wall_s",
-    cpu_watts: Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")] = None,
-    country: Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity.")] = None,
-    carbon_intensity: Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh.")] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    cpu_watts: CpuWatts = None,
+    country: Country = None,
+    carbon_intensity: CarbonIntensity = None,
+    progress: ShowProgress = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
     with guard():
