@@ -106,7 +106,10 @@ def federation(request, tmp_path_factory):
     logs = root / "logs"
     logs.mkdir()
     link, *node_ports = free_ports(1 + NUM_NODES)
-    env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PYTHONUNBUFFERED": "1"}
+    # the SuperLink and SuperNodes start flower-superexec / clientapp processes through PATH: put this
+    # environment's bin first, as an activated virtual environment would (CI does not activate it)
+    env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PYTHONUNBUFFERED": "1",
+           "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
     env.pop("EDGEPROF_DEVICE", None)
     Path(env["FLWR_HOME"]).mkdir()
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(
@@ -121,7 +124,10 @@ def federation(request, tmp_path_factory):
 
     start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
                         "--disable-runtime-dependency-installation"])
-    wait_for_port(link, 60)
+    try:
+        wait_for_port(link, 60)
+    except TimeoutError as err:
+        pytest.fail(f"{err}\n" + "\n".join(p.read_text(errors="replace")[-2000:] for p in logs.glob("*.log")))
     nodes = {pid: start(f"supernode-{pid}", [
         "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
         "--port", str(port), "--node-config", f"partition-id={pid} num-partitions={NUM_NODES}"])
