@@ -8,12 +8,14 @@ profiler window and its row is flushed as soon as the window closes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -183,6 +185,44 @@ def sidecar_data(cfg: RunConfig, run_id: str, meters: MeterSet, energy: Energy, 
             "phases": list(ALGORITHMS[cfg.algo].phases), **status}
 
 
+@dataclass
+class ReportSession:
+    """An open report: the context its windows write through, and how many rounds are on disk."""
+
+    ctx: RunContext
+    csv_path: Path
+    sidecar_path: Path
+    done: int = 0
+    status: str = "interrupted"
+
+    def advance(self, progress: Optional[Callable[[int, int], None]], total: int) -> None:
+        """Count one more finished round (or sweep cell) and report progress."""
+        self.done += 1
+        if progress:
+            progress(self.done, total)
+
+
+@contextlib.contextmanager
+def report_session(out: Path, run_id: str, phases: Sequence[str], meters: MeterSet, energy: Energy,
+                   sidecar: Callable[..., dict]) -> Iterator[ReportSession]:
+    """Create the CSV and a ``running`` sidecar, yield the session, and always leave a final sidecar.
+
+    ``sidecar(**status)`` builds the sidecar's content; on exit it is called with ``status`` (``complete``
+    when the body finished, else ``interrupted``), ``rounds_completed`` and ``rows``.
+    """
+    csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+    with ReportWriter(csv_path, columns_for(phases)) as writer:
+        write_sidecar(sidecar_path, sidecar(status="running"))
+        session = ReportSession(RunContext(run_id, device_label(), writer, Profiler(meters), energy), csv_path,
+                                sidecar_path)
+        try:
+            yield session
+            session.status = "complete"
+        finally:
+            write_sidecar(sidecar_path, sidecar(status=session.status, rounds_completed=session.done,
+                                                rows=writer.rows_written))
+
+
 def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None) -> RunResult:
     """Run ``cfg`` end to end and return where its report lies.
 
@@ -198,27 +238,10 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     try:
         energy = open_energy(cfg, meters)
         run_id = make_run_id(cfg)
-        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = device_label()
-        with ReportWriter(csv_path, columns_for(phases_of([cfg.algo]))) as writer:
-            write_sidecar(sidecar_path, sidecar_data(cfg, run_id, meters, energy, status="running"))
-            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
-            done = 0
-
-            def advance() -> None:
-                nonlocal done
-                done += 1
-                if progress:
-                    progress(done, cfg.rounds)
-
-            status = "interrupted"
-            try:
-                run_rounds(ctx, cfg, algorithm, advance)
-                status = "complete"
-            finally:
-                write_sidecar(sidecar_path, sidecar_data(cfg, run_id, meters, energy, status=status,
-                                                         rounds_completed=done, rows=writer.rows_written))
-        return RunResult(run_id, csv_path, sidecar_path, done, status)
+        sidecar = functools.partial(sidecar_data, cfg, run_id, meters, energy)
+        with report_session(out, run_id, phases_of([cfg.algo]), meters, energy, sidecar) as session:
+            run_rounds(session.ctx, cfg, algorithm, lambda: session.advance(progress, cfg.rounds))
+        return RunResult(run_id, session.csv_path, session.sidecar_path, session.done, session.status)
     finally:
         meters.close()
         algorithm.close()

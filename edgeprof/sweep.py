@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import functools
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ import numpy as np
 from edgeprof.algorithms import ALGORITHMS, phases_of
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
-from edgeprof.report.schema import columns_for
 
 REFERENCE_ALGO = "pflego"
 
@@ -199,11 +199,8 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
     re-raised after the sidecar is marked ``interrupted``.
     """
-    from edgeprof.device import device_label
-    from edgeprof.profiler import Profiler
-    from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
-    from edgeprof.simulate import (RunContext, build_algorithm, open_energy, open_meters, run_round,
-                                   set_threads)
+    from edgeprof.report.writer import check_writable
+    from edgeprof.simulate import build_algorithm, open_energy, open_meters, report_session, run_round, set_threads
 
     out = check_writable(cfg.base.out)
     set_threads(cfg.base.threads)
@@ -218,29 +215,18 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         meters = open_meters(cfg.base)
         energy = open_energy(cfg.base, meters)
         run_id = cfg.base.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = device_label()
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
-        with ReportWriter(csv_path, columns_for(phases)) as writer:
-            write_sidecar(sidecar_path, _sweep_sidecar(cfg, run_id, meters, energy, cells, status="running"))
-            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
-            done, status = 0, "interrupted"
-            try:
-                if cfg.warmup:
-                    _warm_up(algorithms, cfg, participants)
-                for index, cell in enumerate(cells, start=1):
-                    cell_cfg = cfg.run_config(cell.variant, cell.tau)
-                    algorithm = algorithms[cell.variant]
-                    algorithm.cfg = cell_cfg
-                    run_round(ctx, cell_cfg, algorithm, index, participants)
-                    done += 1
-                    if progress:
-                        progress(done, len(cells))
-                status = "complete"
-            finally:
-                write_sidecar(sidecar_path, _sweep_sidecar(cfg, run_id, meters, energy, cells, status=status,
-                                                           rounds_completed=done, rows=writer.rows_written))
-        return SweepResult(run_id, csv_path, sidecar_path, done, len(cells), status)
+        sidecar = functools.partial(_sweep_sidecar, cfg, run_id, meters, energy, cells)
+        with report_session(out, run_id, phases, meters, energy, sidecar) as session:
+            if cfg.warmup:
+                _warm_up(algorithms, cfg, participants)
+            for index, cell in enumerate(cells, start=1):
+                cell_cfg = cfg.run_config(cell.variant, cell.tau)
+                algorithm = algorithms[cell.variant]
+                algorithm.cfg = cell_cfg
+                run_round(session.ctx, cell_cfg, algorithm, index, participants)
+                session.advance(progress, len(cells))
+        return SweepResult(run_id, session.csv_path, session.sidecar_path, session.done, len(cells), session.status)
     finally:
         if meters is not None:
             meters.close()

@@ -12,7 +12,14 @@ pytest.importorskip("flwr")
 
 
 @pytest.mark.slow
-def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypatch):
+@pytest.mark.parametrize("algo, seed, beta", [
+    ("pflego", 5, None),
+    # a personal-head baseline: its heads live in the Contexts of Flower's simulation engine; seed 4 samples
+    # [0, 1] then [0, 2], so client 0 reuses its head and client 2 starts from the in-process first head;
+    # a large step so that a head lost between rounds shows in the backbone beyond the tolerance
+    ("fedper", 4, 0.5),
+])
+def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypatch, algo, seed, beta):
     # Prepare
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     from edgeprof.config import RunConfig
@@ -20,9 +27,9 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     from edgeprof.flower.simulation import simulate
     from edgeprof.simulate import build_algorithm, load_clients, sample_participants
 
-    cfg = RunConfig(algo="pflego", tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",
-                    backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=5, threads=1, out=tmp_path,
-                    run_name="sim", progress=False).resolved()
+    cfg = RunConfig(algo=algo, tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",
+                    backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=seed, threads=1, out=tmp_path,
+                    run_name="sim", beta=beta, progress=False).resolved()
     # Execute
     simulate(cfg, FlowerSettings(round_timeout_s=120), client_cpus=1, total_cpus=2)
     # Assert
@@ -34,7 +41,9 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     for _ in range(cfg.rounds):
         algorithm.server_step([algorithm.client_round(c) for c in sample_participants(rng, 3, 0.67, "fixed")])
     got = np.load(tmp_path / "sim.theta.npz")
-    for i, want in enumerate(algorithm.theta):
+    shared = algorithm.theta if algo == "pflego" else algorithm.body  # FedPer shares the backbone only
+    assert len(got.files) == len(shared)
+    for i, want in enumerate(shared):
         np.testing.assert_allclose(got[f"arr_{i}"], want, atol=1e-5, rtol=0)
 
 

@@ -12,6 +12,7 @@ flwr = pytest.importorskip("flwr")
 
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, Metadata, MetricRecord, RecordDict  # noqa: E402
 
+from edgeprof.algorithms import ALGORITHMS  # noqa: E402
 from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.flower import strategy as st  # noqa: E402
 
@@ -113,14 +114,44 @@ def test_alpha_denominator_is_the_configured_total_when_given():
     assert d.alpha(1) == pytest.approx(30 / 60)
 
 
-def test_fedavg_strategy_averages_weights_by_n():
-    s = st.FedAvgStrategy(cfg_for(algo="fedavg"), directory())
+@pytest.mark.parametrize("algo", ["fedavg", "fedprox", "ditto", "fedper", "fedrep", "fedbabu", "fedsim", "fedalt"])
+def test_averaging_strategies_average_the_weights_by_n(algo):
+    s = st.make_strategy(cfg_for(algo=algo), directory())
     s.theta = [np.zeros(sh, np.float32) for sh in SHAPES]
     s.sampled[1] = [0, 3]
     w0, w3 = grads(0), grads(3)
     arrays, _ = s.aggregate_train(1, [grad_reply(3, w3), grad_reply(0, w0)])
     for got, a, b in zip(arrays.to_numpy_ndarrays(), w0, w3):
         np.testing.assert_allclose(got, (10 * a + 40 * b) / 50, rtol=1e-6)
+
+
+def test_fedrecon_strategy_steps_the_server_optimizer_on_the_pseudo_gradient():
+    # Prepare: SGD(rho = 0.1) on theta = 1; clients 0 and 3 return theta_0 and theta_3
+    s = st.make_strategy(cfg_for(algo="fedrecon"), directory())
+    s.theta = [np.ones(sh, np.float32) for sh in SHAPES]
+    s.sampled[1] = [0, 3]
+    w0, w3 = grads(0), grads(3)
+    # Execute
+    arrays, _ = s.aggregate_train(1, [grad_reply(3, w3), grad_reply(0, w0)])
+    # Assert: theta - rho * (theta - (N_0 theta_0 + N_3 theta_3) / (N_0 + N_3))
+    for got, a, b in zip(arrays.to_numpy_ndarrays(), w0, w3):
+        np.testing.assert_allclose(got, 1 - 0.1 * (1 - (10 * a + 40 * b) / 50), rtol=1e-6)
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_every_registered_algorithm_has_a_strategy_and_a_client_round(algo):
+    from edgeprof.flower.client_app import ROUNDS
+
+    strategy = st.make_strategy(cfg_for(algo=algo), directory())
+    assert isinstance(strategy, st.EdgeprofStrategy) and algo in ROUNDS
+
+
+def test_make_strategy_is_a_config_error_for_an_algorithm_without_a_strategy(monkeypatch):
+    from edgeprof.errors import ConfigError
+
+    monkeypatch.delitem(st.STRATEGIES, "fedrecon")  # as a newly registered algorithm would be
+    with pytest.raises(ConfigError, match="fedrecon does not run on Flower"):
+        st.make_strategy(cfg_for(algo="fedrecon"), directory())
 
 
 def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
@@ -181,6 +212,15 @@ def test_run_config_round_trip():
     assert all(v is not None for v in run_config.values())
     back, settings = from_run_config(run_config)
     assert back == cfg and settings == FlowerSettings(round_timeout_s=9.0, total_samples=50)
+
+
+@pytest.mark.parametrize("mu", [0.0, None, 0.1])
+def test_fedprox_mu_survives_the_run_config_even_at_zero(mu):
+    from edgeprof.flower.config import from_run_config, to_run_config
+
+    cfg = cfg_for(algo="fedprox", mu=mu, progress=False).resolved()
+    back, _ = from_run_config(to_run_config(cfg))
+    assert back.mu == cfg.mu == (0.25 if mu is None else mu)  # unset: Table 6's 0.25, as in-process
 
 
 def test_unknown_run_config_key_is_a_config_error():

@@ -22,7 +22,9 @@ from edgeprof.errors import ConfigError
 #: per-node meters options come from the node config, see :func:`node_overrides`)
 _SKIPPED = ("extra", "progress", "idle_seconds", "evaluate")
 #: optional numeric fields, written as 0 when unset
-_OPTIONAL_NUMBERS = ("threads", "beta", "rho", "mu", "cpu_watts", "carbon_intensity")
+_OPTIONAL_NUMBERS = ("threads", "beta", "rho", "cpu_watts", "carbon_intensity")
+#: optional numeric fields for which 0 is a setting (FedProx's and Ditto's mu = 0), written as "" when unset
+_BLANK_NUMBERS = ("mu",)
 #: optional string/path fields, written as "" when unset
 _OPTIONAL_STRINGS = ("data_dir", "run_name", "engine", "country", "region")
 
@@ -52,7 +54,7 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
             continue
         value = getattr(cfg, f.name)
         if value is None:
-            value = 0 if f.name in _OPTIONAL_NUMBERS else ""
+            value = 0 if f.name in _OPTIONAL_NUMBERS else ""  # _BLANK_NUMBERS and strings: ""
         elif isinstance(value, Path):
             value = str(value)
         out[_key(f.name)] = value
@@ -64,7 +66,7 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
 def _from_value(name: str, value: Any, default: Any) -> Any:
     if name in _OPTIONAL_NUMBERS and value in (0, 0.0, ""):
         return None
-    if name in _OPTIONAL_STRINGS and value == "":
+    if name in _OPTIONAL_STRINGS + _BLANK_NUMBERS and value == "":
         return None
     if name in ("data_dir", "out") and value is not None:
         return Path(value)

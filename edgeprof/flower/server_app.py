@@ -24,10 +24,10 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from edgeprof.config import RunConfig
-from edgeprof.device import device_label
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ReportingStrategy
 from edgeprof.flower.strategy import METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy
+from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -86,16 +86,8 @@ def roll_call(grid: Grid, cfg: RunConfig, settings: FlowerSettings, *, poll_s: f
 
 
 def initial_arrays(cfg: RunConfig, directory: Directory) -> list[np.ndarray]:
-    """The global model of round 0, built exactly as :func:`edgeprof.simulate.build_algorithm` does."""
-    from edgeprof.nn.backbones import build_backbone, get_params
-    from edgeprof.simulate import input_shape
-
-    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
-    if cfg.algo == "fedavg":
-        from edgeprof.algorithms.fedavg import BackboneWithHead
-
-        return get_params(BackboneWithHead(backbone, directory.num_outputs, seed=cfg.seed))
-    return get_params(backbone)
+    """The global model of round 0 (:func:`edgeprof.flower.strategy.initial_arrays`, max_i K_i outputs)."""
+    return strategy_initial_arrays(cfg, directory.num_outputs)
 
 
 def shared_machine(settings: FlowerSettings, directory: Directory) -> Optional[str]:
@@ -114,8 +106,7 @@ def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict
               for r, s in strategy.sampled.items()}
     return {"strategy": type(strategy).__name__, "scale_I_over_r": strategy.scale,
             "alpha": strategy.directory.describe(), "round_timeout_s": settings.round_timeout_s,
-            "missing_gradients": "count as zero (PFLEGO Section 3.2.1): sum over the replies, scale I/r of "
-                                 "the sampled r", "simulation": settings.simulation,
+            "missing_gradients": strategy.missing_replies, "simulation": settings.simulation,
             "shared_machine": why is not None, "energy_note": SHARED_MACHINE_NOTE.format(why=why) if why else "",
             "rounds": rounds}
 
@@ -123,10 +114,8 @@ def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict
 def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> str:
     """Run the federation the run config describes; returns the run id (report ``<out>/<run_id>.csv``)."""
     from edgeprof.algorithms import phases_of
-    from edgeprof.profiler import Profiler
-    from edgeprof.report.schema import columns_for
-    from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
-    from edgeprof.simulate import RunContext, make_run_id, open_energy, open_meters, set_threads, sidecar_data
+    from edgeprof.report.writer import check_writable
+    from edgeprof.simulate import make_run_id, open_energy, open_meters, report_session, set_threads, sidecar_data
 
     _forward_logs_to_flower()
     cfg, settings = from_run_config(run_config, defaults)
@@ -139,27 +128,23 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     try:
         energy = open_energy(cfg, meters)
         run_id = make_run_id(cfg)
-        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
-        device = device_label()
 
-        def sidecar(**status) -> None:
-            write_sidecar(sidecar_path, {**sidecar_data(cfg, run_id, meters, energy, **status),
-                                         "flower": flower_section(strategy, settings)})
+        def sidecar(**status) -> dict:
+            return {**sidecar_data(cfg, run_id, meters, energy, **status),
+                    "flower": flower_section(strategy, settings)}
 
-        with ReportWriter(csv_path, columns_for(phases_of([cfg.algo]))) as writer:
-            sidecar(status="running")
-            ctx = RunContext(run_id, device, writer, Profiler(meters), energy)
-            status, final = "interrupted", theta0
+        with report_session(out, run_id, phases_of([cfg.algo]), meters, energy, sidecar) as session:
+            final = theta0
             try:
-                result = ReportingStrategy(strategy, ctx).start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
-                                                                timeout=settings.round_timeout_s)
+                result = ReportingStrategy(strategy, session.ctx).start(grid, ArrayRecord(theta0),
+                                                                        num_rounds=cfg.rounds,
+                                                                        timeout=settings.round_timeout_s)
                 if result.arrays is not None and len(result.arrays) > 0:
                     final = result.arrays.to_numpy_ndarrays()
                 np.savez(out / f"{run_id}.theta.npz", *final)
-                status = "complete"
             finally:
-                sidecar(status=status, rounds_completed=len(strategy.accepted), rows=writer.rows_written)
-        log.info("edgeprof report: %s", csv_path)
+                session.done = len(strategy.accepted)
+        log.info("edgeprof report: %s", session.csv_path)
         return run_id
     finally:
         meters.close()

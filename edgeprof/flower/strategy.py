@@ -1,21 +1,33 @@
 """Flower strategies (Message API, flwr >= 1.20) for edgeprof's algorithms.
 
-:class:`EdgeprofStrategy` does what every edgeprof algorithm needs on Flower: it samples the round's
-clients I_t with exactly the random sequence of the in-process loop
-(:func:`edgeprof.simulate.sample_participants` on ``default_rng(seed + 2)``), maps their partition ids
-to Flower node ids through a :class:`Directory`, sends one TRAIN message per sampled client, and
-rejects any reply that is malformed (missing records, wrong number or shape of arrays, non-float or
-non-finite values, a partition id that is not the sending node's) with a logged reason. Each
-algorithm overrides one method, :meth:`EdgeprofStrategy.aggregate`, and calls its plain server step:
+Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower.
+:class:`EdgeprofStrategy` does what they all need: it samples the round's clients I_t with exactly the
+random sequence of the in-process loop (:func:`edgeprof.simulate.sample_participants` on
+``default_rng(seed + 2)``), maps their partition ids to Flower node ids through a :class:`Directory`,
+sends one TRAIN message per sampled client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its
+ConfigRecord), and rejects any reply that is malformed (missing records, wrong number or shape of
+arrays, non-float or non-finite values, a partition id that is not the sending node's) with a logged
+reason. Each algorithm overrides one method, :meth:`EdgeprofStrategy.aggregate`, which calls the very
+server step the in-process class calls:
 
 * :class:`PflegoStrategy` - PFLEGO (Georgatos et al., equation (4)): the replies carry the gradients
   g_i = grad_theta l_i, not weights; theta_t = opt(theta_{t-1}, (I/r) sum_{i in I_t} alpha_i g_i)
   through :func:`edgeprof.algorithms.pflego.server_step` with the server optimizer (Adam or SGD, step rho).
-* :class:`FedAvgStrategy` - FedAvg (McMahan et al. 2017): the N_i-weighted average of the replies'
-  weights through :func:`edgeprof.algorithms.fedavg.server_step`.
+* :class:`FedAvgStrategy` - FedAvg (McMahan et al. 2017), FedProx (Li et al. 2020) and Ditto (Li et al.
+  2021): the global model is the whole network (backbone plus the shared head of max_i K_i outputs,
+  :attr:`EdgeprofStrategy.global_head`) and the server takes the N_i-weighted average of the replies'
+  weights through :func:`edgeprof.algorithms.fedavg.server_step`; Ditto's personal models stay home.
+* :class:`PersonalHeadStrategy` - FedPer, FedRep, FedBABU, FedSim and FedAlt: the global model is the
+  backbone only; the N_i-weighted average of the replies' backbones through
+  :func:`edgeprof.algorithms.fedper.server_step` (personal heads, or FedBABU's fixed head, stay home).
+* :class:`FedReconStrategy` - FedRecon (Singhal et al. 2021): the backbone by FedOpt, theta_t =
+  opt(theta, theta - sum_i (N_i / sum_j N_j) theta_i) through
+  :func:`edgeprof.algorithms.fedrecon.server_step` (Adam or SGD, step rho).
 
-Missing and rejected clients. Section 3.2.1 of the PFLEGO paper: "missing clients' gradients can be
-set to zero". A sampled client that does not reply within the round timeout (crashed, unplugged) or
+Missing and rejected clients. The averaging strategies (FedAvg, FedProx, Ditto, the personal-head
+ones, FedRecon) average the valid replies by N_i among themselves, as the in-process loop would had the
+other clients not been sampled. For PFLEGO, Section 3.2.1 of the paper: "missing clients' gradients can
+be set to zero". A sampled client that does not reply within the round timeout (crashed, unplugged) or
 whose reply is rejected contributes g_i = 0: the sum runs over the clients that replied, each with its
 own alpha_i, and the scale stays I/r with r the number the round *sampled* (``cfg.sampled_per_round``),
 never the number that replied. The estimate stays unbiased only if failures are independent of the
@@ -46,9 +58,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from edgeprof.algorithms import aggregation, fedavg, pflego
+from edgeprof.algorithms import aggregation, fedavg, fedper, fedrecon, pflego
 from edgeprof.config import RunConfig
-from edgeprof.simulate import sample_participants
+from edgeprof.simulate import input_shape, sample_participants
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -192,6 +204,11 @@ class EdgeprofStrategy(Strategy):
     the partitions sampled, those averaged in, and (partition or node, reason) of those rejected.
     """
 
+    #: whether the global arrays are backbone *and* shared head (:func:`initial_arrays`), or the backbone only
+    global_head = False
+    #: what happens to a sampled client's missing or rejected reply (written to the sidecar)
+    missing_replies = "left out: the N_i-weighted average runs over the valid replies"
+
     def __init__(self, cfg: RunConfig, directory: Directory) -> None:
         self.cfg = cfg
         self.directory = directory
@@ -204,7 +221,8 @@ class EdgeprofStrategy(Strategy):
 
     def round_config(self, server_round: int) -> dict:
         """What every TRAIN message of a round carries in its ConfigRecord."""
-        return {"server-round": server_round, "scale": float(self.scale)}
+        return {"server-round": server_round, "scale": float(self.scale),
+                "num-outputs": self.directory.num_outputs}
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
@@ -281,12 +299,18 @@ class EdgeprofStrategy(Strategy):
                  self.cfg.clients, self.cfg.participation, self.cfg.participation_mode, self.scale)
 
 
-class PflegoStrategy(EdgeprofStrategy):
-    """PFLEGO's server: the replies are gradients of theta; equation (4) with the server optimizer."""
+class OptimizerStrategy(EdgeprofStrategy):
+    """A strategy whose server step feeds a server optimizer (``cfg.server_optimizer``, step ``cfg.rho``)."""
 
     def __init__(self, cfg: RunConfig, directory: Directory) -> None:
         super().__init__(cfg, directory)
         self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
+
+
+class PflegoStrategy(OptimizerStrategy):
+    """PFLEGO's server: the replies are gradients of theta; equation (4) with the server optimizer."""
+
+    missing_replies = "count as zero (PFLEGO Section 3.2.1): sum over the replies, scale I/r of the sampled r"
 
     def aggregate(self, theta, replies):
         alphas = [self.directory.alpha(r.partition_id) for r in replies]
@@ -294,22 +318,57 @@ class PflegoStrategy(EdgeprofStrategy):
 
 
 class FedAvgStrategy(EdgeprofStrategy):
-    """FedAvg's server: the N_i-weighted average of the replies' weights."""
+    """FedAvg's server (also FedProx's and Ditto's): the N_i-weighted average of the whole models."""
 
-    def round_config(self, server_round: int) -> dict:
-        return {**super().round_config(server_round), "num-outputs": self.directory.num_outputs}
+    global_head = True
 
     def aggregate(self, theta, replies):
         return fedavg.server_step([r.arrays for r in replies], [r.n_samples for r in replies])
 
 
-STRATEGIES = {"pflego": PflegoStrategy, "fedavg": FedAvgStrategy}
+class PersonalHeadStrategy(EdgeprofStrategy):
+    """FedPer's server (also FedRep's, FedBABU's, FedSim's, FedAlt's): the N_i-weighted average of the backbones."""
+
+    def aggregate(self, theta, replies):
+        return fedper.server_step([r.arrays for r in replies], [r.n_samples for r in replies])
+
+
+class FedReconStrategy(OptimizerStrategy):
+    """FedRecon's server: the N_i-weighted mean of the theta_i as a pseudo-gradient for the server optimizer."""
+
+    missing_replies = "left out: the pseudo-gradient averages the valid replies' theta_i by N_i"
+
+    def aggregate(self, theta, replies):
+        return fedrecon.server_step(theta, [r.arrays for r in replies], [r.n_samples for r in replies],
+                                    self.optimizer)
+
+
+#: the strategy of every algorithm in :data:`edgeprof.algorithms.ALGORITHMS`
+STRATEGIES: dict[str, type[EdgeprofStrategy]] = {
+    "pflego": PflegoStrategy, "fedavg": FedAvgStrategy, "fedprox": FedAvgStrategy, "ditto": FedAvgStrategy,
+    "fedper": PersonalHeadStrategy, "fedrep": PersonalHeadStrategy, "fedbabu": PersonalHeadStrategy,
+    "fedsim": PersonalHeadStrategy, "fedalt": PersonalHeadStrategy, "fedrecon": FedReconStrategy,
+}
 
 
 def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
-    """The strategy of ``cfg.algo``; ConfigError for an algorithm not yet available on Flower."""
+    """The strategy of ``cfg.algo``; ConfigError for a name with no Flower strategy."""
     from edgeprof.errors import ConfigError
 
     if cfg.algo not in STRATEGIES:
-        raise ConfigError(f"{cfg.algo} does not run on Flower yet; choose one of: {', '.join(STRATEGIES)}")
+        raise ConfigError(f"{cfg.algo} does not run on Flower; choose one of: {', '.join(STRATEGIES)}")
     return STRATEGIES[cfg.algo](cfg, directory)
+
+
+def initial_arrays(cfg: RunConfig, num_outputs: int) -> list[np.ndarray]:
+    """The global model of round 0, built exactly as :func:`edgeprof.simulate.build_algorithm` does.
+
+    The seeded backbone, followed by FedAvg's shared head of ``num_outputs`` (max_i K_i) outputs when the
+    strategy's global model has one (FedAvg, FedProx, Ditto; Ditto's personal models start here too).
+    """
+    from edgeprof.nn.backbones import build_backbone, get_params
+
+    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
+    if cfg.algo in STRATEGIES and STRATEGIES[cfg.algo].global_head:
+        return get_params(fedavg.BackboneWithHead(backbone, num_outputs, seed=cfg.seed))
+    return get_params(backbone)
