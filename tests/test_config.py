@@ -1,0 +1,62 @@
+"""Run settings, the paper's default hyperparameters, client participation, and the top-level API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import edgeprof
+from edgeprof.config import RunConfig
+from edgeprof.errors import ConfigError
+from edgeprof.simulate import sample_participants
+
+
+@pytest.mark.parametrize("algo,dataset,degree,expected", [
+    ("pflego", "digits", "high", {"beta": 0.189, "rho": 0.003}),       # Table 6, MNIST column
+    ("pflego", "cifar10", "high", {"beta": 0.002, "rho": 0.001}),      # Table 6, CIFAR-10 High-Pers
+    ("pflego", "fashion-mnist", "none", {"beta": 0.007, "rho": 0.003}),
+    ("pflego", "omniglot", "group", {"beta": 0.1341, "rho": 0.003}),   # Table 7
+    ("fedavg", "cifar10", "none", {"beta": 0.006}),
+    ("ditto", "mnist", "medium", {"beta": 0.007, "mu": 0.5}),
+])
+def test_defaults_come_from_tables_6_and_7(algo, dataset, degree, expected):
+    cfg = RunConfig(algo=algo, dataset=dataset, degree=degree).resolved()
+    assert {k: getattr(cfg, k) for k in expected} == expected
+
+
+def test_explicit_rates_win_and_engine_defaults_per_algorithm():
+    cfg = RunConfig(algo="pflego", beta=0.5).resolved()
+    assert cfg.beta == 0.5 and cfg.rho == 0.003 and cfg.engine == "onnx"
+    assert RunConfig(algo="fedavg").resolved().engine == "torch"
+    with pytest.raises(ConfigError, match="engine for fedavg"):
+        RunConfig(algo="fedavg", engine="onnx")
+
+
+@pytest.mark.parametrize("clients,pi,r", [(10, 0.2, 2), (100, 0.2, 20), (3, 0.1, 1), (5, 1.0, 5)])
+def test_fixed_participation_samples_r_distinct_clients(clients, pi, r):
+    rng = np.random.default_rng(0)
+    rounds = [sample_participants(rng, clients, pi, "fixed") for _ in range(2000)]
+    assert all(len(set(s)) == len(s) == r for s in rounds)
+    counts = np.bincount(np.concatenate(rounds), minlength=clients) / len(rounds)
+    np.testing.assert_allclose(counts, r / clients, atol=0.04)  # Pr(i in I_t) = r/I
+    assert RunConfig(clients=clients, participation=pi).sampled_per_round == r
+
+
+def test_bernoulli_participation_includes_each_client_with_probability_pi():
+    rng = np.random.default_rng(1)
+    rounds = [sample_participants(rng, 8, 0.3, "bernoulli") for _ in range(4000)]
+    counts = np.bincount(np.concatenate([np.asarray(s, dtype=int) for s in rounds]), minlength=8) / len(rounds)
+    np.testing.assert_allclose(counts, 0.3, atol=0.03)
+    assert any(len(s) == 0 for s in rounds) and len({len(s) for s in rounds}) > 3
+    assert RunConfig(clients=8, participation=0.3, participation_mode="bernoulli").sampled_per_round == \
+        pytest.approx(2.4)
+
+
+def test_top_level_api_runs_and_reads_back(tmp_path):
+    result = edgeprof.run(edgeprof.RunConfig(algo="pflego", tau=3, rounds=2, clients=4, participation=0.5,
+                                             dataset="synthetic", synthetic_samples=200, synthetic_classes=4,
+                                             backbone="mlp", out=str(tmp_path), progress=False))
+    report = edgeprof.read_report(result.csv_path)
+    assert result.status == "complete" and result.rounds_completed == 2
+    assert len(report.values("wall_s", report.where(kind="client"))) == 4
+    assert report.sidecar["config"]["beta"] == 0.189  # resolved from Table 6
