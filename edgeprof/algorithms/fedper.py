@@ -89,6 +89,22 @@ def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Se
     return get_params(backbone), head, loss
 
 
+def alternating_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
+                      x: np.ndarray, y: np.ndarray, *, head_steps: int, body_steps: int, beta: float,
+                      phases: tuple[str, str], phase: Phase = no_phase) -> tuple[list[np.ndarray], Head, float]:
+    """Head steps with the body frozen, then body steps that see the new head (FedRep's and FedAlt's update).
+
+    ``phases`` names the two parts for the profiler. Returns (new body, new head, loss at the first head step).
+    """
+    set_params(backbone, body)
+    head_phase, body_phase = phases
+    with phase(head_phase):
+        head, loss = local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False)
+    with phase(body_phase):
+        local_steps(backbone, head, x, y, steps=body_steps, lr=beta, train_head=False)
+    return get_params(backbone), head, loss
+
+
 def server_step(bodies: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]) -> list[np.ndarray]:
     """The new shared backbone: the N_i-weighted average of the participants' backbones (heads stay home)."""
     return aggregation.weighted_average(bodies, n_samples)

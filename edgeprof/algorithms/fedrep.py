@@ -26,8 +26,7 @@ import torch
 
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import Phase, no_phase
-from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm, local_steps
-from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm
 
 #: the server step: N_i-weighted average of the backbones (heads stay personal)
 server_step = fedper.server_step
@@ -48,12 +47,8 @@ def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Se
 
     Returns (new body, new head, loss at the first head step).
     """
-    set_params(backbone, body)
-    with phase("head_epochs"):
-        head, loss = local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False)
-    with phase("body_epochs"):
-        local_steps(backbone, head, x, y, steps=n_body_steps, lr=beta, train_head=False)
-    return get_params(backbone), head, loss
+    return fedper.alternating_round(backbone, body, head, x, y, head_steps=head_steps, body_steps=n_body_steps,
+                                    beta=beta, phases=("head_epochs", "body_epochs"), phase=phase)
 
 
 class FedRep(PersonalHeadAlgorithm):

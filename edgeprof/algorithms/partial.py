@@ -24,8 +24,7 @@ import torch
 
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import Phase, no_phase
-from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm, local_steps
-from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm
 
 #: the shared part's server step: N_i-weighted average of the participants' u_i
 server_step = fedper.server_step
@@ -42,12 +41,8 @@ def local_alt(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal:
               x: np.ndarray, y: np.ndarray, *, tau_v: int, tau_u: int, beta: float,
               phase: Phase = no_phase) -> tuple[list[np.ndarray], Head, float]:
     """LocalAlt on arrays: v_i first with u fixed, then u with the new v_i fixed; (new u_i, new v_i, first loss)."""
-    set_params(backbone, shared)
-    with phase("personal_steps"):
-        personal, loss = local_steps(backbone, personal, x, y, steps=tau_v, lr=beta, train_body=False)
-    with phase("shared_steps"):
-        local_steps(backbone, personal, x, y, steps=tau_u, lr=beta, train_head=False)
-    return get_params(backbone), personal, loss
+    return fedper.alternating_round(backbone, shared, personal, x, y, head_steps=tau_v, body_steps=tau_u, beta=beta,
+                                    phases=("personal_steps", "shared_steps"), phase=phase)
 
 
 class FedSim(PersonalHeadAlgorithm):
