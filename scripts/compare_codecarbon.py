@@ -1,36 +1,30 @@
-"""Compare edgeprof's energy and carbon with codecarbon's own tracker on the same CPU workload.
+"""Compare edgeprof's energy and carbon with codecarbon's own tracker over one whole edgeprof run.
 
-Both measure the same few seconds of torch matmuls at the same time: codecarbon's
-OfflineEmissionsTracker (no network, no file) and edgeprof's discovered meters. The script prints both
-energies (kWh and J), both emissions, and how each figure was obtained. On a machine without RAPL,
-codecarbon falls back to its own CPU power model and edgeprof to its labelled CPU-time estimate; the
-output says so instead of presenting either as a measurement.
+The workload is a complete ``edgeprof measure`` run (by default the README's ``--algo pflego --tau 50`` on the
+embedded digits data, 3 rounds), executed through :func:`edgeprof.simulate.run` while codecarbon's
+OfflineEmissionsTracker (no network, no file) runs around it. The script prints codecarbon's figures, edgeprof's
+meters read around the whole run (set-up included), and the sum of the run's report rows (client rounds and
+server steps only), each with how it was obtained. On a machine without RAPL, codecarbon falls back to its own
+CPU power model and edgeprof to its labelled CPU-time estimate; the output says so instead of presenting either
+as a measurement.
 
-    python scripts/compare_codecarbon.py [--seconds 4] [--country FRA] [--cpu-watts W]
+    python scripts/compare_codecarbon.py [--algo pflego] [--tau 50] [--rounds 3] [--country FRA] [--cpu-watts W]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import tempfile
 import time
-
-
-def workload(seconds: float) -> int:
-    """Square float32 matmuls until ``seconds`` of wall time have passed; returns the count."""
-    import torch
-
-    a, b = torch.randn(512, 512), torch.randn(512, 512)
-    n, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        a = torch.tanh(a @ b)
-        n += 1
-    return n
+from pathlib import Path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--algo", default="pflego")
+    parser.add_argument("--tau", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--country", default="FRA")
     parser.add_argument("--cpu-watts", type=float, default=None)
     args = parser.parse_args()
@@ -38,7 +32,10 @@ def main() -> None:
     import torch  # noqa: F401  (imported before measuring so its import is not in the window)
     from codecarbon import OfflineEmissionsTracker
 
+    from edgeprof.config import RunConfig
     from edgeprof.meters import discover
+    from edgeprof.report import read_report
+    from edgeprof.simulate import run
     from edgeprof.meters.carbon import J_PER_KWH, carbon_g, carbon_intensity
 
     logging.getLogger("codecarbon").setLevel(logging.ERROR)
@@ -47,11 +44,16 @@ def main() -> None:
     tracker = OfflineEmissionsTracker(country_iso_code=args.country, log_level="error", save_to_file=False,
                                       measure_power_secs=1)
     tracker.start()
+    out = Path(tempfile.mkdtemp(prefix="edgeprof-vs-codecarbon-"))
+    cfg = RunConfig(algo=args.algo, tau=args.tau, rounds=args.rounds, out=out, cpu_watts=args.cpu_watts,
+                    country=args.country, progress=False)
     before, t0 = meters.read_j(), time.perf_counter()
-    matmuls = workload(args.seconds)
+    result = run(cfg)
     after, wall_s = meters.read_j(), time.perf_counter() - t0
     cc_kg = tracker.stop() or 0.0
     meters.close()
+    report = read_report(result.csv_path)
+    rows_j, rows_g = sum(report.values("energy_j")), sum(report.values("carbon_g"))
 
     data = tracker.final_emissions_data
     cc_kwh = data.energy_consumed
@@ -60,7 +62,8 @@ def main() -> None:
     hardware = [h.description() if hasattr(h, "description") else type(h).__name__
                 for h in getattr(tracker, "_hardware", [])]
 
-    print(f"workload: {matmuls} matmuls (512x512 float32) in {wall_s:.2f} s, country {args.country}\n")
+    print(f"workload: edgeprof measure --algo {args.algo} --tau {args.tau} --rounds {args.rounds} (digits, "
+          f"cnn-omniglot), {wall_s:.2f} s, country {args.country}; report {result.csv_path}\n")
     print("codecarbon (OfflineEmissionsTracker, machine mode):")
     print(f"  energy     {cc_kwh:.3e} kWh = {cc_kwh * J_PER_KWH:9.2f} J "
           f"(cpu {data.cpu_energy * J_PER_KWH:.2f} J, ram {data.ram_energy * J_PER_KWH:.2f} J, "
@@ -70,7 +73,11 @@ def main() -> None:
           f" hardware: {'; '.join(hardware) or 'unknown'}")
     print("             (without readable RAPL codecarbon uses its own CPU power model (TDP table or a constant),"
           " an estimate, and it counts the whole machine plus a RAM power model)\n")
-    print("edgeprof (discovered meters):")
+    print("edgeprof, its report (client rounds + server steps, the rows' energy_j and carbon_g summed):")
+    print(f"  energy     {rows_j:9.2f} J over {len(report.rows)} rows, methods "
+          f"{', '.join(sorted({r['energy_method'] for r in report.rows}))}")
+    print(f"  emissions  {rows_g:.4f} g CO2e")
+    print("edgeprof, its meters read around the whole run (set-up, data loading and export included):")
     print(f"  energy     {ep_j / J_PER_KWH:.3e} kWh = {ep_j:9.2f} J "
           f"({', '.join(f'{k} {v:.2f} J' for k, v in deltas.items())})")
     print(f"  emissions  {carbon_g(ep_j, intensity):.4f} g CO2e at {intensity.g_per_kwh:g} g/kWh ({intensity.source})")
