@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -64,7 +64,6 @@ class RunConfig:
     region: Optional[str] = None
     carbon_intensity: Optional[float] = None
     progress: bool = True
-    extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         validate(self)

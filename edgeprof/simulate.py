@@ -77,8 +77,7 @@ def build_algorithm(cfg: RunConfig, clients):
     from edgeprof.nn.backbones import build_backbone
 
     backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
-    rng = np.random.default_rng(cfg.seed + 1)
-    return load(cfg.algo)(cfg, clients, backbone, rng)
+    return load(cfg.algo)(cfg, clients, backbone)
 
 
 def set_threads(threads: Optional[int]) -> None:

@@ -39,7 +39,7 @@ def build(algo: str, client, tau: int, threads: int):
     cfg = RunConfig(algo=algo, tau=tau, clients=1, participation=1.0, dataset="synthetic",
                     backbone="cnn-omniglot", threads=threads, progress=False).resolved()
     backbone = build_backbone("cnn-omniglot", (1, 28, 28), seed=0)
-    return load(algo)(cfg, [client], backbone, np.random.default_rng(0))
+    return load(algo)(cfg, [client], backbone)
 
 
 def timed_round(profiler, algorithm) -> tuple[float, dict, float]:

@@ -31,7 +31,7 @@ def build(algo: str, backbone_name: str, clients: int):
     data = [ClientData(i, np.array([0, 1]), x, y, x[:2], y[:2]) for i in range(clients)]
     cfg = RunConfig(algo=algo, clients=clients, participation=1.0, dataset="synthetic", backbone=backbone_name,
                     progress=False).resolved()
-    return load(algo)(cfg, data, build_backbone(backbone_name, shape, seed=0), np.random.default_rng(0))
+    return load(algo)(cfg, data, build_backbone(backbone_name, shape, seed=0))
 
 
 def updates_for(algorithm, r: int, rng: np.random.Generator):

@@ -143,7 +143,7 @@ def test_fedbabu_never_changes_the_head_and_steps_the_body_with_momentum(tiny_cl
 
 def test_fedbabu_head_stays_fixed_over_federated_rounds(tiny_clients):
     cfg = RunConfig(algo="fedbabu", tau=2, clients=3, participation=1.0, backbone="mlp").resolved()
-    algo = load("fedbabu")(cfg, tiny_clients, _backbone(), np.random.default_rng(0))
+    algo = load("fedbabu")(cfg, tiny_clients, _backbone())
     head = [a.copy() for a in algo.head]
     body = [a.copy() for a in algo.body]
 
@@ -223,7 +223,7 @@ PERSONAL_HEAD = ["fedper", "fedrep", "fedsim", "fedalt"]
 @pytest.mark.parametrize("name", PERSONAL_HEAD)
 def test_server_averages_only_the_body_and_heads_stay_personal(name, tiny_clients):
     cfg = RunConfig(algo=name, tau=2, clients=3, participation=1.0, backbone="mlp").resolved()
-    algo = load(name)(cfg, tiny_clients, _backbone(), np.random.default_rng(0))
+    algo = load(name)(cfg, tiny_clients, _backbone())
     n_body = len(list(algo.backbone.parameters()))
 
     updates = [algo.client_round(i) for i in (0, 2)]

@@ -1,6 +1,7 @@
 """What every algorithm provides to the simulation loop, and the torch helpers they share.
 
-An algorithm object owns the federation's state (global weights, personal heads, optimizer state) and
+An algorithm object (built from the config, the clients and a seeded backbone; anything random it needs
+is derived from ``cfg.seed``) owns the federation's state (global weights, personal heads, optimizer state) and
 exposes three operations the loop profiles: :meth:`Algorithm.client_round` (one participating client's
 local work, split into named phases), :meth:`Algorithm.server_step` (aggregate the round's updates) and
 :meth:`Algorithm.evaluate` (loss and accuracy of one client, outside the profiled windows).
@@ -53,12 +54,10 @@ class Algorithm(ABC):
 
     name = "algorithm"
 
-    def __init__(self, cfg: RunConfig, clients: Sequence[ClientData], backbone: torch.nn.Module,
-                 rng: np.random.Generator) -> None:
+    def __init__(self, cfg: RunConfig, clients: Sequence[ClientData], backbone: torch.nn.Module) -> None:
         self.cfg = cfg
         self.clients = list(clients)
         self.backbone = backbone
-        self.rng = rng
 
     @property
     def num_clients(self) -> int:

@@ -51,8 +51,8 @@ class Ditto(fedavg.FedAvg):
 
     name = "ditto"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         self.personal = [[a.copy() for a in self.weights] for _ in self.clients]
 
     def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:

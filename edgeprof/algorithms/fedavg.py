@@ -78,8 +78,8 @@ class FedAvg(Algorithm):
 
     name = "fedavg"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         outputs = max(c.num_classes for c in self.clients)
         self.model = BackboneWithHead(backbone, outputs, seed=cfg.seed)
         self.weights = get_params(self.model)

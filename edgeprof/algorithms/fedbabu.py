@@ -66,8 +66,8 @@ class FedBabu(Algorithm):
 
     name = "fedbabu"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         outputs = max(c.num_classes for c in self.clients)
         self.head = orthogonal_head(outputs, backbone.feature_dim, cfg.seed)
         self.body = get_params(backbone)

@@ -118,8 +118,8 @@ class PersonalHeadAlgorithm(Algorithm):
 
     name = "personal-head"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         m = backbone.feature_dim
         self.body = get_params(backbone)
         self.heads = [initial_head(cfg.seed, c.client_id, c.num_classes, m) for c in self.clients]

@@ -67,8 +67,8 @@ class FedRecon(Algorithm):
 
     name = "fedrecon"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         from edgeprof.nn.ort import FeatureRunner
 
         self.theta = get_params(backbone)

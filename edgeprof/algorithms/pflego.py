@@ -134,8 +134,8 @@ class Pflego(Algorithm):
 
     name = "pflego"
 
-    def __init__(self, cfg, clients, backbone, rng) -> None:
-        super().__init__(cfg, clients, backbone, rng)
+    def __init__(self, cfg, clients, backbone) -> None:
+        super().__init__(cfg, clients, backbone)
         from edgeprof.nn.ort import FeatureRunner
 
         self.theta = get_params(backbone)
