@@ -57,6 +57,11 @@ def sample_participants(rng: np.random.Generator, num_clients: int, participatio
     return [i for i in range(num_clients) if rng.random() < participation]
 
 
+def participant_rng(cfg: RunConfig) -> np.random.Generator:
+    """The generator that draws I_t each round; the Flower strategy draws from the same stream."""
+    return np.random.default_rng(cfg.seed + 2)
+
+
 def input_shape(cfg: RunConfig) -> tuple[int, int, int]:
     from edgeprof.nn.backbones import default_input_shape
 
@@ -147,7 +152,7 @@ def run_round(ctx: RunContext, cfg: RunConfig, algorithm, round_index: int, part
 
 def run_rounds(ctx: RunContext, cfg: RunConfig, algorithm, advance: Callable[[], None] = lambda: None) -> int:
     """All rounds of one algorithm; returns the number completed (every one is already on disk)."""
-    rng = np.random.default_rng(cfg.seed + 2)
+    rng = participant_rng(cfg)
     for t in range(1, cfg.rounds + 1):
         participants = sample_participants(rng, algorithm.num_clients, cfg.participation, cfg.participation_mode)
         run_round(ctx, cfg, algorithm, t, participants)

@@ -86,10 +86,10 @@ def personal_states(algorithm) -> tuple[str, list] | None:
 
 def in_process(cfg: RunConfig):
     """The algorithm after cfg.rounds rounds of the in-process loop; and the participants of every round."""
-    from edgeprof.simulate import build_algorithm, load_clients, sample_participants
+    from edgeprof.simulate import build_algorithm, load_clients, participant_rng, sample_participants
 
     algorithm = build_algorithm(cfg, load_clients(cfg))
-    rng = np.random.default_rng(cfg.seed + 2)
+    rng = participant_rng(cfg)
     sampled = {}
     for t in range(1, cfg.rounds + 1):
         sampled[t] = sample_participants(rng, cfg.clients, cfg.participation, cfg.participation_mode)

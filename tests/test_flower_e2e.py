@@ -151,8 +151,8 @@ def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]
     from edgeprof.meters.discovery import MeterSet
     from edgeprof.profiler import Profiler
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.simulate import (Energy, RunContext, build_algorithm, load_clients, run_rounds,
-                                   sample_participants)
+    from edgeprof.simulate import (Energy, RunContext, build_algorithm, load_clients, participant_rng,
+                                   run_rounds, sample_participants)
 
     algorithm = build_algorithm(cfg, load_clients(cfg))
     if accepted is None:  # the very loop of `edgeprof measure`
@@ -161,7 +161,7 @@ def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]
         with ReportWriter(out / "r.csv", _columns(cfg)) as writer:
             run_rounds(RunContext("r", "here", writer, Profiler(MeterSet([])), Energy()), cfg, algorithm)
         return algorithm.theta
-    rng = np.random.default_rng(cfg.seed + 2)
+    rng = participant_rng(cfg)
     for t in range(1, cfg.rounds + 1):
         updates = [algorithm.client_round(c) for c in
                    sample_participants(rng, cfg.clients, cfg.participation, cfg.participation_mode)]

@@ -25,7 +25,7 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     from edgeprof.config import RunConfig
     from edgeprof.flower.config import FlowerSettings
     from edgeprof.flower.simulation import simulate
-    from edgeprof.simulate import build_algorithm, load_clients, sample_participants
+    from edgeprof.simulate import build_algorithm, load_clients, participant_rng, sample_participants
 
     cfg = RunConfig(algo=algo, tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",
                     backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=seed, threads=1, out=tmp_path,
@@ -37,7 +37,7 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     assert sidecar["status"] == "complete" and sidecar["flower"]["simulation"]
     assert "attribution, not a measurement" in sidecar["flower"]["energy_note"]
     algorithm = build_algorithm(cfg, load_clients(cfg))
-    rng = np.random.default_rng(cfg.seed + 2)
+    rng = participant_rng(cfg)
     for _ in range(cfg.rounds):
         algorithm.server_step([algorithm.client_round(c) for c in sample_participants(rng, 3, 0.67, "fixed")])
     got = np.load(tmp_path / "sim.theta.npz")

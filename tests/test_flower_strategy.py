@@ -158,14 +158,14 @@ def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
     # Prepare: Flower messages need a task identity outside a running ServerApp
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.simulate import sample_participants
+    from edgeprof.simulate import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
     cfg = cfg_for(seed=7)
     s = st.PflegoStrategy(cfg, directory())
     del s.directory.nodes[2]  # partition 2 has no node: sampled, but no message
-    rng = np.random.default_rng(cfg.seed + 2)
+    rng = participant_rng(cfg)
     arrays = ArrayRecord([np.zeros(sh, np.float32) for sh in SHAPES])
     for t in range(1, 6):
         # Execute

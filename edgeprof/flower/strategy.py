@@ -3,7 +3,7 @@
 Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower.
 :class:`EdgeprofStrategy` does what they all need: it samples the round's clients I_t with exactly the
 random sequence of the in-process loop (:func:`edgeprof.simulate.sample_participants` on
-``default_rng(seed + 2)``), maps their partition ids to Flower node ids through a :class:`Directory`,
+``simulate.participant_rng``), maps their partition ids to Flower node ids through a :class:`Directory`,
 sends one TRAIN message per sampled client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its
 ConfigRecord), and rejects any reply that is malformed (missing records, wrong number or shape of
 arrays, non-float or non-finite values, a partition id that is not the sending node's) with a logged
@@ -60,7 +60,7 @@ from flwr.serverapp.strategy import Strategy
 
 from edgeprof.algorithms import aggregation, fedavg, fedper, fedrecon, pflego
 from edgeprof.config import RunConfig
-from edgeprof.simulate import input_shape, sample_participants
+from edgeprof.simulate import input_shape, participant_rng, sample_participants
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -212,7 +212,7 @@ class EdgeprofStrategy(Strategy):
     def __init__(self, cfg: RunConfig, directory: Directory) -> None:
         self.cfg = cfg
         self.directory = directory
-        self.rng = np.random.default_rng(cfg.seed + 2)
+        self.rng = participant_rng(cfg)
         self.scale = cfg.clients / cfg.sampled_per_round  # I / r, r as sampled (never as replied)
         self.theta: list[np.ndarray] = []
         self.sampled: dict[int, list[int]] = {}
