@@ -5,8 +5,8 @@ plus its engine when that is not the registry's default (``pflego``, ``pflego[to
 device of a report is analysed on its own.
 
 * **Fit.** Ordinary least squares of every client row's cost on its tau, per variant and metric
-  (``wall_s``, ``cpu_s``, ``energy_j``). 95% intervals are estimate +- t(0.975, n-2) * standard error,
-  with the Student t quantile computed here (:func:`t_quantile`, exact for integer degrees of freedom).
+  (``wall_s``, ``cpu_s``, ``energy_j``), by ``scipy.linalg.lstsq``. 95% intervals are estimate
+  +- t(0.975, n-2) * standard error, the Student t quantile from ``scipy.stats`` (:func:`t_quantile`).
 * **Verdict** (:func:`verdict`). The *relative growth* over the swept range is
   ``g = b * (tau_max - tau_min) / mean cost at tau_min``: how much dearer a round at the largest tau is
   than one at the smallest, as a fraction of the latter (the observed mean, not the fitted intercept,
@@ -23,7 +23,8 @@ device of a report is analysed on its own.
   exactly one forward and one backward pass of backbone plus head over the client's local set and an
   SGD update. Interval by the delta method on the ratio of two independent slopes.
 * **Ratios** of every other variant to every PFLEGO variant at each tau both were measured at: ratio of
-  geometric means, with a Welch t interval on the log scale (needs >= 2 rows on each side).
+  geometric means, with a Welch t interval on the log scale (needs >= 2 rows on each side) at the
+  Welch-Satterthwaite degrees of freedom, fractional as they come.
 """
 
 from __future__ import annotations
@@ -50,39 +51,18 @@ class ClaimNotShown(EdgeprofError):
 
 
 # --- Student t -----------------------------------------------------------------------------------------
-def t_abs_cdf(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer ``df`` >= 1 (Abramowitz & Stegun 26.7.3-4, exact sums)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if t <= 0:
-        return 0.0
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 1:
-        total, term = 0.0, math.cos(theta)
-        if df > 1:
-            total = term
-            for j in range(3, df - 1, 2):
-                term *= c2 * (j - 1) / j
-                total += term
-        return min(1.0, 2.0 / math.pi * (theta + s * total))
-    total, term = 1.0, 1.0
-    for j in range(2, df - 1, 2):
-        term *= c2 * (j - 1) / j
-        total += term
-    return min(1.0, s * total)
-
-
 def t_quantile(confidence: float, df: float) -> float:
-    """The two-sided critical value t with P(|T| <= t) = ``confidence``; non-integer ``df`` rounds down."""
-    k = max(1, int(math.floor(df)))
-    lo, hi = 0.0, 1.0
-    while t_abs_cdf(hi, k) < confidence:
-        hi *= 2.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if t_abs_cdf(mid, k) < confidence else (lo, mid)
-    return 0.5 * (lo + hi)
+    """The two-sided critical value t with P(|T| <= t) = ``confidence`` for Student's t with ``df`` > 0.
+
+    ``df`` need not be an integer (Welch-Satterthwaite's rarely is) and is used as is: rounding it down would
+    widen the interval (at df 3.7, 3.182 instead of 2.868). scipy is imported here, not at module level, so
+    that importing this module (the dashboard does) stays cheap.
+    """
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    from scipy import stats
+
+    return float(stats.t.ppf((1.0 + confidence) / 2.0, df))
 
 
 # --- fits ---------------------------------------------------------------------------------------------
@@ -139,21 +119,29 @@ class LineFit:
 
 
 def fit_line(x: Sequence[float], y: Sequence[float]) -> LineFit:
-    """OLS fit of y on x; ValueError when x has fewer than two distinct values."""
+    """OLS fit of y on x (scipy's least squares); ValueError when x has fewer than two distinct values."""
     n = len(x)
     if n != len(y) or len(set(x)) < 2:
         raise ValueError("a line fit needs at least two distinct x values (and as many y)")
-    mx, my = sum(x) / n, sum(y) / n
-    sxx = sum((xi - mx) ** 2 for xi in x)
-    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y)) / sxx
-    a = my - b * mx
-    rss = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y))
-    s = math.sqrt(rss / (n - 2)) if n > 2 else math.nan
-    se_b = s / math.sqrt(sxx) if n > 2 else math.inf
-    se_a = s * math.sqrt(1.0 / n + mx * mx / sxx) if n > 2 else math.inf
-    cov = -mx * s * s / sxx if n > 2 else math.nan
-    at_min = [yi for xi, yi in zip(x, y) if xi == min(x)]
-    return LineFit(a, b, se_a, se_b, cov, n, min(x), max(x), mx, sxx, s, sum(at_min) / len(at_min))
+    import numpy as np
+    from scipy import linalg
+
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    design = np.column_stack((np.ones(n), xs))  # full column rank: two distinct x
+    coef = linalg.lstsq(design, ys)[0]
+    a, b = float(coef[0]), float(coef[1])
+    mx = float(xs.mean())
+    sxx = float(((xs - mx) ** 2).sum())
+    x_min, x_max = float(xs.min()), float(xs.max())
+    y_at_min = float(ys[xs == x_min].mean())
+    if n == 2:  # an exact line through two points: no residual degree of freedom, no standard errors
+        return LineFit(a, b, math.inf, math.inf, math.nan, n, x_min, x_max, mx, sxx, math.nan, y_at_min)
+    resid = ys - design @ coef
+    s2 = float(resid @ resid) / (n - 2)
+    pinv = linalg.pinv(design)
+    cov = s2 * (pinv @ pinv.T)  # s^2 (X'X)^-1, with (X'X)^-1 = X+ X+' for X of full column rank
+    return LineFit(a, b, math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1]), float(cov[0, 1]), n, x_min, x_max, mx, sxx,
+                   math.sqrt(s2), y_at_min)
 
 
 # --- verdicts -----------------------------------------------------------------------------------------

@@ -1,28 +1,92 @@
 """The ``edgeprof`` command line: thin typer commands; options -> one RunConfig -> one run function.
 
-Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and a non-zero exit in
-exactly one place, :func:`guard`.
+Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and its documented exit code in
+exactly one place, :func:`guard`; click's own usage errors (``--tau abc``, an unknown option) become the
+same one line with exit 2 in :class:`OneLineErrors`. Exit codes: 2 config, 3 data, 4 output, 5 meter,
+6 model, 7 report, 8 claim not shown (``sweep --check``), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from edgeprof.errors import EdgeprofError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Profile the energy and time of personalized federated learning rounds on this device.")
-
 INTERRUPTED_EXIT = 130
+USAGE_EXIT = 2
 
 
 def _err(message: str) -> None:
-    typer.echo(f"edgeprof: error: {message}", err=True)
+    typer.echo(f"edgeprof: error: {' '.join(message.split())}", err=True)
+
+
+def _dedupe(message: str) -> str:
+    """Drop a repeated "Did you mean ...?" (typer and click both add one to an unknown command)."""
+    return re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", message)
+
+
+class OneLineErrors(TyperGroup):
+    """The command group; click's usage errors print one ``edgeprof: error:`` line instead of a box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as err:
+            if not standalone_mode:
+                raise
+            command = f" (see 'edgeprof {err.ctx.info_name} --help')" if getattr(err, "ctx", None) and \
+                err.ctx.parent is not None else " (see 'edgeprof --help')"
+            _err(_dedupe(err.format_message()) + command)
+            sys.exit(USAGE_EXIT if isinstance(err, click.UsageError) else err.exit_code)
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            typer.echo("edgeprof: aborted", err=True)
+            sys.exit(1)
+        if standalone_mode:
+            sys.exit(code if isinstance(code, int) else 0)
+        return code
+
+
+class _NoteHandler(logging.Handler):
+    """Print the package's notes (``edgeprof`` logger, warnings and up) as ``edgeprof: note: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"edgeprof: note: {record.getMessage()}", err=True)
+
+
+def _show_notes() -> None:
+    logger = logging.getLogger("edgeprof")
+    if not any(isinstance(h, _NoteHandler) for h in logger.handlers):
+        logger.addHandler(_NoteHandler(logging.WARNING))
+        logger.propagate = False
+
+
+def _version(value: bool) -> None:
+    if value:
+        from edgeprof import __version__
+
+        typer.echo(f"edgeprof {__version__}")
+        raise typer.Exit()
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Profile the energy and time of personalized federated learning rounds on this device.")
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print edgeprof's version and exit.")] = False) -> None:
+    _show_notes()
 
 
 @contextlib.contextmanager
@@ -48,7 +112,8 @@ Participation = Annotated[float, typer.Option(
     help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed) or each with probability pi.")]
 Mode = Annotated[str, typer.Option("--participation-mode", help="fixed (r clients per round) or bernoulli.")]
 Dataset = Annotated[str, typer.Option(
-    help="digits (embedded, default), synthetic, mnist, fashion-mnist, emnist, cifar10, omniglot.")]
+    help="digits (embedded with scikit-learn), synthetic (generated), or a local folder of: mnist, fashion-mnist, "
+         "emnist, cifar10, omniglot.")]
 Degree = Annotated[str, typer.Option(
     help="Degree of personalization: high (K=2), medium (K=C/2), none (all classes), group (omniglot alphabets).")]
 Backbone = Annotated[str, typer.Option(help="Backbone from Table 4: mlp, cnn-cifar, cnn-omniglot.")]
@@ -60,32 +125,31 @@ Beta = Annotated[Optional[float], typer.Option(help="Client step size (default: 
 Rho = Annotated[Optional[float], typer.Option(help="Server step size of pflego/fedrecon (default: Tables 6-7).")]
 Mu = Annotated[Optional[float], typer.Option(help="FedProx's mu and Ditto's lambda (default: Table 6).")]
 ServerOptimizer = Annotated[str, typer.Option(help="pflego/fedrecon server optimizer: adam or sgd.")]
-Samples = Annotated[int, typer.Option(help="Synthetic data: total number of samples.")]
-Classes = Annotated[int, typer.Option(help="Synthetic data: number of classes.")]
+Samples = Annotated[int, typer.Option("--synthetic-samples", help="--dataset synthetic only: total number of samples.")]
+Classes = Annotated[int, typer.Option("--synthetic-classes", help="--dataset synthetic only: number of classes.")]
 CpuWatts = Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")]
 Country = Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")]
 CarbonIntensity = Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")]
 ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
 
 
-def _progress_callback(enabled: bool, total: int, label: str):
-    """A rich progress bar advanced once per round; a no-op context when disabled."""
-    if not enabled:
-        return contextlib.nullcontext(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), transient=False)
-
-
-def _run_with_progress(cfg) -> "object":
+def _run_with_progress(cfg, display=None) -> "object":
+    """Run ``cfg`` with a set-up line and a bar of rounds that starts once set-up is over."""
+    from edgeprof.progress import Display
     from edgeprof.simulate import run
 
-    with _progress_callback(cfg.progress, cfg.rounds, cfg.algo) as bar:
-        if bar is None:
-            return run(cfg)
-        task = bar.add_task(f"{cfg.algo} tau={cfg.tau}", total=cfg.rounds)
-        return run(cfg, progress=lambda done, total: bar.update(task, completed=done))
+    own = display is None
+    display = Display(cfg.progress) if own else display
+    with display if own else contextlib.nullcontext():
+        bar: list = []
+
+        def progress(done: int, total: int) -> None:
+            if not bar:  # progress(0, total): set-up is over, the bar's clock starts now
+                bar.append(display.bar(f"{cfg.algo} tau={cfg.tau}", total))
+            if bar[0] is not None:
+                bar[0](done, total)
+
+        return run(cfg, progress=progress, stage=display.stage)
 
 
 def _print_summary(csv_path: Path) -> None:
@@ -100,6 +164,16 @@ def _print_summary(csv_path: Path) -> None:
     if overhead is not None:
         typer.echo(f"profiler overhead: {overhead:.3%} of the client rounds' wall time")
     typer.echo(f"report: {csv_path}")
+
+
+def _print_final_eval(csv_path: Path) -> None:
+    from edgeprof.report.writer import read_report
+
+    evals = read_report(csv_path).where(kind="eval")
+    if evals:
+        last = max(evals, key=lambda r: int(r["round"]))
+        typer.echo(f"after round {last['round']}: training loss {float(last['train_loss']):.4g}, "
+                   f"test accuracy {float(last['test_accuracy']):.2%}")
 
 
 @app.command()
@@ -124,8 +198,8 @@ def measure(
     engine: Annotated[Optional[str], typer.Option(help="Client engine (pflego: onnx or torch-reuse).")] = None,
     run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
     evaluate: Annotated[bool, typer.Option(help="Also record training loss and test accuracy every round.")] = False,
-    samples: Samples = 2000,
-    classes: Classes = 10,
+    synthetic_samples: Samples = 2000,
+    synthetic_classes: Classes = 10,
     cpu_watts: CpuWatts = None,
     jetson_hz: Annotated[float, typer.Option(help="Sampling rate of the Jetson power rails, Hz.")] = 10.0,
     idle_seconds: Annotated[float, typer.Option(help="Seconds of idle baseline before the run (0: off).")] = 0.0,
@@ -142,11 +216,13 @@ def measure(
                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
                         data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
                         server_optimizer=server_optimizer, engine=engine, run_name=run_name, evaluate=evaluate,
-                        synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts,
+                        synthetic_samples=synthetic_samples, synthetic_classes=synthetic_classes, cpu_watts=cpu_watts,
                         jetson_hz=jetson_hz, idle_seconds=idle_seconds, country=country, region=region,
                         carbon_intensity=carbon_intensity, progress=progress)
         result = _run_with_progress(cfg)
         _print_summary(result.csv_path)
+        if cfg.evaluate:
+            _print_final_eval(result.csv_path)
 
 
 @app.command()
@@ -157,11 +233,9 @@ def export(
 ) -> None:
     """Export a backbone to ONNX (dynamic batch axis) under models/."""
     with guard():
-        from edgeprof.config import BACKBONES
-        from edgeprof.errors import ConfigError
+        from edgeprof.config import BACKBONES, check_choice
 
-        if backbone not in BACKBONES:
-            raise ConfigError(f"unknown backbone {backbone!r}; choose one of: {', '.join(BACKBONES)}")
+        check_choice("backbone", backbone, BACKBONES)
         from edgeprof.nn.backbones import build_backbone
         from edgeprof.nn.ort import export_backbone
 
@@ -192,8 +266,10 @@ def doctor(
 ) -> None:
     """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
     with guard():
+        from edgeprof.config import check_meter_options
         from edgeprof.meters.doctor import doctor_report, render_doctor
 
+        check_meter_options(cpu_watts=cpu_watts)
         typer.echo(render_doctor(doctor_report(cpu_watts=cpu_watts)))
 
 
@@ -220,8 +296,8 @@ def train(
     server_optimizer: ServerOptimizer = "adam",
     target_accuracy: Annotated[float, typer.Option(help="Test accuracy the energy-to-target column counts to.")] = 0.9,
     run_name: Annotated[Optional[str], typer.Option(help="Report name prefix: <name>-<algo> (default: automatic).")] = None,
-    samples: Samples = 2000,
-    classes: Classes = 10,
+    synthetic_samples: Samples = 2000,
+    synthetic_classes: Classes = 10,
     cpu_watts: CpuWatts = None,
     country: Country = None,
     carbon_intensity: CarbonIntensity = None,
@@ -241,7 +317,7 @@ def train(
                          participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
                          data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
                          server_optimizer=server_optimizer, run_name=run_name, evaluate=True,
-                         synthetic_samples=samples, synthetic_classes=classes, cpu_watts=cpu_watts, country=country,
+                         synthetic_samples=synthetic_samples, synthetic_classes=synthetic_classes, cpu_watts=cpu_watts, country=country,
                          carbon_intensity=carbon_intensity, progress=progress)
         _train_and_report(base, names, target_accuracy)
 
@@ -252,12 +328,15 @@ def _train_and_report(base, names, target: float) -> None:
     from edgeprof.report.writer import read_report
     from edgeprof.train import energy_to_target, render, train_configs
 
+    from edgeprof.progress import Display
+
     configs = train_configs(base, names)  # every config is validated before the first run starts
     results, paths = [], []
-    for cfg in configs:
-        result = _run_with_progress(cfg)
-        paths.append(result.csv_path)
-        results.extend(energy_to_target(read_report(result.csv_path), target))
+    with Display(base.progress) as display:  # one bar per algorithm, each started after its own set-up
+        for cfg in configs:
+            result = _run_with_progress(cfg, display)
+            paths.append(result.csv_path)
+            results.extend(energy_to_target(read_report(result.csv_path), target))
     Console().print(render(results))
     for path in paths:
         typer.echo(f"report: {path}")
@@ -331,15 +410,20 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 
     from edgeprof.analysis import ClaimNotShown, analyze, check_claim, render
     from edgeprof.report.writer import read_report
-    from edgeprof.sweep import plan_cells, run_sweep
+    from edgeprof.progress import Display
+    from edgeprof.sweep import cell_weights, plan_cells, run_sweep
 
-    total = len(plan_cells(cfg))
-    with _progress_callback(cfg.base.progress, total, "sweep") as bar:
-        if bar is None:
-            result = run_sweep(cfg)
-        else:
-            task = bar.add_task("sweep", total=total)
-            result = run_sweep(cfg, progress=lambda done, _total: bar.update(task, completed=done))
+    weights = cell_weights(plan_cells(cfg))
+    with Display(cfg.base.progress) as display:
+        bar: list = []
+
+        def progress(done: int, total: int) -> None:
+            if not bar:  # progress(0, total): set-up and warm-up are over
+                bar.append(display.weighted_bar("sweep cells", weights))
+            if bar[0] is not None:
+                bar[0](done, total)
+
+        result = run_sweep(cfg, progress=progress, stage=display.stage)
     analysis = analyze(read_report(result.csv_path).rows)
     console = Console()
     for table in render(analysis):
@@ -379,6 +463,19 @@ def _flower_cfg(**options):
     return RunConfig(progress=False, **options)
 
 
+def flower_commands(folder: Path, clients: int, port: int) -> str:
+    """The commands that start the deployment the README describes (its steps 2-4), ready to copy."""
+    return (f"2. server:    flower-superlink --host 0.0.0.0 --port {port} --ssl-ca-certfile ca.crt "
+            f"--ssl-certfile server.pem --ssl-keyfile server.key --disable-runtime-dependency-installation\n"
+            f"3. device i:  flower-supernode --superlink <server>:{port} --root-certificates ca.crt "
+            f"--node-config \"partition-id=<i> num-partitions={clients}\"\n"
+            f"4. submit:    add to $FLWR_HOME/config.toml (default ~/.flwr/config.toml):\n"
+            f"[superlink.prod]\n"
+            f"address = \"<server>:{port}\"\n"
+            f"root-certificates = \"/path/ca.crt\"\n"
+            f"             then: flwr run {folder} prod --stream")
+
+
 @app.command("flower-app-dir")
 def flower_app_dir(
     folder: FlowerDir = Path("edgeprof-flower-app"),
@@ -389,20 +486,20 @@ def flower_app_dir(
     threads: Threads = None,
     run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
     round_timeout: RoundTimeout = 600.0, node_wait: NodeWait = 300.0, total_samples: TotalSamples = 0,
+    port: Annotated[int, typer.Option(help="The SuperLink's port in the printed commands.")] = 9093,
 ) -> None:
     """Write a Flower app folder (pyproject.toml) running edgeprof's ServerApp and ClientApp; print the commands."""
     with guard():
+        from edgeprof.errors import ConfigError
         from edgeprof.flower.config import FlowerSettings, to_run_config, write_app_dir
 
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"port must be in 1..65535, got {port}")
         cfg = _flower_cfg(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
                           participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
                           data_dir=data_dir, seed=seed, out=Path(out).resolve(), threads=threads, run_name=run_name)
         path = write_app_dir(folder, to_run_config(cfg, FlowerSettings(round_timeout, node_wait, total_samples)))
-        typer.echo(f"wrote {path}\n"
-                   f"server:  flower-superlink --ssl-ca-certfile ca.crt --ssl-certfile server.pem --ssl-keyfile server.key\n"
-                   f"device i: flower-supernode --root-certificates ca.crt --superlink <server>:9093 "
-                   f"--node-config 'partition-id=<i> num-partitions={clients}'\n"
-                   f"submit:  flwr run {folder} <connection>   (a [superlink.<connection>] in $FLWR_HOME/config.toml)")
+        typer.echo(f"1. wrote {path}\n{flower_commands(folder, clients, port)}")
 
 
 @app.command("flower-simulate")

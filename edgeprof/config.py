@@ -104,6 +104,23 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     _check(value in allowed, f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
 
 
+def check_positive(**values: Optional[float]) -> None:
+    """ConfigError for the first value given that is neither None nor > 0 (and finite)."""
+    for name, value in values.items():
+        _check(value is None or (value > 0 and math.isfinite(value)),
+               f"{name.replace('_', '-')} must be positive, got {value}")
+
+
+def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """ConfigError naming the allowed values when ``value`` is not one of them."""
+    _choice(name, value, allowed)
+
+
+def check_meter_options(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0) -> None:
+    """The options every command that opens meters takes (measure, sweep, train, doctor, Flower)."""
+    check_positive(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
+
+
 def validate(cfg: RunConfig) -> None:
     """Raise ConfigError with one clear line for the first invalid setting."""
     _choice("algorithm", cfg.algo, algorithm_names())
@@ -119,9 +136,8 @@ def validate(cfg: RunConfig) -> None:
            f"participation must be in (0, 1], got {cfg.participation}")
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")
     _check(cfg.threads is None or cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}")
-    for name in ("beta", "rho", "cpu_watts", "carbon_intensity", "jetson_hz"):
-        value = getattr(cfg, name)
-        _check(value is None or value > 0, f"{name.replace('_', '-')} must be positive, got {value}")
+    check_positive(beta=cfg.beta, rho=cfg.rho, carbon_intensity=cfg.carbon_intensity)
+    check_meter_options(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
     _check(cfg.mu is None or cfg.mu >= 0, f"mu must be >= 0, got {cfg.mu}")
     _check(cfg.idle_seconds >= 0, f"idle seconds must be >= 0, got {cfg.idle_seconds}")
     _check(cfg.synthetic_samples >= 1 and cfg.synthetic_classes >= 2,

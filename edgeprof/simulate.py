@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from edgeprof.meters.discovery import MeterSet
 from edgeprof.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+
+#: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
+log = logging.getLogger("edgeprof")
 
 @dataclass
 class RunResult:
@@ -45,6 +49,8 @@ class Energy:
     idle_power_w: Optional[float] = None
     carbon_g_per_kwh: Optional[float] = None
     sidecar: dict = field(default_factory=dict)
+    #: one line each for what the run does without (printed by the CLI, kept in the sidecar)
+    notes: list[str] = field(default_factory=list)
 
 
 def sample_participants(rng: np.random.Generator, num_clients: int, participation: float,
@@ -169,9 +175,14 @@ def open_energy(cfg: RunConfig, meters: MeterSet) -> Energy:
         baseline = idle.measure_idle(meters, cfg.idle_seconds)
         energy.idle_power_w = baseline.total_power_w
         energy.sidecar["idle"] = baseline.describe()
-    intensity = carbon.carbon_intensity(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
-    energy.carbon_g_per_kwh = intensity.g_per_kwh
-    energy.sidecar["carbon"] = dataclasses.asdict(intensity)
+    intensity, note = carbon.carbon_or_note(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
+    if intensity is None:
+        log.warning(note)
+        energy.notes.append(note)
+        energy.sidecar["carbon"] = {"g_per_kwh": None, "source": note}
+    else:
+        energy.carbon_g_per_kwh = intensity.g_per_kwh
+        energy.sidecar["carbon"] = dataclasses.asdict(intensity)
     return energy
 
 
@@ -186,7 +197,7 @@ def sidecar_data(cfg: RunConfig, run_id: str, meters: MeterSet, energy: Energy, 
 
     return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
             "libraries": library_versions(), "meters": meters.describe(), "energy": energy.sidecar,
-            "phases": list(ALGORITHMS[cfg.algo].phases), **status}
+            "phases": list(ALGORITHMS[cfg.algo].phases), "notes": list(energy.notes), **status}
 
 
 @dataclass
@@ -227,23 +238,49 @@ def report_session(out: Path, run_id: str, phases: Sequence[str], meters: MeterS
                                                 rows=writer.rows_written))
 
 
-def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None) -> RunResult:
+def _no_stage(_: str) -> None:
+    """Default set-up reporter: says nothing."""
+
+
+def setup_stages(cfg: RunConfig) -> dict[str, str]:
+    """What a person reads while a run sets up, one line per stage."""
+    source = "the embedded digits" if cfg.dataset == "digits" else (
+        "generated synthetic data" if cfg.dataset == "synthetic" else f"{cfg.dataset} from {cfg.data_dir}")
+    build = f"building the {cfg.backbone} backbone and {cfg.algo}"
+    if "onnx" in (cfg.engine or ""):
+        build += " (exporting the backbone to ONNX, opening ONNX Runtime)"
+    return {"data": f"loading {source} and partitioning it across {cfg.clients} clients", "build": build,
+            "meters": "opening the energy meters",
+            "idle": f"measuring idle power for {cfg.idle_seconds:g} s (keep the machine quiet)"}
+
+
+def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None,
+        stage: Callable[[str], None] = _no_stage) -> RunResult:
     """Run ``cfg`` end to end and return where its report lies.
 
-    ``progress(done, total)`` is called after every round. KeyboardInterrupt is re-raised after the
+    ``stage(text)`` is called as each set-up step starts (loading data, building the backbone, opening
+    meters); ``progress(0, total)`` when set-up is over, then ``progress(done, total)`` after every round. KeyboardInterrupt is re-raised after the
     sidecar is marked ``interrupted``; the CSV keeps every finished round.
     """
     cfg = cfg.resolved()
+    stages = setup_stages(cfg)
     out = check_writable(cfg.out)
     set_threads(cfg.threads)
+    stage(stages["data"])
     clients = load_clients(cfg)
+    stage(stages["build"])
     algorithm = build_algorithm(cfg, clients)
+    stage(stages["meters"])
     meters = open_meters(cfg)
     try:
+        if cfg.idle_seconds > 0:
+            stage(stages["idle"])
         energy = open_energy(cfg, meters)
         run_id = make_run_id(cfg)
         sidecar = functools.partial(sidecar_data, cfg, run_id, meters, energy)
         with report_session(out, run_id, phases_of([cfg.algo]), meters, energy, sidecar) as session:
+            if progress:
+                progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, algorithm, lambda: session.advance(progress, cfg.rounds))
         return RunResult(run_id, session.csv_path, session.sidecar_path, session.done, session.status)
     finally:

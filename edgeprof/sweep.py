@@ -139,6 +139,13 @@ def plan_cells(cfg: SweepConfig) -> list[Cell]:
     return [cells[i] for i in order]
 
 
+def cell_weights(cells: Sequence[Cell]) -> list[float]:
+    """Each cell's expected share of the sweep's time (from the registry's cost prior), for progress/ETA."""
+    costs = [ALGORITHMS[c.variant.algo].expected_cost(c.tau) + 1.0 for c in cells]  # +1: the server step
+    total = sum(costs)
+    return [c / total for c in costs]
+
+
 def sweep_clients(cfg: SweepConfig):
     """The clients every variant shares; each keeps ``samples_per_client`` training samples.
 
@@ -192,8 +199,12 @@ def _sweep_sidecar(cfg: SweepConfig, run_id, meters, energy, cells: Sequence[Cel
     return data
 
 
-def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]] = None) -> SweepResult:
+def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]] = None,
+              stage: Callable[[str], None] = lambda _: None) -> SweepResult:
     """Run every cell of ``cfg`` and write one report; ``progress(done, total)`` after every cell.
+
+    ``stage(text)`` is called as each set-up step starts (data, algorithms, meters, warm-up), and
+    ``progress(0, total)`` once set-up is over.
 
     Order of work as in :func:`edgeprof.simulate.run`: validate, check the output folder, load the data,
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
@@ -205,13 +216,16 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     out = check_writable(cfg.base.out)
     set_threads(cfg.base.threads)
     cells = plan_cells(cfg)
+    stage(f"preparing {cfg.base.dataset} data for {cfg.base.clients} client(s)")
     clients = sweep_clients(cfg)
     participants = list(range(len(clients)))
     algorithms = {}
     meters = None
     try:
         for v in cfg.variants():
+            stage(f"building {v.label} on the {cfg.base.backbone} backbone")
             algorithms[v] = build_algorithm(cfg.run_config(v, cfg.taus_for(v)[0]), clients)
+        stage("opening the energy meters")
         meters = open_meters(cfg.base)
         energy = open_energy(cfg.base, meters)
         run_id = cfg.base.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
@@ -219,7 +233,10 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         sidecar = functools.partial(_sweep_sidecar, cfg, run_id, meters, energy, cells)
         with report_session(out, run_id, phases, meters, energy, sidecar) as session:
             if cfg.warmup:
+                stage("warm-up: one unrecorded round per algorithm")
                 _warm_up(algorithms, cfg, participants)
+            if progress:
+                progress(0, len(cells))  # set-up is over
             for index, cell in enumerate(cells, start=1):
                 cell_cfg = cfg.run_config(cell.variant, cell.tau)
                 algorithm = algorithms[cell.variant]

@@ -13,30 +13,135 @@ from edgeprof.analysis import Interval, analyze, check_claim, fit_line, ratio_of
 TAUS = (1, 5, 10, 25, 50, 100)
 
 
+def _t_abs_cdf_by_integration(q: float, df: float, steps: int = 20_000) -> float:
+    """P(|T| <= q) = 2 * integral over [0, q] of Student's t density, by composite Simpson's rule.
+
+    The density is written from its definition, Gamma((df+1)/2) / (sqrt(df*pi) Gamma(df/2)) *
+    (1 + t^2/df)^(-(df+1)/2), so this shares no code with scipy. Simpson's error is at most
+    q * h^4 * max|f^(4)| / 180 with h = q/steps; for q <= 13 (df >= 1) that is below 1e-13.
+    """
+    t = np.linspace(0.0, q, steps + 1)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    density = np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))
+    weights = np.ones(steps + 1)
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return 2.0 * (q / steps) / 3.0 * float(weights @ density)
+
+
+def _t_quantile_reference(confidence: float, df: float) -> float:
+    """Invert :func:`_t_abs_cdf_by_integration` by bisection (60 halvings of a bracket <= 16 wide: < 1e-16)."""
+    lo, hi = 0.0, 1.0
+    while _t_abs_cdf_by_integration(hi, df) < confidence:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _t_abs_cdf_by_integration(mid, df) < confidence else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+# t(0.975, df) as printed in statistical tables, to 4 decimals (hence abs=5e-4).
 @pytest.mark.parametrize("df,expected", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (5, 2.5706), (10, 2.2281),
                                          (30, 2.0423), (120, 1.9799)])
-def test_t_quantile_matches_the_printed_table(df, expected):
+def test_t_quantile_and_the_reference_match_the_printed_table(df, expected):
     assert t_quantile(0.95, df) == pytest.approx(expected, abs=5e-4)
+    assert _t_quantile_reference(0.95, df) == pytest.approx(expected, abs=5e-4)  # the reference is sound
 
 
-def test_t_quantile_agrees_with_scipy_where_installed():
-    stats = pytest.importorskip("scipy.stats")
-    for df in (1, 4, 7, 16, 59):
-        assert t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
+# rel=1e-9: the reference is good to ~1e-11 (the CDF bounds above divided by the density at q, >= 0.006
+# here; they agree to ~1e-14 in practice) and scipy's ppf to a few ulps, so a disagreement beyond 1e-9 is a
+# real error, not rounding. Rounding df down (the old behaviour) is off by 0.2% (df 12.3) to 111% (df 1.5).
+@pytest.mark.parametrize("confidence", [0.95, 0.90])
+@pytest.mark.parametrize("df", [1.5, 3.7, 12.3])
+def test_t_quantile_at_fractional_df_matches_numerical_integration(confidence, df):
+    assert t_quantile(confidence, df) == pytest.approx(_t_quantile_reference(confidence, df), rel=1e-9)
 
 
-def test_fit_recovers_an_exact_line_and_matches_numpy():
-    rng = np.random.default_rng(0)
+def test_t_quantile_keeps_fractional_df():
+    assert t_quantile(0.95, 3.7) == pytest.approx(2.868, abs=5e-4)  # the issue's value (3.182 at df 3)
+    assert t_quantile(0.95, 4) < t_quantile(0.95, 3.7) < t_quantile(0.95, 3)
+    with pytest.raises(ValueError):
+        t_quantile(0.95, 0)
+
+
+def test_welch_interval_uses_the_fractional_df():
+    # Two groups of 3 whose variances of the mean (log scale) are in the ratio r, a root of
+    # 2 (1 + r)^2 / (1 + r^2) = 3.7: the Welch-Satterthwaite df is 3.7 by construction.
+    r = (2.0 - math.sqrt(4.0 - 4 * 0.85 ** 2)) / (2 * 0.85)
+    spread = np.array([-1.0, 0.0, 1.0]) * 0.05
+    num, den = 40.0 * np.exp(spread), np.exp(spread * math.sqrt(r))
+    vn, vd = np.log(num).var(ddof=1) / 3, np.log(den).var(ddof=1) / 3
+    df = (vn + vd) ** 2 / (vn ** 2 / 2 + vd ** 2 / 2)
+    assert df == pytest.approx(3.7, rel=1e-12)
+
+    result = ratio_of_means(list(num), list(den))
+
+    assert result.value == pytest.approx(40.0, rel=1e-12)
+    half = math.log(result.hi / result.value)
+    assert math.log(result.value / result.lo) == pytest.approx(half, rel=1e-12)  # symmetric on the log scale
+    # rel=1e-9 as for the quantile: the rest is a few well-conditioned float operations.
+    t_exact, t_rounded_down = _t_quantile_reference(0.95, df), _t_quantile_reference(0.95, 3)
+    assert half == pytest.approx(t_exact * math.sqrt(vn + vd), rel=1e-9)
+    # Narrower than with df rounded down to 3 (the old behaviour) by t(3.7)/t(3) = 2.868/3.182: about 10%.
+    assert half / (t_rounded_down * math.sqrt(vn + vd)) == pytest.approx(t_exact / t_rounded_down, rel=1e-9)
+    assert t_exact / t_rounded_down == pytest.approx(2.868 / 3.182, abs=5e-4)
+
+
+def _closed_form_ols(x, y) -> dict:
+    """Textbook simple regression: b = Sxy/Sxx, a = ybar - b xbar, s^2 = RSS/(n-2), Var(b) = s^2/Sxx,
+    Var(a) = s^2 (1/n + xbar^2/Sxx), Cov(a, b) = -xbar s^2/Sxx."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n, mx = len(x), x.mean()
+    sxx = ((x - mx) ** 2).sum()
+    b = ((x - mx) * (y - y.mean())).sum() / sxx
+    a = y.mean() - b * mx
+    s2 = ((y - a - b * x) ** 2).sum() / (n - 2)
+    return dict(a=a, b=b, se_a=math.sqrt(s2 * (1 / n + mx * mx / sxx)), se_b=math.sqrt(s2 / sxx),
+                cov_ab=-mx * s2 / sxx, resid_sd=math.sqrt(s2), sxx=sxx, x_mean=mx)
+
+
+# The design [1, tau] for tau in 1..100 has a condition number of about 64, so two backward-stable
+# computations agree to ~1e-13 relative; rel=1e-9 leaves room and still catches any formula error.
+@pytest.mark.parametrize("a,b,sigma,seed", [(0.7, 0.02, 0.01, 0), (1.0, 0.3, 2.0, 1), (0.2, 0.0001, 0.05, 2)])
+def test_fit_matches_the_closed_form(a, b, sigma, seed):
+    rng = np.random.default_rng(seed)
     x = [float(t) for t in TAUS for _ in range(3)]
-    y = [0.7 + 0.02 * xi + rng.normal(0, 0.01) for xi in x]
+    y = [a + b * xi + rng.normal(0, sigma) for xi in x]
 
     fit = fit_line(x, y)
 
-    slope, intercept = np.polyfit(x, y, 1)
-    assert fit.b == pytest.approx(slope, rel=1e-9) and fit.a == pytest.approx(intercept, rel=1e-9)
-    assert fit.ci_b[0] < 0.02 < fit.ci_b[1] and fit.ci_a[0] < 0.7 < fit.ci_a[1]
-    exact = fit_line(x, [0.7 + 0.02 * xi for xi in x])
-    assert exact.b == pytest.approx(0.02) and exact.se_b == pytest.approx(0.0, abs=1e-12)
+    for name, value in _closed_form_ols(x, y).items():
+        assert getattr(fit, name) == pytest.approx(value, rel=1e-9), name
+    assert (fit.n, fit.x_min, fit.x_max) == (len(x), 1.0, 100.0)
+    assert fit.y_at_min == pytest.approx(np.mean(y[:3]), rel=1e-12)
+
+
+@pytest.mark.parametrize("a,b,sigma", [(0.7, 0.02, 0.01), (1.0, 0.3, 2.0), (0.7, 0.02, 0.0), (0.15, 0.0, 0.0)])
+def test_fit_returns_the_line_and_noise_it_was_built_from(a, b, sigma):
+    # Noise orthogonal to [1, x], scaled so that RSS = (n-2) sigma^2: the least-squares line is exactly
+    # a + b x and the residual standard deviation exactly sigma (an exact or constant line when sigma = 0).
+    x = np.array([float(t) for t in TAUS for _ in range(3)])
+    design = np.column_stack((np.ones_like(x), x))
+    e = np.random.default_rng(3).normal(size=len(x))
+    e -= design @ np.linalg.solve(design.T @ design, design.T @ e)
+    e *= sigma * math.sqrt(len(x) - 2) / np.linalg.norm(e)
+
+    fit = fit_line(list(x), list(a + b * x + e))
+
+    # rel=1e-9 as above; abs=1e-12 where the true value is 0: y is at most ~30, so rounding leaves ~1e-14.
+    close = dict(rel=1e-9, abs=1e-12)
+    sxx = ((x - x.mean()) ** 2).sum()
+    assert fit.a == pytest.approx(a, **close) and fit.b == pytest.approx(b, **close)
+    assert fit.resid_sd == pytest.approx(sigma, **close)
+    assert fit.se_b == pytest.approx(sigma / math.sqrt(sxx), **close)
+    assert fit.se_a == pytest.approx(sigma * math.sqrt(1 / len(x) + x.mean() ** 2 / sxx), **close)
+
+
+def test_fit_through_two_points_has_no_standard_errors():
+    fit = fit_line([1.0, 5.0], [1.0, 1.2])
+
+    assert (fit.a, fit.b) == (pytest.approx(0.95), pytest.approx(0.05))
+    assert math.isinf(fit.se_b) and math.isinf(fit.se_a) and math.isnan(fit.resid_sd)
+    assert math.isinf(fit.band(3.0))
 
 
 def test_intervals_cover_the_true_slope_about_95_percent_of_the_time():

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from edgeprof.cli import app
 
-FAST = ["--dataset", "synthetic", "--samples", "200", "--classes", "4", "--backbone", "mlp", "--clients", "4",
+FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp", "--clients", "4",
         "--rounds", "1", "--tau", "2", "--no-progress"]
 
 

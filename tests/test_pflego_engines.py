@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeprof.algorithms import pflego
+from edgeprof.algorithms import aggregation, pflego
 from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.ort import FeatureRunner
 from edgeprof.simulate import build_algorithm
 
 from conftest import make_clients
+from tolerances import adam_first_step_bound, float32_atol, gamma
 
 SHAPE = (1, 16, 16)
 
@@ -51,18 +52,33 @@ def test_joint_grad_without_the_forward_of_the_same_x_is_refused(rng):
 
 
 def test_both_engines_run_the_same_federation(rng):
+    """Heads and the server's gradient agree to float32 rounding; theta after Adam agrees through the
+    Adam map of those gradients (a gradient element near Adam's eps is amplified, on any CPU)."""
     clients = make_clients(rng, shape=(1, 28, 28))
     runs = {}
     for engine in ("onnx", "torch-reuse"):
         cfg = RunConfig(algo="pflego", engine=engine, tau=3, backbone="mlp", dataset="synthetic", clients=3,
                         participation=1.0).resolved()
         algorithm = build_algorithm(cfg, clients)
+        theta_before = algorithm.theta
         updates = [algorithm.client_round(c.client_id) for c in clients]
+        grad = aggregation.unbiased_gradient([u.payload for u in updates],
+                                             [algorithm.alphas[u.client_id] for u in updates], algorithm.scale)
         algorithm.server_step(updates)
-        runs[engine] = (algorithm.theta, algorithm.heads, algorithm.evaluate(0))
+        runs[engine] = (grad, algorithm.heads, algorithm.theta, algorithm.evaluate(0), theta_before)
         assert (algorithm.runner is None) == (engine == "torch-reuse")
 
-    (theta_a, heads_a, eval_a), (theta_b, heads_b, eval_b) = runs.values()
-    for a, b in zip(theta_a + heads_a, theta_b + heads_b):
-        np.testing.assert_allclose(a, b, atol=1e-5)
-    assert eval_a.train_loss == pytest.approx(eval_b.train_loss, abs=1e-5)
+    (grad_a, heads_a, theta_a, eval_a, before), (grad_b, heads_b, theta_b, eval_b, _) = runs.values()
+    fan_in = 28 * 28  # the mlp's widest reduction
+    # forward, tau-1 head steps, backward: a handful of chained reductions
+    depth = 2 + cfg.tau
+    for a, b in zip(heads_a, heads_b):
+        np.testing.assert_allclose(a, b, rtol=0, atol=float32_atol(a, fan_in, depth))
+    tol = float32_atol(grad_a, fan_in, depth)
+    for a, b in zip(grad_a, grad_b):
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol)
+    for a, b, g_a, g_b, old in zip(theta_a, theta_b, grad_a, grad_b, before):
+        bound = adam_first_step_bound(g_a, g_b, cfg.rho) + np.spacing(np.abs(old).astype(np.float32)) * 2
+        assert np.all(np.abs(a.astype(np.float64) - b) <= bound)
+        assert not np.allclose(a, old)  # the step moved theta
+    assert eval_a.train_loss == pytest.approx(eval_b.train_loss, abs=depth * gamma(fan_in) * eval_a.train_loss)

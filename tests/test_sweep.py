@@ -99,7 +99,7 @@ def _fake_sweep(monkeypatch, tmp_path: Path, costs: dict) -> None:
         for row in rows_for(costs):
             writer.write(row)
 
-    def fake(cfg, progress=None):
+    def fake(cfg, progress=None, stage=None):
         return SweepResult("fake", path, path.with_suffix(".json"), 1, 1, "complete")
 
     monkeypatch.setattr("edgeprof.sweep.run_sweep", fake)

@@ -59,7 +59,7 @@ def test_energy_to_target_is_unknown_when_a_client_row_was_not_measured():
 
 def test_train_runs_every_algorithm_and_prints_the_energy_to_target(tmp_path):
     args = ["train", "--algos", "pflego,fedper", "--rounds", "2", "--clients", "4", "--tau", "2",
-            "--participation", "0.5", "--dataset", "synthetic", "--samples", "160", "--classes", "4",
+            "--participation", "0.5", "--dataset", "synthetic", "--synthetic-samples", "160", "--synthetic-classes", "4",
             "--out", str(tmp_path), "--run-name", "t", "--target-accuracy", "0.01", "--threads", "1",
             "--no-progress"]
 

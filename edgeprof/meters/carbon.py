@@ -12,6 +12,10 @@ directly, with the same conversions codecarbon applies:
   * no country: the world average of ``carbon_intensity_per_source.json``, and the source says so; a
     valid ISO code without data gets the same fallback.
 ``override_g_per_kwh`` (``--carbon-intensity``) wins over everything.
+
+codecarbon is an ordinary dependency, but a run never fails for want of it: when its data files cannot
+be found, :func:`carbon_intensity` raises :class:`CarbonDataMissing` and :func:`carbon_or_note` turns
+that into no intensity (empty carbon columns) and one note.
 """
 
 from __future__ import annotations
@@ -45,11 +49,18 @@ def carbon_g(energy_j: float, intensity: CarbonIntensity) -> float:
     return energy_j / J_PER_KWH * intensity.g_per_kwh
 
 
+class CarbonDataMissing(ConfigError):
+    """codecarbon (and so its data files) cannot be found; a run goes on without carbon figures."""
+
+
 def codecarbon_data_dir() -> Path:
     """``codecarbon/data`` of the installed package, found without importing it."""
-    spec = importlib.util.find_spec("codecarbon")
+    try:
+        spec = importlib.util.find_spec("codecarbon")
+    except (ImportError, ValueError):  # a broken or blocked installation
+        spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("codecarbon is not installed: pip install 'edgeprof[carbon]', or pass --carbon-intensity")
+        raise CarbonDataMissing("codecarbon is not installed: pip install codecarbon, or pass --carbon-intensity")
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
@@ -58,7 +69,19 @@ def _load(relative: str) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read codecarbon data file {path}: {err}") from err
+        raise CarbonDataMissing(f"cannot read codecarbon data file {path}: {err}") from err
+
+
+def carbon_or_note(country: str | None = None, *, region: str | None = None,
+                   override_g_per_kwh: float | None = None) -> tuple[CarbonIntensity | None, str | None]:
+    """:func:`carbon_intensity`, or ``(None, note)`` when codecarbon's data is missing.
+
+    A bad country or region is still a :class:`ConfigError`: that is the user's input, not the machine's.
+    """
+    try:
+        return carbon_intensity(country, region=region, override_g_per_kwh=override_g_per_kwh), None
+    except CarbonDataMissing as err:
+        return None, f"no carbon figures ({err}); the carbon_g column stays empty"
 
 
 def _iso3(country: str, mix: dict) -> str | None:
