@@ -191,6 +191,7 @@ def test_doctor_lists_the_estimate_and_why_rapl_is_missing(tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     assert "cpu_estimate" in result.stdout and "estimate" in result.stdout
     assert "rapl" in result.stdout and "NOT FOUND" in result.stdout and "fix" in result.stdout
+    assert "watts/core:    7.5 W per busy core (--cpu-watts 7.5" in result.stdout
 
 
 @pytest.mark.slow

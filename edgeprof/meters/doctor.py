@@ -30,13 +30,14 @@ def doctor_report(*, sysfs_root: str | None = None, nvml_module: ModuleType | No
                          "reason": probe.reason, "fix": probe.fix, "notes": ""})
             continue
         domains = info["domains"]
-        notes = [str(info[k]) for k in ("total", "watts_source", "model") if info.get(k)]
+        notes = [str(info[k]) for k in ("total", "model") if info.get(k)]
         rows.append({
             "meter": probe.meter, "status": "found",
             "domains": [d["name"] + ("" if d["in_total"] else " (not in total)") for d in domains],
             "methods": sorted({d["method"] for d in domains}),
             "update_period_s": info.get("update_period_s"), "sampling_hz": info.get("sampling_hz"),
             "resolution": info.get("resolution", ""), "reason": "", "fix": "", "notes": "; ".join(notes),
+            "watts_per_core": info.get("watts_per_core"), "watts_source": info.get("watts_source", ""),
         })
     rows.append({"meter": "sysfs", "status": "info", "domains": [], "methods": [], "update_period_s": None,
                  "sampling_hz": None, "resolution": "", "reason": f"sysfs root: {resolve_sysfs_root(sysfs_root)}",
@@ -59,6 +60,8 @@ def render_doctor(rows: list[dict]) -> str:
                 lines.append(f"  sampling:      {row['sampling_hz']:g} Hz")
             if row["resolution"]:
                 lines.append(f"  resolution:    {row['resolution']}")
+            if row.get("watts_per_core") is not None:
+                lines.append(f"  watts/core:    {row['watts_per_core']:g} W per busy core ({row['watts_source']})")
             if row["notes"]:
                 lines.append(f"  notes:         {row['notes']}")
         else:
