@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -12,23 +13,25 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.algorithms import phases_of
+from edgeprof.analysis import analyze
 from edgeprof.cli import app
 from edgeprof.report.dashboard import SECTIONS, render, script_json, write_dashboard
 from edgeprof.report.schema import columns_for
 from edgeprof.report.writer import ReportWriter, read_report, write_sidecar
 
-from test_analysis import CLAIM_HOLDS, rows_for
+from test_analysis import CLAIM_HOLDS, TAUS, rows_for
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_ALGO = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
+TWO = {("pflego", "onnx"): lambda t: 0.2, ("fedavg", "torch"): lambda t: 0.01 + 0.15 * t}
 
 
 def _write(folder: Path, name: str, rows: list[dict], device: str, method: str = "estimate") -> Path:
     path = folder / f"{name}.csv"
     with ReportWriter(path, columns_for(phases_of(["pflego", "fedavg"]))) as writer:
         for i, row in enumerate(rows):
-            row = dict(row, run_id=name, round=str(i + 1), energy_method=method, carbon_g=f"{1e-4 * i:.6g}",
-                       peak_rss_mb=f"{300 + i % 7}")
+            row = dict(row, run_id=name, round=str(i + 1), energy_method=row.get("energy_method", method),
+                       carbon_g=f"{1e-4 * i:.6g}", peak_rss_mb=f"{300 + i % 7}")
             if row["kind"] == "client" and row["algo"] == "pflego":
                 row.update(cache_forward_s="0.1", head_steps_s="0.01", joint_grad_s="0.09")
             elif row["kind"] == "client" and row["algo"] == "fedavg":
@@ -40,6 +43,22 @@ def _write(folder: Path, name: str, rows: list[dict], device: str, method: str =
         "meters": {"meters": [{"name": "cpu_estimate"}], "not_found": [{"meter": "rapl", "reason": "none"}]},
         "energy": {"carbon": {"g_per_kwh": 475.0, "source": "world average"}}})
     return path
+
+
+def _render(folder: Path, rows: list[dict]) -> str:
+    """The page of one report of ``rows`` (each with its own energy_method, else estimate), really written."""
+    return render([read_report(_write(folder, "run", rows, "laptop"))])
+
+
+def _figures(page: str, title_part: str = "") -> list[dict]:
+    blob = re.search(r'id="edgeprof-figures">(.*?)</script>', page, re.S).group(1)
+    return [f for f in json.loads(blob) if title_part in f["layout"]["title"]["text"]]
+
+
+def _cells(page: str, table_class: str) -> list[list[str]]:
+    """The body cells of the page's table of ``table_class``, unescaped."""
+    body = re.search(rf'<table class="{table_class}">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    return [[html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", body)]
 
 
 def _eval_rows(device: str) -> list[dict]:
@@ -105,6 +124,130 @@ def test_dashboard_command_writes_one_file(reports, tmp_path):
     assert out.is_file() and "wrote" in result.stdout
     bad = CliRunner().invoke(app, ["dashboard", str(tmp_path / "missing.csv"), "-o", str(out)])
     assert bad.exit_code == 7 and "no report at" in bad.stderr
+
+
+@pytest.mark.parametrize("methods", [{"pflego": "estimate", "fedavg": "estimate"},
+                                     {"pflego": "counter", "fedavg": "counter"},
+                                     {"pflego": "estimate", "fedavg": "counter"}],
+                         ids=["all-estimated", "all-measured", "pflego-estimated"])
+def test_energy_figures_and_rows_say_estimate_exactly_where_estimated(tmp_path, methods):
+    rows = [dict(r, energy_method=methods[r["algo"]]) for r in rows_for(TWO)]
+
+    page = _render(tmp_path, rows)
+
+    mark = {algo: " (ESTIMATE)" if method == "estimate" else "" for algo, method in methods.items()}
+    either = " (ESTIMATE)" if "estimate" in methods.values() else ""
+    assert [f["layout"]["title"]["text"] for f in _figures(page, "energy, J per client round")] == [
+        f"dev: energy, J per client round{either}"]
+    fits = {(algo, metric) for _, algo, metric, *_ in _cells(page, "verdicts")}
+    assert fits == {(algo, m) for algo in methods for m in ("wall_s", "cpu_s", f"energy_j{mark[algo]}")}
+    assert {row[3] for row in _cells(page, "ratios")} == {"wall_s", "cpu_s", f"energy_j{either}"}
+    totals = {algo: (energy.endswith(" (ESTIMATE)"), carbon.endswith(" (ESTIMATE)"))
+              for _, algo, _, _, energy, carbon, _ in _cells(page, "totals")}
+    assert totals == {algo: (bool(m), bool(m)) for algo, m in mark.items()}
+
+
+@pytest.mark.parametrize("methods,banner", [
+    ({"pflego": "estimate", "fedavg": "estimate"},
+     "Energy here is an ESTIMATE wherever its method is estimate (process CPU time times watts per core), not a "
+     "measurement. The energy method in these reports is estimate."),
+    ({"pflego": "estimate", "fedavg": "counter"},
+     "Energy here is an ESTIMATE wherever its method is estimate (process CPU time times watts per core), not a "
+     "measurement. The energy methods in these reports are counter and estimate."),
+    ({"pflego": "counter", "fedavg": "counter"}, "The energy method in these reports is counter."),
+])
+def test_energy_banner_is_made_of_sentences(tmp_path, methods, banner):
+    rows = [dict(r, energy_method=methods[r["algo"]]) for r in rows_for(TWO)]
+
+    page = _render(tmp_path, rows)
+
+    notes = [html.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r'<p class="[a-z]+">(.*?)</p>', page, re.S)]
+    assert [n for n in notes if "energy method" in n] == [banner, banner]  # above the cost plots and the totals
+
+
+def test_titles_sit_below_the_toolbar_and_log_toggles_below_the_titles(reports):
+    page = render([read_report(p) for p in reports])
+
+    figures = _figures(page)
+    assert _figures(page, "total energy") and _figures(page, "total carbon")  # the half-width ones among them
+    for f in figures:
+        layout = f["layout"]
+        title, top, toggles = layout["title"], layout["margin"]["t"], layout.get("updatemenus", [])
+        assert (title["yref"], title["y"], title["yanchor"]) == ("container", 1, "top")
+        assert title["pad"]["t"] >= 28  # plotly's toolbar: 2 px from the top, buttons about 24 px high
+        assert all((m["y"], m["yanchor"]) == (1, "bottom") for m in toggles)  # on the plot area's top edge
+        assert top - title["pad"]["t"] >= 30 + 30 * bool(toggles)  # a 17 px title, then 26 px buttons
+
+
+@pytest.mark.parametrize("title", ["median seconds per phase", "per client round"])
+def test_phase_and_cost_charts_toggle_a_log_y_axis(reports, title):
+    figures = _figures(render([read_report(p) for p in reports]), title)
+
+    assert len(figures) >= 2  # one per device
+    for f in figures:
+        (toggle,) = f["layout"]["updatemenus"]
+        assert [b["args"] for b in toggle["buttons"]] == [[{"yaxis.type": "linear"}], [{"yaxis.type": "log"}]]
+
+
+def test_phase_axis_puts_tau_under_the_algorithm_in_short_upright_labels(reports):
+    (figure,) = _figures(render([read_report(p) for p in reports]), "laptop: median seconds per phase")
+
+    xaxis, bar = figure["layout"]["xaxis"], figure["data"][0]
+    assert (xaxis["type"], xaxis["tickangle"], xaxis["automargin"]) == ("multicategory", 0, True)
+    algos, taus = bar["x"]
+    assert set(taus) == {str(t) for t in TAUS} and max(len(html.unescape(a)) for a in algos) <= 24
+    assert html.escape(HOSTILE_ALGO, quote=True) + " tau=100" in bar["hovertext"]
+
+
+@pytest.mark.parametrize("algos,shown", [
+    (("a" * 30, "b" * 30), ("a" * 23 + "\u2026", "b" * 23 + "\u2026")),
+    (("c" * 30 + "one", "c" * 30 + "two"), ("c" * 30 + "one", "c" * 30 + "two")),  # cut, the two would read the same
+], ids=["cut", "kept-whole"])
+def test_long_algorithm_names_are_cut_on_axes_unless_two_would_merge(tmp_path, algos, shown):
+    rows = rows_for({(algo, "torch"): (lambda t: 1.0) for algo in algos})
+
+    (figure,) = _figures(_render(tmp_path, rows), "total energy")
+
+    assert tuple(figure["data"][0]["x"]) == shown and tuple(figure["data"][0]["hovertext"]) == algos
+
+
+def test_time_series_draws_one_line_per_algorithm_and_tau(tmp_path):
+    rows = rows_for(TWO)
+    interleaved = [r for start in range(3) for r in rows[start::3]]  # the taus alternate round by round
+
+    (figure,) = _figures(_render(tmp_path, interleaved), "each client round")
+
+    traces = figure["data"]
+    lines = sorted((t["name"], tau) for t in traces for tau in {text.rsplit("tau=", 1)[1] for text in t["text"]})
+    assert len(traces) == len(lines) == 2 * len(TAUS)  # no line joins two taus
+    assert lines == sorted((algo, str(tau)) for algo in ("pflego", "fedavg") for tau in TAUS)
+    assert all(t["x"] == sorted(t["x"]) for t in traces)
+    assert [t["name"] for t in traces if t["showlegend"]] == ["pflego", "fedavg"]  # one legend entry each
+
+
+def test_confidence_band_of_a_cost_stops_at_zero(tmp_path):
+    rows = rows_for({("fedavg", "torch"): lambda t: 0.01 + 0.15 * t}, noise=0.3)
+    fit = analyze(rows).fit_for("dev", "fedavg", "wall_s").fit
+    assert fit.predict(fit.x_min) - fit.band(fit.x_min) < 0  # unclipped, the band would go below zero
+
+    (figure,) = _figures(_render(tmp_path, rows), "wall seconds per client round")
+
+    (band,) = [t for t in figure["data"] if t.get("fill") == "toself"]
+    lower = band["y"][len(band["y"]) // 2:]  # from tau_max back to tau_min
+    assert lower[-1] == 0.0 and min(band["y"]) == 0.0
+    assert lower[0] == pytest.approx(fit.predict(fit.x_max) - fit.band(fit.x_max)) and lower[0] > 0
+
+
+@pytest.mark.parametrize("taus,sentences,verdicts,cost_plots", [((5,), 2, False, 0), ((1, 5, 10), 0, True, 3)],
+                         ids=["one-tau", "three-taus"])
+def test_one_tau_says_no_fit_instead_of_verdicts_and_strips(tmp_path, taus, sentences, verdicts, cost_plots):
+    rows = [r for r in rows_for(TWO) if int(r["tau"]) in taus]
+
+    page = _render(tmp_path, rows)
+
+    assert page.count("<b>One tau: no fit.</b> Every algorithm here ran at a single tau (tau=5)") == sentences
+    assert ('<table class="verdicts">' in page) == verdicts and '<table class="ratios">' in page
+    assert len(_figures(page, "per client round")) == cost_plots
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

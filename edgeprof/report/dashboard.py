@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from edgeprof.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
-                               analyze, variant_of)
+                               VariantFit, analyze, variant_of)
 from edgeprof.errors import ConfigError, OutputError
 from edgeprof.report.writer import Report, read_report
 
@@ -90,6 +90,21 @@ def _rows(reports: Sequence[Report]) -> list[Row]:
             for rep in reports for r in rep.rows]
 
 
+# The top margin of every figure is three rows that never overlap, whatever the title's length: plotly's
+# toolbar (the modebar, drawn at the top right), the title below it, then (where there is one) the
+# linear/log toggle, which stands on the plot area's top edge. The legend sits at the bottom of the figure,
+# below the axis title, and the axes grow the margins to fit their labels.
+MODEBAR_PX, TITLE_PX, BUTTONS_PX = 30, 34, 34
+
+
+def _scale_toggle() -> dict:
+    """Buttons switching the y axis between linear and log, on the plot area's top-left edge."""
+    return {"type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom",
+            "pad": {"b": 4}, "buttons": [
+                {"label": "linear y", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                {"label": "log y", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}
+
+
 class _Page:
     """Collects figures and colours while the sections are built."""
 
@@ -100,12 +115,25 @@ class _Page:
     def color(self, variant: str) -> str:
         return self._colors.setdefault(variant, COLORS[len(self._colors) % len(COLORS)])
 
-    def figure(self, data: list, title: str, xaxis: dict, yaxis: dict, **layout) -> str:
+    def figure(self, data: list, title: str, xaxis: dict, yaxis: dict, log_toggle: bool = False, **layout) -> str:
+        """A figure whose title sits below the toolbar, and whose log toggle (if any) sits below the title."""
         fid = f"fig{len(self.figures)}"
+        top = MODEBAR_PX + TITLE_PX + (BUTTONS_PX if log_toggle else 0)
         self.figures.append({"id": fid, "data": data, "layout": {
-            "title": {"text": esc(title)}, "xaxis": xaxis, "yaxis": yaxis, "height": 380,
-            "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "legend": {"orientation": "h", "y": -0.2}, **layout}})
+            "title": {"text": esc(title), "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": MODEBAR_PX}},
+            "xaxis": {"automargin": True, **xaxis}, "yaxis": {"automargin": True, **yaxis}, "height": 380,
+            "margin": {"l": 60, "r": 20, "t": top, "b": 50},
+            "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
+            **({"updatemenus": [_scale_toggle()]} if log_toggle else {}), **layout}})
         return f'<div class="plot" id="{fid}"></div>'
+
+
+def _short_labels(names: Iterable[str], limit: int = 24) -> dict[str, str]:
+    """Axis labels cut to ``limit`` characters (the full name stays in the hover), unless cutting would
+    make two of them equal: a category axis would then draw two algorithms as one."""
+    names = list(dict.fromkeys(names))
+    short = {n: n if len(n) <= limit else n[: limit - 1] + "\u2026" for n in names}
+    return short if len(set(short.values())) == len(names) else {n: n for n in names}
 
 
 def _by_device(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -137,14 +165,33 @@ def _methods(rows: Iterable[Row]) -> set[str]:
     return {m for r in rows for m in r.data.get("energy_method", "").split("+") if m}
 
 
+def _estimated(rows: Iterable[Row]) -> set[tuple[str, str]]:
+    """The (device, variant) pairs whose energy is, at least in part, an estimate."""
+    return {(r.device, r.variant) for r in rows if r.num("energy_j") is not None and "estimate" in _methods([r])}
+
+
+def _marked(text: str, estimate: bool) -> str:
+    """``text``, followed by ``(ESTIMATE)`` where the energy it stands for is an estimate."""
+    return f"{text} (ESTIMATE)" if estimate else text
+
+
+def _listing(words: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 def _energy_note(rows: Sequence[Row]) -> str:
     methods = _methods(rows)
     if not methods:
         return '<p class="note">No energy was measured in these reports.</p>'
+    listed = esc(_listing(sorted(methods)))
+    used = (f"The energy methods in these reports are {listed}." if len(methods) > 1
+            else f"The energy method in these reports is {listed}.")
     if "estimate" in methods:
-        return ('<p class="estimate"><strong>Energy here is an ESTIMATE</strong> (process CPU time times watts '
-                f'per core), not a measurement: methods {esc(", ".join(sorted(methods)))}.</p>')
-    return f'<p class="note">Energy methods: {esc(", ".join(sorted(methods)))}.</p>'
+        return ('<p class="estimate"><strong>Energy here is an ESTIMATE</strong> wherever its method is estimate '
+                f'(process CPU time times watts per core), not a measurement. {used}</p>')
+    return f'<p class="note">{used}</p>'
 
 
 # --- sections -----------------------------------------------------------------------------------------
@@ -173,27 +220,72 @@ def _runs(reports: Sequence[Report], rows: Sequence[Row]) -> str:
     return runs + "<h3>Devices side by side</h3>" + side_by_side
 
 
-def _verdicts(analysis: Analysis) -> str:
-    rule = (f"<p>Fit: least squares of every client round's cost on tau, cost = a + b&middot;tau, "
-            f"{CONFIDENCE:.0%} intervals from the t distribution. Growth = b&middot;(tau<sub>max</sub> - "
-            f"tau<sub>min</sub>) / (mean cost at tau<sub>min</sub>), interval from b's. Verdict <b>flat</b> when the "
-            f"growth's whole interval lies within &plusmn;{FLAT_MAX_GROWTH:.0%}; <b>linear</b> when its lower "
-            f"end is at least {LINEAR_MIN_GROWTH:.0%}; otherwise <b>inconclusive</b> (moderate growth, or too "
-            f"noisy or too few rows to tell). Step/pass: the marginal cost b of one more local step over the cost "
-            f"of one full backbone forward-and-backward pass over the local set, measured in the same report as "
-            f"FedAvg's slope b (one FedAvg local step is exactly such a pass).</p>")
-    fits = _table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
-                  [(f.device, f.variant, f.metric, f.n, f"{f.fit.a:.4g}" if f.fit else "-",
-                    _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None), _iv(f.step_vs_pass, "{:.3g}"),
-                    _iv(f.verdict.growth, "{:+.1%}"), f.verdict.label) for f in analysis.fits], "verdicts")
+RULE = (f"<p>Fit: least squares of every client round's cost on tau, cost = a + b&middot;tau, "
+        f"{CONFIDENCE:.0%} intervals from the t distribution. Growth = b&middot;(tau<sub>max</sub> - "
+        f"tau<sub>min</sub>) / (mean cost at tau<sub>min</sub>), interval from b's. Verdict <b>flat</b> when the "
+        f"growth's whole interval lies within &plusmn;{FLAT_MAX_GROWTH:.0%}; <b>linear</b> when its lower "
+        f"end is at least {LINEAR_MIN_GROWTH:.0%}; otherwise <b>inconclusive</b> (moderate growth, or too "
+        f"noisy or too few rows to tell). Step/pass: the marginal cost b of one more local step over the cost "
+        f"of one full backbone forward-and-backward pass over the local set, measured in the same report as "
+        f"FedAvg's slope b (one FedAvg local step is exactly such a pass).</p>")
+
+
+def _one_tau(analysis: Analysis) -> str:
+    """The "one tau: no fit" sentence when every algorithm ran at a single tau, else ``""``."""
+    if not analysis.fits or any(len(f.taus) > 1 for f in analysis.fits):
+        return ""
+    taus = _listing(f"tau={t}" for t in sorted({t for f in analysis.fits for t in f.taus}))
+    return (f'<p class="note"><b>One tau: no fit.</b> Every algorithm here ran at a single tau ({taus}), and '
+            f"a line of cost against tau needs two or more: <code>edgeprof sweep</code> measures several.</p>")
+
+
+def _metric_cell(metric: str, device: str, variants: Iterable[str], estimated: set[tuple[str, str]]) -> str:
+    return _marked(metric, metric == "energy_j" and any((device, v) in estimated for v in variants))
+
+
+def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
+    return _table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
+                  [(f.device, f.variant, _metric_cell(f.metric, f.device, [f.variant], estimated), f.n,
+                    f"{f.fit.a:.4g}" if f.fit else "-", _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None),
+                    _iv(f.step_vs_pass, "{:.3g}"), _iv(f.verdict.growth, "{:+.1%}"), f.verdict.label)
+                   for f in analysis.fits], "verdicts")
+
+
+def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
     taus = sorted({r.tau for r in analysis.ratios})
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
-        pivot[(r.device, r.variant, r.reference, r.metric)][r.tau] = _iv(r.ratio, "{:.2f}")
-    ratios = _table(("device", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
-                    [(*key, *[cells.get(t, "-") for t in taus]) for key, cells in pivot.items()])
-    return (rule + fits + "<h3>Ratio to PFLEGO per client round at each tau (geometric means; 95% Welch "
-            "interval on the log scale)</h3>" + ratios)
+        metric = _metric_cell(r.metric, r.device, (r.variant, r.reference), estimated)
+        pivot[(r.device, r.variant, r.reference, metric)][r.tau] = _iv(r.ratio, "{:.2f}")
+    return _table(("device", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
+                  [(*key, *[cells.get(t, "-") for t in taus]) for key, cells in pivot.items()], "ratios")
+
+
+def _verdicts(analysis: Analysis, rows: Sequence[Row]) -> str:
+    estimated = _estimated(rows)
+    return ((_one_tau(analysis) or RULE + _fits_table(analysis, estimated))
+            + "<h3>Ratio to PFLEGO per client round at each tau (geometric means; 95% Welch interval on the log "
+            "scale)</h3>" + _ratios_table(analysis, estimated))
+
+
+def _fit_traces(vf: VariantFit | None, variant: str, color: str) -> list[dict]:
+    """The fitted line and its confidence band (lower edge clipped at 0: no cost here can be negative)."""
+    if vf is None or vf.fit is None:
+        return []
+    fit, group = vf.fit, esc(variant)
+    xs = [fit.x_min + (fit.x_max - fit.x_min) * i / 40 for i in range(41)]
+    ys = [fit.predict(x) for x in xs]
+    half = [fit.band(x) for x in xs]
+    line = {"type": "scatter", "mode": "lines", "name": esc(f"{variant} fit ({vf.verdict.label})"),
+            "legendgroup": group, "x": xs, "y": ys, "line": {"color": color}}
+    if not all(math.isfinite(h) for h in half):
+        return [line]
+    upper = [y + h for y, h in zip(ys, half)]
+    lower = [max(0.0, y - h) for y, h in zip(ys, half)]
+    return [line, {"type": "scatter", "mode": "lines", "name": esc(f"{variant} {CONFIDENCE:.0%} band"),
+                   "legendgroup": group, "showlegend": False, "hoverinfo": "skip", "fill": "toself",
+                   "x": xs + xs[::-1], "y": upper + lower[::-1], "line": {"width": 0}, "fillcolor": color,
+                   "opacity": 0.2}]
 
 
 def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str, metric: str) -> str:
@@ -207,28 +299,13 @@ def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str
         data.append({"type": "scatter", "mode": "markers", "name": name, "legendgroup": name,
                      "x": [r.num("tau") for r in members], "y": [r.num(metric) for r in members],
                      "marker": {"color": color, "size": 6, "opacity": 0.7}})
-        vf = analysis.fit_for(device, variant, metric)
-        if vf is None or vf.fit is None:
-            continue
-        fit = vf.fit
-        xs = [fit.x_min + (fit.x_max - fit.x_min) * i / 40 for i in range(41)]
-        ys = [fit.predict(x) for x in xs]
-        half = [fit.band(x) for x in xs]
-        data.append({"type": "scatter", "mode": "lines", "name": esc(f"{variant} fit ({vf.verdict.label})"),
-                     "legendgroup": name, "x": xs, "y": ys, "line": {"color": color}})
-        if all(math.isfinite(h) for h in half):
-            data.append({"type": "scatter", "mode": "lines", "name": esc(f"{variant} {CONFIDENCE:.0%} band"),
-                         "legendgroup": name, "showlegend": False, "hoverinfo": "skip", "fill": "toself",
-                         "x": xs + xs[::-1], "y": [y + h for y, h in zip(ys, half)]
-                         + [y - h for y, h in zip(ys[::-1], half[::-1])],
-                         "line": {"width": 0}, "fillcolor": color, "opacity": 0.2})
+        data.extend(_fit_traces(analysis.fit_for(device, variant, metric), variant, color))
     if not data:
         return ""
-    scale = {"type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1.12, "yanchor": "bottom",
-             "buttons": [{"label": "linear y", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
-                         {"label": "log y", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}
-    return page.figure(data, f"{device}: {METRIC_LABELS[metric]} per client round", {"title": {"text": "tau"}},
-                       {"title": {"text": METRIC_LABELS[metric]}, "rangemode": "tozero"}, updatemenus=[scale])
+    estimate = metric == "energy_j" and "estimate" in _methods(r for m in groups.values() for r in m)
+    return page.figure(data, _marked(f"{device}: {METRIC_LABELS[metric]} per client round", estimate),
+                       {"title": {"text": "tau"}}, {"title": {"text": METRIC_LABELS[metric]}, "rangemode": "tozero"},
+                       log_toggle=True)
 
 
 def _cost_vs_tau(page: _Page, analysis: Analysis, devices: Mapping[str, list[Row]]) -> str:
@@ -244,30 +321,33 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _phase_median(members: Sequence[Row], phase: str) -> float | None:
+    kind, column = ("server", "wall_s") if phase == "server" else ("client", f"{phase}_s")
+    return _median([r.num(column) for r in members if r.data.get("kind") == kind and r.num(column) is not None])
+
+
 def _phase_plot(page: _Page, rows: Sequence[Row], device: str, phases: Sequence[str]) -> str:
+    """Stacked median phase seconds per (algorithm, tau); the x axis is two-level (tau under algorithm),
+    so its labels stay short and upright, and a log toggle shows PFLEGO's phases beside FedAvg's."""
     keys: dict[tuple[str, int], list[Row]] = defaultdict(list)
     for r in rows:
         if r.data.get("kind") in ("client", "server") and r.num("tau") is not None:
             keys[(r.variant, int(r.num("tau")))].append(r)
-    order = sorted(keys, key=lambda k: (k[0], k[1]))
-    labels = [esc(f"{v} tau={t}") for v, t in order]
+    order = sorted(keys)
+    short = _short_labels(v for v, _ in order)
+    x = [[esc(short[v]) for v, _ in order], [str(t) for _, t in order]]
+    full = [esc(f"{v} tau={t}") for v, t in order]
     data = []
     for phase in [*phases, "server"]:
-        ys = []
-        for key in order:
-            members = keys[key]
-            if phase == "server":
-                ys.append(_median([r.num("wall_s") for r in members if r.data.get("kind") == "server"
-                                   and r.num("wall_s") is not None]))
-            else:
-                ys.append(_median([r.num(f"{phase}_s") for r in members if r.data.get("kind") == "client"
-                                   and r.num(f"{phase}_s") is not None]))
+        ys = [_phase_median(keys[key], phase) for key in order]
         if any(y is not None for y in ys):
-            data.append({"type": "bar", "name": esc(phase), "x": labels, "y": ys})
+            data.append({"type": "bar", "name": esc(phase), "x": x, "y": ys, "hovertext": full,
+                         "hovertemplate": "%{hovertext}: %{y:.3g} s"})
     if not data:
         return ""
-    return page.figure(data, f"{device}: median seconds per phase (server: the server step)", {"type": "category"},
-                       {"title": {"text": "seconds"}}, barmode="stack")
+    return page.figure(data, f"{device}: median seconds per phase (server: the server step)",
+                       {"type": "multicategory", "tickangle": 0, "title": {"text": "tau, by algorithm"}},
+                       {"title": {"text": "seconds"}}, log_toggle=True, barmode="stack")
 
 
 def _memory(devices: Mapping[str, list[Row]]) -> str:
@@ -293,20 +373,33 @@ def _phase_names(reports: Sequence[Report]) -> list[str]:
     return names
 
 
+def _round_traces(page: _Page, rows: Sequence[Row]) -> list[dict]:
+    """One line per (run, algorithm, tau), so that a zigzag between taus does not read as drift; one legend
+    entry per (run, algorithm) shows and hides all its taus."""
+    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.data.get("kind") == "client" and r.num("wall_s") is not None and r.num("round") is not None:
+            groups[(r.data.get("run_id", ""), r.variant, r.data.get("tau", ""))].append(r)
+    several_runs = len({k[0] for k in groups}) > 1
+    data, shown = [], set()
+    for (run, variant, tau), members in groups.items():
+        label = f"{run} {variant}" if several_runs else variant
+        members = sorted(members, key=lambda r: r.num("round"))
+        data.append({"type": "scatter", "mode": "markers+lines", "name": esc(label), "legendgroup": esc(label),
+                     "showlegend": label not in shown, "x": [r.num("round") for r in members],
+                     "y": [r.num("wall_s") for r in members], "text": [esc(f"{label} tau={tau}")] * len(members),
+                     "hovertemplate": "%{text}<br>round %{x}: %{y:.3g} s<extra></extra>",
+                     "marker": {"color": page.color(variant)}, "line": {"width": 1}})
+        shown.add(label)
+    return data
+
+
 def _timeseries(page: _Page, devices: Mapping[str, list[Row]]) -> str:
     cells = []
     for device, rows in devices.items():
-        groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
-        for r in rows:
-            if r.data.get("kind") == "client" and r.num("wall_s") is not None and r.num("round") is not None:
-                groups[(r.data.get("run_id", ""), r.variant)].append(r)
-        several_runs = len({k[0] for k in groups}) > 1
-        data = [{"type": "scatter", "mode": "markers+lines", "name": esc(f"{run} {v}" if several_runs else v),
-                 "x": [r.num("round") for r in members], "y": [r.num("wall_s") for r in members],
-                 "text": [esc(f"tau={r.data.get('tau', '')}") for r in members],
-                 "marker": {"color": page.color(v)}, "line": {"width": 1}} for (run, v), members in groups.items()]
+        data = _round_traces(page, rows)
         if data:
-            cells.append(page.figure(data, f"{device}: wall seconds of each client round, in the order run",
+            cells.append(page.figure(data, f"{device}: wall seconds of each client round (one line per tau)",
                                      {"title": {"text": "round (in a sweep: the cell's position in the order)"}},
                                      {"title": {"text": "wall seconds"}, "type": "log"}))
     return _grid(cells) if cells else '<p class="note">No client rows.</p>'
@@ -318,8 +411,9 @@ def _totals(rows: Sequence[Row]) -> dict[str, dict]:
         if r.data.get("kind") not in ("client", "server"):
             continue
         t = out.setdefault(r.variant, {"energy_j": 0.0, "carbon_g": 0.0, "wall_s": 0.0, "rounds": set(),
-                                       "has_energy": False, "has_carbon": False})
+                                       "has_energy": False, "has_carbon": False, "methods": set()})
         t["rounds"].add((r.data.get("run_id"), r.data.get("round")))
+        t["methods"] |= _methods([r])
         t["wall_s"] += r.num("wall_s") or 0.0
         if r.num("energy_j") is not None:
             t["energy_j"] += r.num("energy_j")
@@ -330,33 +424,42 @@ def _totals(rows: Sequence[Row]) -> dict[str, dict]:
     return out
 
 
+def _totals_table(device: str, totals: Mapping[str, dict]) -> str:
+    """One row per algorithm; its energy and carbon say ESTIMATE where any of its energy was estimated."""
+    body = []
+    for v, t in totals.items():
+        estimate = "estimate" in t["methods"]
+        body.append((device, v, len(t["rounds"]), f"{t['wall_s']:.4g}",
+                     _marked(f"{t['energy_j']:.4g}", estimate) if t["has_energy"] else "-",
+                     _marked(f"{t['carbon_g']:.4g}", estimate) if t["has_carbon"] else "-",
+                     "+".join(sorted(t["methods"])) or "none"))
+    return _table(("device", "algorithm", "rounds", "wall s", "energy J", "g CO2e", "energy method"), body, "totals")
+
+
+def _total_bars(page: _Page, device: str, totals: Mapping[str, dict], what: str, unit: str,
+                estimate: bool) -> str:
+    """Bars of one total (``energy`` or ``carbon``) per algorithm; empty when no algorithm has it."""
+    key, flag = {"energy": ("energy_j", "has_energy"), "carbon": ("carbon_g", "has_carbon")}[what]
+    if not any(t[flag] for t in totals.values()):
+        return ""
+    short = _short_labels(totals)
+    data = [{"type": "bar", "name": esc(_marked(unit, estimate)), "x": [esc(short[v]) for v in totals],
+             "hovertext": [esc(v) for v in totals], "y": [t[key] if t[flag] else None for t in totals.values()],
+             "marker": {"color": [page.color(v) for v in totals]}}]
+    return page.figure(data, _marked(f"{device}: total {what} per algorithm", estimate), {"type": "category"},
+                       {"title": {"text": unit}})
+
+
 def _energy(page: _Page, devices: Mapping[str, list[Row]]) -> str:
     cells, tables = [], []
     for device, rows in devices.items():
         totals = _totals(rows)
         estimate = "estimate" in _methods(rows)
-        suffix = " (ESTIMATE)" if estimate else ""
-        names = [esc(v) for v in totals]
-        data = [{"type": "bar", "name": esc("energy, J" + suffix), "x": names,
-                 "y": [t["energy_j"] if t["has_energy"] else None for t in totals.values()],
-                 "marker": {"color": [page.color(v) for v in totals]}}]
-        if any(t["has_energy"] for t in totals.values()):
-            cells.append(page.figure(data, f"{device}: total energy per algorithm{suffix}", {"type": "category"},
-                                     {"title": {"text": "joules"}}))
-        if any(t["has_carbon"] for t in totals.values()):
-            carbon = [{"type": "bar", "name": esc("g CO2e" + suffix), "x": names,
-                       "y": [t["carbon_g"] if t["has_carbon"] else None for t in totals.values()],
-                       "marker": {"color": [page.color(v) for v in totals]}}]
-            cells.append(page.figure(carbon, f"{device}: total carbon per algorithm{suffix}", {"type": "category"},
-                                     {"title": {"text": "grams CO2e"}}))
-        method = "+".join(sorted(_methods(rows))) or "none"
-        tables.append(_table(("device", "algorithm", "rounds", "wall s", "energy J", "g CO2e", "energy method"),
-                             [(device, v, len(t["rounds"]), f"{t['wall_s']:.4g}",
-                               f"{t['energy_j']:.4g}" if t["has_energy"] else "-",
-                               f"{t['carbon_g']:.4g}" if t["has_carbon"] else "-", method)
-                              for v, t in totals.items()]))
+        cells += [_total_bars(page, device, totals, "energy", "joules", estimate),
+                  _total_bars(page, device, totals, "carbon", "grams CO2e", estimate)]
+        tables.append(_totals_table(device, totals))
     all_rows = [r for rows in devices.values() for r in rows]
-    return _energy_note(all_rows) + _grid(cells) + "".join(tables)
+    return _energy_note(all_rows) + _grid([c for c in cells if c]) + "".join(tables)
 
 
 def _accuracy(page: _Page, devices: Mapping[str, list[Row]]) -> str:
@@ -448,8 +551,8 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
     page = _Page()
     bodies = {
         "runs": _runs(reports, rows),
-        "verdicts": _verdicts(analysis),
-        "cost-vs-tau": _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
+        "verdicts": _verdicts(analysis, rows),
+        "cost-vs-tau": _one_tau(analysis) or _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
         "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])
         + _memory(devices),
         "timeseries": _timeseries(page, devices),
