@@ -5,9 +5,14 @@ A window records wall seconds (a monotonic clock), process CPU seconds, the peak
 ``/proc/self/clear_refs``; elsewhere the process's lifetime peak), and the energy of every meter
 domain as the difference of two cumulative readings. Phases split the same quantities further.
 
-Clocks and the meter set are injectable, so a test with a fake clock and fake counters can assert
-exact numbers. The profiler times its own bookkeeping (meter reads, RSS reads) with the same wall clock
-and reports it as ``overhead_s`` for every window.
+Each sample reads the process CPU clock once and hands that value to the meter set, so a meter derived
+from CPU time (the estimate) yields exactly the window's and every phase's ``cpu_s`` times its watts.
+
+Clocks and the meter set are injectable, so a test with fake clocks and fake counters can assert exact
+numbers. The profiler's own cost is its bookkeeping (meter reads, RSS reads) measured on the calling
+thread's CPU clock: ``overhead_s`` is thread CPU seconds, which time spent preempted by other processes
+or blocked (e.g. waiting for a GPU in ``sync``) does not inflate; ``overhead_wall_s`` is the wall time of the
+same bookkeeping, kept beside it. Work of a meter's own sampler thread is in neither.
 """
 
 from __future__ import annotations
@@ -49,7 +54,11 @@ class Span:
 
 @dataclass(frozen=True)
 class WindowResult:
-    """One finished window: totals, per-phase spans, peak RSS, the profiler's own overhead."""
+    """One finished window: totals, per-phase spans, peak RSS, the profiler's own overhead.
+
+    ``overhead_s`` is the thread CPU seconds of the profiler's bookkeeping inside the window,
+    ``overhead_wall_s`` the wall seconds of the same bookkeeping.
+    """
 
     name: str
     span: Span
@@ -58,6 +67,7 @@ class WindowResult:
     overhead_s: float
     short_window: bool
     domains: tuple[Domain, ...] = field(default_factory=tuple)
+    overhead_wall_s: float = 0.0
 
     @property
     def wall_s(self) -> float:
@@ -108,6 +118,7 @@ class Window:
         self.name = name
         self.phases: dict[str, Span] = {}
         self.overhead_s = 0.0
+        self.overhead_wall_s = 0.0
         self.result: WindowResult | None = None
 
     @contextlib.contextmanager
@@ -125,41 +136,51 @@ class Window:
 
 
 class Profiler:
-    """Opens windows over a meter set with injectable clocks."""
+    """Opens windows over a meter set with injectable clocks.
+
+    ``clock`` is the wall clock, ``cpu_clock`` the process CPU clock (all threads) whose differences are
+    ``cpu_s``, ``thread_clock`` the calling thread's CPU clock that times the profiler's own overhead.
+    """
 
     def __init__(self, meters: MeterSet, *, clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time, rss: PeakRss | None = None) -> None:
+                 cpu_clock: Callable[[], float] = time.process_time,
+                 thread_clock: Callable[[], float] = time.thread_time, rss: PeakRss | None = None) -> None:
         self.meters = meters
         self.domains = meters.domains()
         self._clock = clock
         self._cpu_clock = cpu_clock
+        self._thread_clock = thread_clock
         self._rss = rss if rss is not None else PeakRss()
 
+    def _charge(self, window: Window, wall0_s: float, thread0_s: float) -> None:
+        """Add the bookkeeping since ``(wall0_s, thread0_s)`` to the window's overhead."""
+        window.overhead_s += self._thread_clock() - thread0_s
+        window.overhead_wall_s += self._clock() - wall0_s
+
     def _sample(self, window: Window) -> Sample:
-        """Read clocks and meters; the read itself is charged to the window's overhead."""
-        t0 = self._clock()
+        """Read the clocks and the meters, handing the meters this sample's CPU time; charged to overhead."""
+        wall0, thread0 = self._clock(), self._thread_clock()
         cpu = self._cpu_clock()
-        energy = self.meters.read_j()
-        t1 = self._clock()
-        window.overhead_s += t1 - t0
-        return Sample(t0, cpu, energy)
+        energy = self.meters.read_j(cpu_s=cpu)
+        self._charge(window, wall0, thread0)
+        return Sample(wall0, cpu, energy)
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[Window]:
         """Measure the body; ``window.result`` holds the :class:`WindowResult` afterwards."""
         win = Window(self, name)
-        t0 = self._clock()
+        wall0, thread0 = self._clock(), self._thread_clock()
         self._rss.reset()
-        win.overhead_s += self._clock() - t0
+        self._charge(win, wall0, thread0)
         start = self._sample(win)
         try:
             yield win
         finally:
             end = self._sample(win)
-            t0 = self._clock()
+            wall0, thread0 = self._clock(), self._thread_clock()
             peak = self._rss.read_mb()
-            win.overhead_s += self._clock() - t0
+            self._charge(win, wall0, thread0)
             span = Span.between(start, end)
             short = span.wall_s < self.meters.update_period_s
             win.result = WindowResult(name, span, dict(win.phases), peak, win.overhead_s, short,
-                                      self.domains)
+                                      self.domains, win.overhead_wall_s)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import pytest
 
-from edgeprof.errors import ConfigError
-from edgeprof.meters import discover
+from edgeprof.errors import ConfigError, MeterError
+from edgeprof.meters import Domain, Meter, MeterSet, discover
 from edgeprof.meters.doctor import doctor_report, render_doctor
-from edgeprof.meters.estimate import DEFAULT_WATTS_PER_CORE, detect_cpu_model, watts_per_core_for
+from edgeprof.meters.estimate import (DEFAULT_WATTS_PER_CORE, CpuTimeEstimateMeter, detect_cpu_model,
+                                      watts_per_core_for)
 from edgeprof.meters.idle import measure_idle
+from edgeprof.meters.rapl import RaplMeter
+from edgeprof.profiler import PeakRss, Profiler
 from fixtures_sysfs import build_jetson, build_rapl, fake_pynvml, set_energy
 
 NO_GPU = fake_pynvml([], init_error=9)
@@ -71,6 +76,58 @@ def test_sysfs_root_comes_from_the_environment(tmp_path, monkeypatch):
 
     assert reading == {"cpu_package_0": 0.0, "cpu_package_1": 2.0}
     assert found.update_period_s == 0.001
+
+
+class SteadyGpuMeter(Meter):
+    """A GPU counter that advances ``joules_per_read`` on every read, over the named domains."""
+
+    def __init__(self, name: str, domain_names: tuple[str, ...], joules_per_read: float) -> None:
+        self.name = name
+        self._domains = tuple(Domain(n, "gpu", "counter") for n in domain_names)
+        self._per_read_j, self._reads = joules_per_read, 0
+
+    def domains(self) -> tuple[Domain, ...]:
+        return self._domains
+
+    def read_j(self) -> Mapping[str, float]:
+        self._reads += 1
+        return {d.name: self._reads * self._per_read_j for d in self._domains}
+
+
+@pytest.mark.parametrize(
+    "meters",
+    [[("nvml", ("gpu_0",), 1.0), ("nvml_b", ("gpu_0",), 100.0)],
+     [("nvml", ("gpu_0", "gpu_1", "gpu_0"), 1.0)]],
+    ids=["two-meters", "one-meter"],
+)
+def test_two_domains_with_one_name_are_rejected(meters):
+    opened = [SteadyGpuMeter(*m) for m in meters]
+
+    with pytest.raises(MeterError, match="'gpu_0'.*unique"):
+        MeterSet(opened)
+
+
+def test_distinct_gpu_domains_each_count_once_in_a_window(tmp_path):
+    meters = MeterSet([SteadyGpuMeter("nvml", ("gpu_0",), 1.0), SteadyGpuMeter("nvml_b", ("gpu_1",), 100.0)])
+
+    with Profiler(meters, rss=PeakRss(tmp_path / "no-proc")).window("client") as win:
+        pass
+
+    assert dict(win.result.span.energy_j) == {"gpu_0": 1.0, "gpu_1": 100.0}
+    assert win.result.energy_total_j == 101.0
+
+
+@pytest.mark.parametrize(("cpu_s", "estimate_j"), [(None, (7.5 - 2.0) * 4.0), (3.25, (3.25 - 2.0) * 4.0)],
+                         ids=["own-clock", "supplied"])
+def test_estimate_takes_a_supplied_cpu_time_and_other_meters_ignore_it(tmp_path, cpu_s, estimate_j):
+    build_rapl(tmp_path, "one_socket", energy_uj=0)
+    cpu_clock = iter([2.0, 7.5])  # at opening, then at a stand-alone read
+    meters = MeterSet([RaplMeter(tmp_path), CpuTimeEstimateMeter(4.0, cpu_time=lambda: next(cpu_clock))])
+    set_energy(tmp_path, "intel-rapl:0", 2_500_000)
+
+    reading = meters.read_j(cpu_s=cpu_s)
+
+    assert reading == {"cpu_package_0": 2.5, "cpu_estimate": estimate_j}
 
 
 @pytest.mark.parametrize(

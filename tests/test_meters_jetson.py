@@ -7,7 +7,8 @@ from fractions import Fraction
 import pytest
 
 from edgeprof.meters import jetson
-from edgeprof.meters.discovery import totals
+from edgeprof.meters.discovery import MeterSet
+from edgeprof.profiler import PeakRss, Profiler
 from fixtures_sysfs import FakeClock, build_jetson, set_rails
 
 # board -> {domain: (column, in_total)}
@@ -66,13 +67,15 @@ def test_trapezoidal_energy_is_exact_with_a_fake_clock(tmp_path, board):
     clock = FakeClock()
     set_rails(tmp_path, board, steps[0])
     meter = jetson.JetsonMeter(tmp_path, hz=10, clock_ns=clock, start_thread=False)  # sample at t=0
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
 
-    for step, dt in zip(steps[1:], durations[:2]):
-        clock.advance_s(dt)
-        set_rails(tmp_path, board, step)
-        meter.sampler.sample()
-    clock.advance_s(durations[2])
-    reading = meter.read_j()  # takes the final sample at t=0.387 s with step 2's powers still set
+    with profiler.window("client") as win:  # its first reading samples t=0 again: a zero-length trapezoid
+        for step, dt in zip(steps[1:], durations[:2]):
+            clock.advance_s(dt)
+            set_rails(tmp_path, board, step)
+            meter.sampler.sample()
+        clock.advance_s(durations[2])
+    reading = win.result.span.energy_j  # the last reading samples t=0.387 s with step 2's powers still set
 
     names = [d.name for d in meter.domains()]
     powers = [steps[0], steps[1], steps[2], steps[2]]
@@ -81,12 +84,11 @@ def test_trapezoidal_energy_is_exact_with_a_fake_clock(tmp_path, board):
         p = [_power_mw(board, s[lab]) / 1000 for s in powers]  # W
         expected[name] = sum((p[i] + p[i + 1]) / 2 * Fraction(round(d * 1e9), 10**9)
                              for i, d in enumerate(durations))
-    assert reading == {k: float(v) for k, v in expected.items()}
-    total = totals(meter.domains(), reading)
-    if board == "agx_orin":
-        assert total == sum(reading.values())
-    else:
-        assert total == reading["board_total"]
+    assert dict(reading) == {k: float(v) for k, v in expected.items()}
+    if board == "agx_orin":  # no input rail: the total is the (partial) sum of the rails
+        assert win.result.energy_total_j == sum(reading.values())
+    else:  # sub-rails are inside the input rail and never added to it
+        assert win.result.energy_total_j == reading["board_total"] < sum(reading.values())
 
 
 def test_nc_channels_are_skipped(tmp_path):

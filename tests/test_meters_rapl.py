@@ -14,7 +14,9 @@ import pytest
 
 from edgeprof.errors import MeterError
 from edgeprof.meters import rapl
-from edgeprof.meters.discovery import totals
+from edgeprof.meters.discovery import MeterSet
+from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import build_rapl, rapl_zone, set_energy
 
 # layout -> {domain name: (column, in_total)}; core/uncore never reported
@@ -41,24 +43,26 @@ def test_domains_follow_the_nesting(tmp_path, layout):
 
 
 @pytest.mark.parametrize("layout", sorted(EXPECTED))
-def test_exact_joules_and_total_never_sums_nested_domains(tmp_path, layout):
+def test_window_and_report_totals_never_sum_nested_domains(tmp_path, layout):
+    """The production path: a profiler window over the RAPL meter, then the window's report row."""
     zones = build_rapl(tmp_path, layout, energy_uj=1000)
     meter = rapl.RaplMeter(tmp_path)
-    # every zone advances by a different amount: 1.5 J, 2.5 J, ...
-    for i, zone in enumerate(zones):
-        set_energy(tmp_path, zone, 1000 + 1_500_000 + 1_000_000 * i)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))  # no clear_refs: lifetime peak
 
-    reading = meter.read_j()
+    with profiler.window("client") as win:
+        for i, zone in enumerate(zones):  # every zone advances by a different amount: 1.5 J, 2.5 J, ...
+            set_energy(tmp_path, zone, 1000 + 1_500_000 + 1_000_000 * i)
+    row = row_from_window(win.result, {"run_id": "r"})
 
-    by_zone = {}
-    for zone in meter._zones:
-        i = zones.index(zone.path.name)
-        by_zone[zone.domain.name] = Fraction(1_500_000 + 1_000_000 * i, 10**6)
-    assert reading == {k: float(v) for k, v in by_zone.items()}
-    expected_total = sum(v for k, v in by_zone.items() if EXPECTED[layout][k][1])
-    assert totals(meter.domains(), reading) == float(expected_total)
-    if layout == "psys":
-        assert totals(meter.domains(), reading) == reading["psys"]
+    by_domain = {z.domain.name: Fraction(1_500_000 + 1_000_000 * zones.index(z.path.name), 10**6)
+                 for z in meter._zones}
+    expected_total = sum(v for k, v in by_domain.items() if EXPECTED[layout][k][1])
+    assert dict(win.result.span.energy_j) == {k: float(v) for k, v in by_domain.items()}
+    assert win.result.energy_total_j == float(expected_total)
+    assert float(row["energy_j"]) == float(expected_total)  # every total here has few digits: _fmt is exact
+    assert float(row["cpu_package_j"]) == float(sum(v for k, v in by_domain.items() if k.startswith("cpu_package")))
+    if layout == "psys":  # package and dram are inside psys: the total is psys alone
+        assert win.result.energy_total_j == win.result.span.energy_j["psys"] < sum(by_domain.values())
 
 
 def test_mmio_only_package_is_used_when_msr_zone_is_absent(tmp_path):

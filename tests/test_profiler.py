@@ -1,13 +1,16 @@
-"""Profiler windows against a fake clock and fake cumulative counters, to the microjoule."""
+"""Profiler windows against fake clocks and fake cumulative counters, to the microjoule; its own overhead
+on a fake machine; the CPU estimate against the real process clock."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
+import numpy as np
 import pytest
 
 from edgeprof.meters.base import Domain, Meter
 from edgeprof.meters.discovery import MeterSet
+from edgeprof.meters.estimate import CpuTimeEstimateMeter
 from edgeprof.profiler import PeakRss, Profiler
 
 
@@ -64,7 +67,7 @@ def test_window_and_phase_energy_to_the_microjoule():
         {"cpu_package_0": 13.000004, "dram_0": 1.5, "psys": 71.0},
     ]
     meters = MeterSet([ScriptedMeter(readings, (PKG, DRAM, CORE))])
-    prof = Profiler(meters, clock=Ticker(0.5), cpu_clock=Ticker(0.25), rss=NoRss())
+    prof = Profiler(meters, clock=Ticker(0.5), cpu_clock=Ticker(0.25), thread_clock=Ticker(0.125), rss=NoRss())
 
     with prof.window("client") as win:
         with win.phase("a"):
@@ -83,8 +86,9 @@ def test_window_and_phase_energy_to_the_microjoule():
     assert res.wall_s == pytest.approx(10 * 0.5)
     assert res.phases["a"].wall_s == pytest.approx(2 * 0.5)
     assert res.cpu_s == pytest.approx(5 * 0.25)
-    # overhead: 6 samples + 2 RSS steps, one tick each
-    assert res.overhead_s == pytest.approx(8 * 0.5)
+    # overhead: 6 samples + 2 RSS steps, one tick of each clock each
+    assert res.overhead_s == 8 * 0.125
+    assert res.overhead_wall_s == 8 * 0.5
 
 
 def test_repeated_phase_accumulates_and_short_window_is_flagged():
@@ -101,15 +105,111 @@ def test_repeated_phase_accumulates_and_short_window_is_flagged():
     assert win.result.short_window is True
 
 
-def test_real_clock_overhead_is_small_relative_to_work():
-    from edgeprof.meters.estimate import CpuTimeEstimateMeter
+class FakeMachine:
+    """One thread on a machine: wall, process-CPU and thread-CPU clocks that move only when it runs or waits."""
 
-    prof = Profiler(MeterSet([CpuTimeEstimateMeter(5.0)]))
+    def __init__(self) -> None:
+        self.wall_s, self.cpu_s, self.thread_s = 1000.0, 100.0, 10.0
+
+    def run(self, cpu_s: float, preempted_s: float = 0.0) -> None:
+        """Compute for ``cpu_s`` on this thread, and spend ``preempted_s`` off the CPU (another process ran)."""
+        self.wall_s += cpu_s + preempted_s
+        self.cpu_s += cpu_s
+        self.thread_s += cpu_s
+
+
+class CostlyMeter(Meter):
+    """A counter whose read costs ``read_cpu_s`` of thread CPU; read number ``preempt_on`` is preempted."""
+
+    name = "costly"
+
+    def __init__(self, machine: FakeMachine, read_cpu_s: float, preempt_on: int | None, preempted_s: float):
+        self.machine, self.read_cpu_s = machine, read_cpu_s
+        self.preempt_on, self.preempted_s = preempt_on, preempted_s
+        self.reads = 0
+
+    def domains(self):
+        return (PKG,)
+
+    def read_j(self) -> Mapping[str, float]:
+        self.reads += 1
+        self.machine.run(self.read_cpu_s, self.preempted_s if self.reads == self.preempt_on else 0.0)
+        return {"cpu_package_0": float(self.reads)}
+
+
+class CostlyRss(PeakRss):
+    """Resetting and reading the peak RSS each cost ``cpu_s`` of thread CPU."""
+
+    def __init__(self, machine: FakeMachine, cpu_s: float):
+        self.machine, self.cost_s, self.per_window = machine, cpu_s, True
+
+    def reset(self) -> None:
+        self.machine.run(self.cost_s)
+
+    def read_mb(self) -> float:
+        self.machine.run(self.cost_s)
+        return 42.0
+
+
+# powers of two, so every sum below is exact in binary floating point
+READ_CPU_S, RSS_CPU_S, WORK_CPU_S, PREEMPTED_S = 2.0**-10, 2.0**-9, 2.0**-2, 2.0**-3
+
+
+@pytest.mark.parametrize(
+    ("preempted_in", "extra_wall_overhead_s", "extra_window_wall_s"),
+    [("nowhere", 0.0, 0.0), ("meter_read", PREEMPTED_S, PREEMPTED_S), ("body", 0.0, PREEMPTED_S)],
+)
+def test_overhead_is_the_thread_cpu_time_of_the_bookkeeping_whatever_the_preemption(
+        preempted_in, extra_wall_overhead_s, extra_window_wall_s):
+    machine = FakeMachine()
+    # reads: window start, phase a start/end, phase b start/end, window end; the 4th read is preempted
+    meter = CostlyMeter(machine, READ_CPU_S, preempt_on=4 if preempted_in == "meter_read" else None,
+                        preempted_s=PREEMPTED_S)
+    prof = Profiler(MeterSet([meter]), clock=lambda: machine.wall_s, cpu_clock=lambda: machine.cpu_s,
+                    thread_clock=lambda: machine.thread_s, rss=CostlyRss(machine, RSS_CPU_S))
+
     with prof.window("client") as win:
-        for name in ("a", "b", "c"):
-            with win.phase(name):
-                sum(i * i for i in range(200_000))
+        with win.phase("a"):
+            machine.run(WORK_CPU_S, PREEMPTED_S if preempted_in == "body" else 0.0)
+        with win.phase("b"):
+            machine.run(WORK_CPU_S)
     res = win.result
-    assert 0 < res.overhead_s < res.wall_s
-    assert res.overhead_s / res.wall_s < 0.05
-    assert res.energy_total_j == pytest.approx(res.cpu_s * 5.0, rel=0.05, abs=1e-3)
+
+    bookkeeping_s = 6 * READ_CPU_S + 2 * RSS_CPU_S
+    assert meter.reads == 6
+    assert res.overhead_s == bookkeeping_s
+    assert res.overhead_wall_s == bookkeeping_s + extra_wall_overhead_s
+    # the window runs from its first sample to its last: 2 work units and 5 of the 6 meter reads
+    assert res.wall_s == 2 * WORK_CPU_S + 5 * READ_CPU_S + extra_window_wall_s
+    assert res.cpu_s == 2 * WORK_CPU_S + 5 * READ_CPU_S
+
+
+def _busy(a: np.ndarray, reps: int) -> np.ndarray:
+    for _ in range(reps):
+        a = np.tanh(a @ a / a.shape[0])
+    return a
+
+
+@pytest.mark.parametrize("watts_per_core", [1.5, 12.0])
+def test_cpu_estimate_is_the_windows_own_cpu_seconds_times_the_watts(watts_per_core):
+    """Real process CPU clock, real work: the estimate must equal its definition in the window and in
+    every phase, including short ones (a phase entered twice, a phase that does almost nothing)."""
+    prof = Profiler(MeterSet([CpuTimeEstimateMeter(watts_per_core)]), rss=NoRss())
+    a = np.random.default_rng(0).random((96, 96))
+
+    with prof.window("client") as win:
+        for name, reps in (("cache_forward", 200), ("head_steps", 5), ("joint_grad", 100), ("head_steps", 5),
+                           ("idle", 0)):
+            with win.phase(name):
+                a = _busy(a, reps)
+    with prof.window("server") as server:
+        a = _busy(a, 50)
+
+    spans = {"client": win.result.span, "server": server.result.span,
+             **{f"client/{k}": v for k, v in win.result.phases.items()}}
+    for name, span in spans.items():
+        assert span.cpu_s >= 0, name
+        # (c1 - c0) * W against (c1 - s) * W - (c0 - s) * W: a few ulps of the process's CPU seconds times W
+        assert span.energy_j["cpu_estimate"] == pytest.approx(span.cpu_s * watts_per_core, rel=1e-9, abs=1e-12), name
+    assert win.result.phases["joint_grad"].cpu_s > 0
+    assert win.result.energy_total_j == pytest.approx(win.result.cpu_s * watts_per_core, rel=1e-9)

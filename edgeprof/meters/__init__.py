@@ -7,6 +7,6 @@ the order. Back-end modules import their optional dependencies (``pynvml``) only
 from __future__ import annotations
 
 from edgeprof.meters.base import METHODS, REPORT_COLUMNS, Domain, Meter, ProbeResult
-from edgeprof.meters.discovery import MeterSet, discover, totals
+from edgeprof.meters.discovery import MeterSet, discover
 
-__all__ = ["METHODS", "REPORT_COLUMNS", "Domain", "Meter", "ProbeResult", "MeterSet", "discover", "totals"]
+__all__ = ["METHODS", "REPORT_COLUMNS", "Domain", "Meter", "ProbeResult", "MeterSet", "discover"]

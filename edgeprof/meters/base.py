@@ -81,6 +81,15 @@ class Meter(ABC):
     def read_j(self) -> Mapping[str, float]:
         """Cumulative joules per domain name since the meter was opened (never decreasing)."""
 
+    def read_at_cpu_j(self, cpu_s: float) -> Mapping[str, float]:
+        """The reading that goes with a process CPU time ``cpu_s`` the caller has just sampled.
+
+        A meter whose figure is derived from CPU time (the estimate) computes it from ``cpu_s`` instead of
+        reading the clock again, so its joules are exactly the caller's CPU seconds times its model; every
+        other meter ignores ``cpu_s`` and reads as :meth:`read_j` does.
+        """
+        return self.read_j()
+
     def sync(self) -> None:
         """Wait for outstanding device work before a reading (e.g. CUDA kernels); default: nothing."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from edgeprof.errors import MeterError
 from edgeprof.meters import jetson, nvml, rapl
@@ -42,16 +42,31 @@ class MeterSet:
     meters: Sequence[Meter]
     probes: Sequence[ProbeResult] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        """Reject two domains with one name: their readings would overwrite each other in one reading."""
+        owner: dict[str, str] = {}
+        for meter in self.meters:
+            for domain in meter.domains():
+                if domain.name in owner:
+                    raise MeterError(
+                        f"meters {owner[domain.name]!r} and {meter.name!r} both report a domain named "
+                        f"{domain.name!r}; domain names must be unique across the meters of a run")
+                owner[domain.name] = meter.name
+
     def domains(self) -> tuple[Domain, ...]:
         return tuple(d for m in self.meters for d in m.domains())
 
-    def read_j(self) -> dict[str, float]:
-        """One cumulative reading of every domain of every meter (devices synchronised first)."""
+    def read_j(self, *, cpu_s: float | None = None) -> dict[str, float]:
+        """One cumulative reading of every domain of every meter (devices synchronised first).
+
+        ``cpu_s`` is the process CPU time the caller (the profiler) sampled for this reading; meters
+        derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`).
+        """
         for meter in self.meters:
             meter.sync()
         out: dict[str, float] = {}
         for meter in self.meters:
-            out.update(meter.read_j())
+            out.update(meter.read_j() if cpu_s is None else meter.read_at_cpu_j(cpu_s))
         return out
 
     @property
@@ -135,8 +150,3 @@ def _estimate_meter(cpu_watts: float | None, cpu_model: str | None) -> CpuTimeEs
     model = cpu_model if cpu_model is not None else detect_cpu_model()
     watts, source = watts_per_core_for(model)
     return CpuTimeEstimateMeter(watts, source)
-
-
-def totals(domains: Sequence[Domain], delta_j: Mapping[str, float]) -> float:
-    """Total energy of a window: the sum over domains that count towards the total."""
-    return float(sum(delta_j[d.name] for d in domains if d.in_total))

@@ -70,7 +70,14 @@ def detect_cpu_model(proc_root: str = "/proc") -> str:
 
 
 class CpuTimeEstimateMeter(Meter):
-    """Estimated CPU energy: process CPU seconds times watts per busy core."""
+    """Estimated CPU energy: process CPU seconds times watts per busy core.
+
+    Read inside a profiler window (:meth:`read_at_cpu_j`), it takes the CPU time the profiler has just
+    sampled, so a window's or phase's ``energy_j`` is exactly its ``cpu_s`` times ``watts_per_core``;
+    read alone (:meth:`read_j`), it reads ``cpu_time`` itself. Both count from ``cpu_time()`` at opening,
+    so a supplied ``cpu_s`` must come from the same clock (process CPU time) for the cumulative figure to
+    start at zero; differences of two readings are right whatever the clock.
+    """
 
     name = "cpu_estimate"
 
@@ -91,7 +98,10 @@ class CpuTimeEstimateMeter(Meter):
         return (Domain("cpu_estimate", "cpu_estimate", "estimate", in_total=True),)
 
     def read_j(self) -> Mapping[str, float]:
-        return {"cpu_estimate": (self._cpu_time() - self._start) * self.watts_per_core}
+        return self.read_at_cpu_j(self._cpu_time())
+
+    def read_at_cpu_j(self, cpu_s: float) -> Mapping[str, float]:
+        return {"cpu_estimate": (cpu_s - self._start) * self.watts_per_core}
 
     def describe(self) -> dict:
         info = super().describe()

@@ -70,7 +70,11 @@ def render(lines: Sequence[SummaryLine]):
 
 
 def overhead_fraction(report: Report) -> float | None:
-    """Profiler overhead as a fraction of the client rounds' total wall time."""
+    """Profiler overhead as a fraction of the client rounds' total wall time.
+
+    The overhead is the profiler's thread CPU seconds (``profiler_overhead_s``), which preemption by other
+    processes does not inflate: about the wall time the bookkeeping adds to a round on a quiet machine.
+    """
     clients = report.where(kind="client")
     wall = sum(report.values("wall_s", clients))
     over = sum(report.values("profiler_overhead_s", clients))
