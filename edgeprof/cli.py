@@ -1,5 +1,9 @@
 """The ``edgeprof`` command line: thin typer commands; options -> one RunConfig -> one run function.
 
+A command lists the options it takes, each declared once in :mod:`edgeprof.options` (help, help panel,
+choices read from the registries), and hands ``ctx.params`` to :func:`edgeprof.options.run_config`.
+``--out/-o`` is a folder in every command.
+
 Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and its documented exit code in
 exactly one place, :func:`guard`; click's own usage errors (``--tau abc``, an unknown option) become the
 same one line with exit 2 in :class:`OneLineErrors`. Exit codes: 2 config, 3 data, 4 output, 5 meter,
@@ -19,8 +23,10 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from edgeprof import options as o
 from edgeprof.errors import EdgeprofError
 
+_log = logging.getLogger("edgeprof.cli")
 INTERRUPTED_EXIT = 130
 USAGE_EXIT = 2
 
@@ -102,37 +108,6 @@ def guard() -> Iterator[None]:
         raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
-# --- shared options -------------------------------------------------------------------------------------
-Algo = Annotated[str, typer.Option("--algo", "-a", help="Algorithm: pflego, fedavg, fedprox, fedper, fedrep, fedbabu, "
-                                                  "ditto, fedrecon, fedsim, fedalt (see `edgeprof algos`).")]
-Tau = Annotated[int, typer.Option(help="Local steps per client round (tau >= 1).")]
-Rounds = Annotated[int, typer.Option(help="Federated rounds to run.")]
-Clients = Annotated[int, typer.Option(help="Number of clients I the data is partitioned across.")]
-Participation = Annotated[float, typer.Option(
-    help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed) or each with probability pi.")]
-Mode = Annotated[str, typer.Option("--participation-mode", help="fixed (r clients per round) or bernoulli.")]
-Dataset = Annotated[str, typer.Option(
-    help="digits (embedded with scikit-learn), synthetic (generated), or a local folder of: mnist, fashion-mnist, "
-         "emnist, cifar10, omniglot.")]
-Degree = Annotated[str, typer.Option(
-    help="Degree of personalization: high (K=2), medium (K=C/2), none (all classes), group (omniglot alphabets).")]
-Backbone = Annotated[str, typer.Option(help="Backbone from Table 4: mlp, cnn-cifar, cnn-omniglot.")]
-DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="Folder with the data files (file-based sets).")]
-Seed = Annotated[int, typer.Option(help="Seed for data, partition, initialization and client sampling.")]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Folder the report (CSV + JSON sidecar) is written to.")]
-Threads = Annotated[Optional[int], typer.Option(help="Intra-op threads for torch and ONNX Runtime.")]
-Beta = Annotated[Optional[float], typer.Option(help="Client step size (default: the paper's Tables 6-7).")]
-Rho = Annotated[Optional[float], typer.Option(help="Server step size of pflego/fedrecon (default: Tables 6-7).")]
-Mu = Annotated[Optional[float], typer.Option(help="FedProx's mu and Ditto's lambda (default: Table 6).")]
-ServerOptimizer = Annotated[str, typer.Option(help="pflego/fedrecon server optimizer: adam or sgd.")]
-Samples = Annotated[int, typer.Option("--synthetic-samples", help="--dataset synthetic only: total number of samples.")]
-Classes = Annotated[int, typer.Option("--synthetic-classes", help="--dataset synthetic only: number of classes.")]
-CpuWatts = Annotated[Optional[float], typer.Option(help="Watts per busy core for the CPU estimate.")]
-Country = Annotated[Optional[str], typer.Option(help="ISO country code for the carbon intensity (e.g. FRA).")]
-CarbonIntensity = Annotated[Optional[float], typer.Option(help="Carbon intensity in gCO2e/kWh (overrides).")]
-ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
-
-
 def _run_with_progress(cfg, display=None) -> "object":
     """Run ``cfg`` with a set-up line and a bar of rounds that starts once set-up is over."""
     from edgeprof.progress import Display
@@ -176,80 +151,54 @@ def _print_final_eval(csv_path: Path) -> None:
                    f"test accuracy {float(last['test_accuracy']):.2%}")
 
 
+def _measure_and_report(cfg) -> None:
+    """Run ``cfg``, then print the report's summary (and, with ``--evaluate``, the last evaluation)."""
+    result = _run_with_progress(cfg)
+    _print_summary(result.csv_path)
+    if cfg.evaluate:
+        _print_final_eval(result.csv_path)
+
+
 @app.command()
 def measure(
-    algo: Algo = "pflego",
-    tau: Tau = 50,
-    rounds: Rounds = 3,
-    clients: Clients = 10,
-    participation: Participation = 0.2,
-    participation_mode: Mode = "fixed",
-    dataset: Dataset = "digits",
-    degree: Degree = "high",
-    backbone: Backbone = "cnn-omniglot",
-    data_dir: DataDir = None,
-    seed: Seed = 0,
-    out: Out = Path("profiles"),
-    threads: Threads = None,
-    beta: Beta = None,
-    rho: Rho = None,
-    mu: Mu = None,
-    server_optimizer: ServerOptimizer = "adam",
-    engine: Annotated[Optional[str], typer.Option(help="Client engine (pflego: onnx or torch-reuse).")] = None,
-    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
-    evaluate: Annotated[bool, typer.Option(help="Also record training loss and test accuracy every round.")] = False,
-    synthetic_samples: Samples = 2000,
-    synthetic_classes: Classes = 10,
-    cpu_watts: CpuWatts = None,
-    jetson_hz: Annotated[float, typer.Option(help="Sampling rate of the Jetson power rails, Hz.")] = 10.0,
-    idle_seconds: Annotated[float, typer.Option(help="Seconds of idle baseline before the run (0: off).")] = 0.0,
-    country: Country = None,
-    region: Annotated[Optional[str], typer.Option(help="Region within the country, where data exists.")] = None,
-    carbon_intensity: CarbonIntensity = None,
-    progress: ShowProgress = True,
+    ctx: typer.Context,
+    algo: o.Algo = "pflego", engine: o.Engine = None, tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot",
+    beta: o.Beta = None, rho: o.Rho = None, mu: o.Mu = None, server_optimizer: o.ServerOptimizer = "adam",
+    threads: o.Threads = None,
+    rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
+    participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
+    cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
+    country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
+    out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
+    progress: o.ShowProgress = True,
 ) -> None:
     """Run federated rounds in-process and write a CSV energy report with a JSON sidecar."""
-    from edgeprof.config import RunConfig
-
     with guard():
-        cfg = RunConfig(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
-                        participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
-                        data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
-                        server_optimizer=server_optimizer, engine=engine, run_name=run_name, evaluate=evaluate,
-                        synthetic_samples=synthetic_samples, synthetic_classes=synthetic_classes, cpu_watts=cpu_watts,
-                        jetson_hz=jetson_hz, idle_seconds=idle_seconds, country=country, region=region,
-                        carbon_intensity=carbon_intensity, progress=progress)
-        result = _run_with_progress(cfg)
-        _print_summary(result.csv_path)
-        if cfg.evaluate:
-            _print_final_eval(result.csv_path)
+        _measure_and_report(o.run_config(ctx.params))
 
 
 @app.command()
-def export(
-    backbone: Backbone = "cnn-omniglot",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the ONNX file.")] = Path("models"),
-    seed: Seed = 0,
-) -> None:
+def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, out: o.ModelOut = Path("models")) -> None:
     """Export a backbone to ONNX (dynamic batch axis) under models/."""
     with guard():
-        from edgeprof.config import BACKBONES, check_choice
-
-        check_choice("backbone", backbone, BACKBONES)
         from edgeprof.nn.backbones import build_backbone
         from edgeprof.nn.ort import export_backbone
 
-        path = export_backbone(build_backbone(backbone, seed=seed), Path(out) / f"{backbone}.onnx")
+        path = export_backbone(build_backbone(backbone, seed=seed), out / f"{backbone}.onnx")
         typer.echo(f"wrote {path}")
 
 
 @app.command()
 def algos() -> None:
-    """List the algorithms, their profiled phases and engines."""
+    """List the algorithms as each declares itself: phases, engines, server step, personal state, evaluation."""
     from edgeprof.algorithms import ALGORITHMS
 
     for name, spec in ALGORITHMS.items():
         typer.echo(f"{name:10s} phases: {', '.join(spec.phases):40s} engines: {', '.join(spec.engines)}")
+        typer.echo(f"{'':10s} server step: {spec.server_kind}; personal: {spec.personal or 'nothing'}; "
+                   f"evaluated as: {spec.evaluation}")
 
 
 @app.command()
@@ -261,9 +210,7 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
 
 # --- doctor (meters) -------------------------------------------------------------------------------------
 @app.command()
-def doctor(
-    cpu_watts: CpuWatts = None,
-) -> None:
+def doctor(cpu_watts: o.CpuWatts = None) -> None:
     """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
     with guard():
         from edgeprof.config import check_meter_options
@@ -276,59 +223,33 @@ def doctor(
 # --- train (baselines) ------------------------------------------------------------------------------------
 @app.command()
 def train(
-    algos: Annotated[str, typer.Option("--algos", "-a", help="Comma-separated algorithms, trained one after "
-                                       "another (see `edgeprof algos`).")] = "pflego",
-    tau: Tau = 50,
-    rounds: Rounds = 50,
-    clients: Clients = 20,
-    participation: Participation = 0.2,
-    participation_mode: Mode = "fixed",
-    dataset: Dataset = "digits",
-    degree: Degree = "high",
-    backbone: Backbone = "mlp",
-    data_dir: DataDir = None,
-    seed: Seed = 0,
-    out: Out = Path("profiles"),
-    threads: Threads = None,
-    beta: Beta = None,
-    rho: Rho = None,
-    mu: Mu = None,
-    server_optimizer: ServerOptimizer = "adam",
-    target_accuracy: Annotated[float, typer.Option(help="Test accuracy the energy-to-target column counts to.")] = 0.9,
-    run_name: Annotated[Optional[str], typer.Option(help="Report name prefix: <name>-<algo> (default: automatic).")] = None,
-    synthetic_samples: Samples = 2000,
-    synthetic_classes: Classes = 10,
-    cpu_watts: CpuWatts = None,
-    country: Country = None,
-    carbon_intensity: CarbonIntensity = None,
-    progress: ShowProgress = True,
+    ctx: typer.Context,
+    algos: o.Algos = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "mlp",
+    beta: o.Beta = None, rho: o.Rho = None, mu: o.Mu = None, server_optimizer: o.ServerOptimizer = "adam",
+    threads: o.Threads = None,
+    rounds: o.Rounds = 50, clients: o.Clients = 20, participation: o.Participation = 0.2,
+    participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
+    cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
+    progress: o.ShowProgress = True,
 ) -> None:
     """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report each."""
-    from edgeprof.config import RunConfig
-    from edgeprof.errors import ConfigError
-
     with guard():
-        names = [a.strip() for a in algos.split(",") if a.strip()]
-        if not names:
-            raise ConfigError("--algos needs at least one algorithm")
+        from edgeprof.errors import ConfigError
+
         if not 0.0 < target_accuracy <= 1.0:
             raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
-        base = RunConfig(algo=names[0], tau=tau, rounds=rounds, clients=clients, participation=participation,
-                         participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
-                         data_dir=data_dir, seed=seed, out=out, threads=threads, beta=beta, rho=rho, mu=mu,
-                         server_optimizer=server_optimizer, run_name=run_name, evaluate=True,
-                         synthetic_samples=synthetic_samples, synthetic_classes=synthetic_classes, cpu_watts=cpu_watts, country=country,
-                         carbon_intensity=carbon_intensity, progress=progress)
-        _train_and_report(base, names, target_accuracy)
+        _train_and_report(o.run_config(ctx.params, algo=algos[0], evaluate=True), algos, target_accuracy)
 
 
 def _train_and_report(base, names, target: float) -> None:
     from rich.console import Console
 
+    from edgeprof.progress import Display
     from edgeprof.report.writer import read_report
     from edgeprof.train import energy_to_target, render, train_configs
-
-    from edgeprof.progress import Display
 
     configs = train_configs(base, names)  # every config is validated before the first run starts
     results, paths = [], []
@@ -340,8 +261,6 @@ def _train_and_report(base, names, target: float) -> None:
     Console().print(render(results))
     for path in paths:
         typer.echo(f"report: {path}")
-
-
 
 
 # --- sweep and dashboard ----------------------------------------------------------------------------------
@@ -357,49 +276,26 @@ def _csv_list(value: str, kind: type, name: str) -> tuple:
 
 @app.command()
 def sweep(
-    algos: Annotated[str, typer.Option(
-        help="Comma-separated algorithms, each `algo` or `algo:engine`.")] = "pflego,fedavg",
-    taus: Annotated[str, typer.Option(help="Comma-separated local step counts tau.")] = "1,5,10,25,50,100",
-    repeats: Annotated[int, typer.Option(help="Measured rounds per (algorithm, tau) cell.")] = 3,
-    engines: Annotated[str, typer.Option(help="Engines to run each plain algo with, where it has them "
-                                              "(e.g. onnx,torch-reuse); default: its first engine.")] = "",
-    dataset: Dataset = "synthetic",
-    backbone: Backbone = "cnn-omniglot",
-    samples_per_client: Annotated[int, typer.Option(help="Training samples kept per client (0: all).")] = 600,
-    clients: Annotated[int, typer.Option(help="Clients; every one takes part in every measured round.")] = 1,
-    degree: Degree = "high",
-    data_dir: DataDir = None,
-    seed: Seed = 0,
-    out: Out = Path("profiles"),
-    threads: Threads = None,
-    max_baseline_tau: Annotated[Optional[int], typer.Option(
-        help="Skip cells of algorithms other than pflego above this tau (they dominate the time).")] = None,
-    warmup: Annotated[bool, typer.Option(help="One unrecorded round per algorithm before measuring.")] = True,
-    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: sweep-time-id).")] = None,
-    check: Annotated[bool, typer.Option(help="Exit 8 unless pflego is flat and fedavg linear in tau.")] = False,
-    check_metric: Annotated[str, typer.Option(help="Metric --check judges: wall_s, cpu_s or energy_j.")] = "wall_s",
-    cpu_watts: CpuWatts = None,
-    country: Country = None,
-    carbon_intensity: CarbonIntensity = None,
-    progress: ShowProgress = True,
+    ctx: typer.Context,
+    algos: o.Variants = "pflego,fedavg", engines: o.Engines = "", backbone: o.Backbone = "cnn-omniglot",
+    threads: o.Threads = None,
+    clients: o.SweepClients = 1, seed: o.Seed = 0,
+    dataset: o.Dataset = "synthetic", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    samples_per_client: o.SamplesPerClient = 600,
+    taus: o.Taus = "1,5,10,25,50,100", repeats: o.Repeats = 3, max_baseline_tau: o.MaxBaselineTau = None,
+    warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
+    cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
     with guard():
-        from edgeprof.analysis import METRICS
-        from edgeprof.config import RunConfig
         from edgeprof.errors import ConfigError
         from edgeprof.sweep import SweepConfig
 
-        base = RunConfig(dataset=dataset, backbone=backbone, clients=clients, participation=1.0, degree=degree,
-                         data_dir=data_dir, seed=seed, out=out, threads=threads, run_name=run_name,
-                         cpu_watts=cpu_watts, country=country, carbon_intensity=carbon_intensity,
-                         progress=progress)
-        cfg = SweepConfig(base=base, algos=_csv_list(algos, str, "algos"), engines=_csv_list(engines, str, "engines"),
-                          taus=_csv_list(taus, int, "taus"), repeats=repeats,
-                          samples_per_client=samples_per_client or None, max_baseline_tau=max_baseline_tau,
-                          warmup=warmup)
-        if check_metric not in METRICS:
-            raise ConfigError(f"unknown --check-metric {check_metric!r}; choose one of: {', '.join(METRICS)}")
+        cfg = SweepConfig(base=o.run_config(ctx.params, participation=1.0), algos=algos,
+                          engines=_csv_list(engines, str, "engines"), taus=_csv_list(taus, int, "taus"),
+                          repeats=repeats, samples_per_client=samples_per_client or None,
+                          max_baseline_tau=max_baseline_tau, warmup=warmup)
         if check and not {"pflego", "fedavg"} <= {v.algo for v in cfg.variants()}:
             raise ConfigError("--check needs both pflego and fedavg in --algos")
         _sweep_and_report(cfg, check=check, check_metric=check_metric)
@@ -439,28 +335,40 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 @app.command()
 def dashboard(
     reports: Annotated[list[Path], typer.Argument(help="Report CSVs (their JSON sidecars are read too).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-    title: Annotated[str, typer.Option(help="Title of the page.")] = "edgeprof report",
+    out: o.PageOut = Path("profiles"), name: o.PageName = None, title: o.Title = "edgeprof report",
+    output: o.PageFile = None,
 ) -> None:
     """Write one self-contained HTML page (plots, fits, verdicts; opens offline) from one or more reports."""
     with guard():
         from edgeprof.report.dashboard import write_dashboard
 
-        path = write_dashboard(reports, output, title=title)
+        path = write_dashboard(reports, _page_path(reports, out, name, output), title=title)
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def _page_path(reports: list[Path], out: Path, name: Optional[str], output: Optional[Path]) -> Path:
+    """``--out`` / ``--name``.html; the name defaults to the one report's, else ``dashboard``.
+
+    The old spellings still name the file, with a note: ``--output FILE``, and ``-o`` given a ``.html`` path
+    that is not a folder (``-o`` was ``--output`` before ``--out`` meant a folder in every command).
+    """
+    from edgeprof.errors import ConfigError
+
+    if output is not None:
+        _log.warning("--output is deprecated; use --out FOLDER and --name NAME")
+        return output
+    if out.suffix.lower() == ".html" and not out.is_dir():
+        _log.warning(f"--out names a folder; writing the page to {out} as before (deprecated; use "
+                     f"--out {out.parent} --name {out.stem})")
+        return out
+    stem = name or (reports[0].stem if len(reports) == 1 else "dashboard")
+    if stem in (".", "..") or Path(stem).name != stem:
+        raise ConfigError(f"--name must be a file name, not a path: {stem!r}")
+    return out / (stem if stem.endswith(".html") else f"{stem}.html")
 
 
 # --- flower -----------------------------------------------------------------------------------------------
 FlowerDir = Annotated[Path, typer.Argument(help="Folder of the Flower app to write (created if missing).")]
-RoundTimeout = Annotated[float, typer.Option(help="Seconds the server waits for a round's replies.")]
-NodeWait = Annotated[float, typer.Option(help="Seconds the server waits for every partition to have a SuperNode.")]
-TotalSamples = Annotated[int, typer.Option(help="sum_j N_j of the federation when known (0: sum over known clients).")]
-
-
-def _flower_cfg(**options):
-    from edgeprof.config import RunConfig
-
-    return RunConfig(progress=False, **options)
 
 
 def flower_commands(folder: Path, clients: int, port: int) -> str:
@@ -478,15 +386,15 @@ def flower_commands(folder: Path, clients: int, port: int) -> str:
 
 @app.command("flower-app-dir")
 def flower_app_dir(
+    ctx: typer.Context,
     folder: FlowerDir = Path("edgeprof-flower-app"),
-    algo: Algo = "pflego", tau: Tau = 50, rounds: Rounds = 3, clients: Clients = 10,
-    participation: Participation = 0.2, participation_mode: Mode = "fixed", dataset: Dataset = "digits",
-    degree: Degree = "high", backbone: Backbone = "cnn-omniglot", data_dir: DataDir = None, seed: Seed = 0,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Report folder on the server (made absolute).")] = Path("profiles"),
-    threads: Threads = None,
-    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
-    round_timeout: RoundTimeout = 600.0, node_wait: NodeWait = 300.0, total_samples: TotalSamples = 0,
-    port: Annotated[int, typer.Option(help="The SuperLink's port in the printed commands.")] = 9093,
+    algo: o.Algo = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot", threads: o.Threads = None,
+    rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
+    participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    out: o.ServerOut = Path("profiles"), run_name: o.RunName = None,
+    round_timeout: o.RoundTimeout = 600.0, node_wait: o.NodeWait = 300.0, total_samples: o.TotalSamples = 0,
+    port: o.Port = 9093,
 ) -> None:
     """Write a Flower app folder (pyproject.toml) running edgeprof's ServerApp and ClientApp; print the commands."""
     with guard():
@@ -495,33 +403,28 @@ def flower_app_dir(
 
         if not 1 <= port <= 65535:
             raise ConfigError(f"port must be in 1..65535, got {port}")
-        cfg = _flower_cfg(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
-                          participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
-                          data_dir=data_dir, seed=seed, out=Path(out).resolve(), threads=threads, run_name=run_name)
+        cfg = o.run_config(ctx.params, out=out.resolve(), progress=False)
         path = write_app_dir(folder, to_run_config(cfg, FlowerSettings(round_timeout, node_wait, total_samples)))
         typer.echo(f"1. wrote {path}\n{flower_commands(folder, clients, port)}")
 
 
 @app.command("flower-simulate")
 def flower_simulate(
-    algo: Algo = "pflego", tau: Tau = 50, rounds: Rounds = 3, clients: Clients = 10,
-    participation: Participation = 0.2, participation_mode: Mode = "fixed", dataset: Dataset = "digits",
-    degree: Degree = "high", backbone: Backbone = "cnn-omniglot", data_dir: DataDir = None, seed: Seed = 0,
-    out: Out = Path("profiles"), threads: Threads = 1,
-    run_name: Annotated[Optional[str], typer.Option(help="Report file name (default: algo-tau-time-id).")] = None,
-    client_cpus: Annotated[float, typer.Option(help="CPUs reserved per virtual client (Ray).")] = 1.0,
-    client_gpus: Annotated[float, typer.Option(help="GPUs (fractions allowed) per virtual client.")] = 0.0,
-    round_timeout: RoundTimeout = 600.0,
+    ctx: typer.Context,
+    algo: o.Algo = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot", threads: o.Threads = 1,
+    rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
+    participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    out: o.Out = Path("profiles"), run_name: o.RunName = None,
+    client_cpus: o.ClientCpus = 1.0, client_gpus: o.ClientGpus = 0.0, round_timeout: o.RoundTimeout = 600.0,
 ) -> None:
     """Run many clients on this machine with Flower's simulation engine (per-client energy is attribution)."""
     with guard():
         from edgeprof.flower.config import FlowerSettings
         from edgeprof.flower.simulation import simulate
 
-        cfg = _flower_cfg(algo=algo, tau=tau, rounds=rounds, clients=clients, participation=participation,
-                          participation_mode=participation_mode, dataset=dataset, degree=degree, backbone=backbone,
-                          data_dir=data_dir, seed=seed, out=Path(out).resolve(), threads=threads, run_name=run_name)
-        folder = simulate(cfg, FlowerSettings(round_timeout_s=round_timeout, simulation=True),
+        folder = simulate(o.run_config(ctx.params, out=out.resolve(), progress=False),
+                          FlowerSettings(round_timeout_s=round_timeout, simulation=True),
                           client_cpus=client_cpus, client_gpus=client_gpus)
         typer.echo(f"reports in {folder}")
 

@@ -77,14 +77,14 @@ class RunConfig:
 
     def resolved(self) -> "RunConfig":
         """A copy with every learning rate left at None filled from the paper's tables."""
+        from edgeprof.algorithms import ALGORITHMS
         from edgeprof.hyperparams import defaults
 
-        table = defaults(self.algo, self.dataset, self.degree)
+        spec = ALGORITHMS[self.algo]
+        table = defaults(spec.hyperparams, self.dataset, self.degree)
         changes = {k: table[k] for k in ("beta", "rho", "mu") if getattr(self, k) is None and k in table}
         if self.engine is None:
-            from edgeprof.algorithms import ALGORITHMS
-
-            changes["engine"] = ALGORITHMS[self.algo].engines[0]
+            changes["engine"] = spec.engines[0]
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:

@@ -5,7 +5,9 @@ Keys: the dataset *family* (``mnist`` covers MNIST, Fashion-MNIST's own column i
 match), the degree of personalization and the algorithm. ``beta`` is the client's step size, ``rho``
 PFLEGO's / FedRecon's server step size, ``mu`` FedProx's proximal coefficient and Ditto's lambda (the
 paper's tables call both mu). Every value can be overridden from the CLI (``--beta``, ``--rho``,
-``--mu``). Algorithms the tables do not list: see :data:`BORROWED` and :data:`FALLBACK`.
+``--mu``). Each algorithm declares which row it takes (``AlgorithmSpec.hyperparams``: its own, the row of
+the tabulated algorithm whose local update it shares, or its own defaults); anything untabulated falls
+back to :data:`FALLBACK`.
 """
 
 from __future__ import annotations
@@ -68,11 +70,6 @@ TABLE7 = {
     "pflego": _BR(0.1341, 0.003),
 }
 
-#: algorithms no table lists borrow the row of the tabulated algorithm whose local update they share:
-#: FedSim's local update with a personal output layer is FedPer's, FedAlt's is FedRep's (head steps,
-#: then body steps); FedRecon has a Table 7 cell only, elsewhere it gets FALLBACK
-BORROWED = {"fedsim": "fedper", "fedalt": "fedrep"}
-
 _FAMILY = {"digits": "mnist", "synthetic": "mnist", "mnist": "mnist", "fashion-mnist": "fashion-mnist",
            "emnist": "emnist", "cifar10": "cifar10", "omniglot": "omniglot"}
 
@@ -83,9 +80,16 @@ _FAMILY = {"digits": "mnist", "synthetic": "mnist", "mnist": "mnist", "fashion-m
 FALLBACK = {"beta": 0.007, "rho": 0.003, "mu": 0.25, "lam": 0.25}
 
 
-def defaults(algo: str, dataset: str, degree: str = "high") -> dict[str, float]:
-    """The paper's hyperparameters for this cell, completed with FALLBACK for anything untabulated."""
-    algo = BORROWED.get(algo, algo)
+def defaults(row, dataset: str, degree: str = "high") -> dict[str, float]:
+    """The paper's hyperparameters for this cell, completed with FALLBACK for anything untabulated.
+
+    ``row`` is a row name of the tables (an algorithm's own or the one it borrows, e.g. FedSim takes
+    ``fedper``'s) or a mapping of an algorithm's own defaults. FedRecon has a Table 7 cell only; elsewhere
+    it gets FALLBACK.
+    """
+    if not isinstance(row, str):
+        return {**FALLBACK, **row}
+    algo = row
     family = _FAMILY.get(dataset, "mnist")
     if family == "omniglot":
         cell = TABLE7.get(algo, {})

@@ -13,8 +13,9 @@ fair on a noisy machine:
   clock speed is spread over every variant and tau instead of favouring whichever runs first.
 
 The report's ``round`` column is the cell's position in that order (1, 2, ...); ``tau``, ``algo`` and
-``engine`` say which cell it was. An algorithm's tau is changed between cells by giving its object a
-config with the new tau (``algorithm.cfg``): algorithms read ``self.cfg.tau`` at every client round.
+``engine`` say which cell it was. Each variant keeps one federation (its global and personal state carry
+over from cell to cell); a cell's tau and learning rates reach its round as
+:class:`~edgeprof.algorithms.contract.RoundSettings` arguments, never through shared mutable settings.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import functools
-import secrets
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -173,21 +172,18 @@ def sweep_clients(cfg: SweepConfig):
     return [dataclasses.replace(c, x_train=c.x_train[:want], y_train=c.y_train[:want]) for c in clients]
 
 
-def _warm_up(algorithms: dict, cfg: SweepConfig, participants: Sequence[int]) -> None:
+def _warm_up(federations: dict, cfg: SweepConfig, participants: Sequence[int]) -> None:
     """One unrecorded round per variant at its smallest tau; the state it leaves is kept."""
-    for variant, algorithm in algorithms.items():
-        algorithm.cfg = cfg.run_config(variant, cfg.taus_for(variant)[0])
-        algorithm.server_step([algorithm.client_round(cid) for cid in participants])
+    for variant, federation in federations.items():
+        settings = federation.settings_for(cfg.run_config(variant, cfg.taus_for(variant)[0]))
+        federation.server_step([federation.client_round(cid, settings=settings) for cid in participants], settings)
 
 
-def _sweep_sidecar(cfg: SweepConfig, run_id, meters, energy, cells: Sequence[Cell], **status) -> dict:
-    from edgeprof.simulate import sidecar_data
-
+def _sweep_sections(cfg: SweepConfig, cells: Sequence[Cell], data: dict) -> dict:
+    """The sweep's own sidecar entries: every variant and tau in ``config``, and a ``sweep`` section."""
     variants = cfg.variants()
-    data = sidecar_data(cfg.base, run_id, meters, energy, **status)
     data["config"].update(algo=[v.algo for v in variants], engine=[v.engine for v in variants],
                           tau=sorted(cfg.taus), beta=None, rho=None, mu=None)
-    data["phases"] = list(phases_of(dict.fromkeys(v.algo for v in variants)))
     data["sweep"] = {
         "variants": [v.label for v in variants], "taus": sorted(cfg.taus), "repeats": cfg.repeats,
         "samples_per_client": cfg.samples_per_client, "max_baseline_tau": cfg.max_baseline_tau,
@@ -210,42 +206,37 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
     re-raised after the sidecar is marked ``interrupted``.
     """
+    from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
-    from edgeprof.simulate import build_algorithm, open_energy, open_meters, report_session, run_round, set_threads
+    from edgeprof.simulate import build_federation, run_round, set_threads
 
-    out = check_writable(cfg.base.out)
+    check_writable(cfg.base.out)
     set_threads(cfg.base.threads)
     cells = plan_cells(cfg)
     stage(f"preparing {cfg.base.dataset} data for {cfg.base.clients} client(s)")
     clients = sweep_clients(cfg)
     participants = list(range(len(clients)))
-    algorithms = {}
-    meters = None
+    federations = {}
     try:
         for v in cfg.variants():
             stage(f"building {v.label} on the {cfg.base.backbone} backbone")
-            algorithms[v] = build_algorithm(cfg.run_config(v, cfg.taus_for(v)[0]), clients)
+            federations[v] = build_federation(cfg.run_config(v, cfg.taus_for(v)[0]), clients)
         stage("opening the energy meters")
-        meters = open_meters(cfg.base)
-        energy = open_energy(cfg.base, meters)
-        run_id = cfg.base.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
-        sidecar = functools.partial(_sweep_sidecar, cfg, run_id, meters, energy, cells)
-        with report_session(out, run_id, phases, meters, energy, sidecar) as session:
+        finish = functools.partial(_sweep_sections, cfg, cells)
+        with open_run(cfg.base, run_id=make_run_id(cfg.base, prefix="sweep"), phases=phases,
+                      finish=finish) as session:
             if cfg.warmup:
                 stage("warm-up: one unrecorded round per algorithm")
-                _warm_up(algorithms, cfg, participants)
+                _warm_up(federations, cfg, participants)
             if progress:
                 progress(0, len(cells))  # set-up is over
             for index, cell in enumerate(cells, start=1):
-                cell_cfg = cfg.run_config(cell.variant, cell.tau)
-                algorithm = algorithms[cell.variant]
-                algorithm.cfg = cell_cfg
-                run_round(session.ctx, cell_cfg, algorithm, index, participants)
+                # the cell's tau and learning rates reach the round as arguments, not as shared state
+                run_round(session.ctx, cfg.run_config(cell.variant, cell.tau), federations[cell.variant], index,
+                          participants)
                 session.advance(progress, len(cells))
-        return SweepResult(run_id, session.csv_path, session.sidecar_path, session.done, len(cells), session.status)
+        return SweepResult(session.ctx.run_id, session.csv_path, session.sidecar_path, session.done, len(cells), session.status)
     finally:
-        if meters is not None:
-            meters.close()
-        for algorithm in algorithms.values():
-            algorithm.close()
+        for federation in federations.values():
+            federation.close()

@@ -33,18 +33,16 @@ def make_client(samples: int, seed: int):
 
 def build(algo: str, client, tau: int, threads: int):
     from edgeprof.config import RunConfig
-    from edgeprof.nn.backbones import build_backbone
-    from edgeprof.algorithms import load
+    from edgeprof.simulate import build_federation
 
     cfg = RunConfig(algo=algo, tau=tau, clients=1, participation=1.0, dataset="synthetic",
                     backbone="cnn-omniglot", threads=threads, progress=False).resolved()
-    backbone = build_backbone("cnn-omniglot", (1, 28, 28), seed=0)
-    return load(algo)(cfg, [client], backbone)
+    return build_federation(cfg, [client])
 
 
-def timed_round(profiler, algorithm) -> tuple[float, dict, float]:
+def timed_round(profiler, algorithm, settings=None) -> tuple[float, dict, float]:
     with profiler.window("client") as win:
-        algorithm.client_round(0, win.phase)
+        algorithm.client_round(0, win.phase, settings)
     algorithm.server_step([])
     return win.result.wall_s, {k: v.wall_s for k, v in win.result.phases.items()}, win.result.overhead_s
 
@@ -67,10 +65,7 @@ def main() -> None:
     algos = {name: build(name, client, args.tau, args.threads) for name in ("pflego", "fedavg")}
     profiler = Profiler(discover())
     for algorithm in algos.values():  # warm-up at tau=1: first ONNX session, first torch kernels
-        full = algorithm.cfg
-        algorithm.cfg = dataclasses.replace(full, tau=1)
-        timed_round(profiler, algorithm)
-        algorithm.cfg = full
+        timed_round(profiler, algorithm, dataclasses.replace(algorithm.settings, tau=1))
     walls: dict[str, list[float]] = {n: [] for n in algos}
     phases: dict[str, list[dict]] = {n: [] for n in algos}
     overheads: dict[str, list[float]] = {n: [] for n in algos}

@@ -20,10 +20,10 @@ import numpy as np
 
 
 def build(algo: str, backbone_name: str, clients: int):
-    from edgeprof.algorithms import load
     from edgeprof.config import RunConfig
     from edgeprof.data import ClientData
-    from edgeprof.nn.backbones import build_backbone, default_input_shape
+    from edgeprof.nn.backbones import default_input_shape
+    from edgeprof.simulate import build_federation
 
     shape = default_input_shape(backbone_name)
     x = np.zeros((4, *shape), dtype=np.float32)
@@ -31,15 +31,13 @@ def build(algo: str, backbone_name: str, clients: int):
     data = [ClientData(i, np.array([0, 1]), x, y, x[:2], y[:2]) for i in range(clients)]
     cfg = RunConfig(algo=algo, clients=clients, participation=1.0, dataset="synthetic", backbone=backbone_name,
                     progress=False).resolved()
-    return load(algo)(cfg, data, build_backbone(backbone_name, shape, seed=0))
+    return build_federation(cfg, data)
 
 
 def updates_for(algorithm, r: int, rng: np.random.Generator):
-    from edgeprof.algorithms.base import ClientUpdate
-    from edgeprof.nn.backbones import get_params
+    from edgeprof.federation import ClientUpdate
 
-    module = getattr(algorithm, "model", algorithm.backbone)
-    shapes = [p.shape for p in get_params(module)]
+    shapes = [a.shape for a in algorithm.global_arrays]
     return [ClientUpdate(i, 4, 0.0, [rng.standard_normal(s).astype(np.float32) * 1e-3 for s in shapes])
             for i in range(r)]
 
@@ -56,7 +54,6 @@ def main() -> None:
 
     from edgeprof.analysis import fit_line
     from edgeprof.meters.discovery import discover
-    from edgeprof.nn.backbones import param_count
     from edgeprof.profiler import Profiler
 
     torch.set_num_threads(args.threads)
@@ -76,7 +73,7 @@ def main() -> None:
             times[r].append(win.result.wall_s)
         fit = fit_line([float(r) for r in cells], [t for r in rs for t in times[r]])
         lo, hi = fit.ci_b
-        n_theta = param_count(getattr(algorithm, "model", algorithm.backbone))
+        n_theta = sum(a.size for a in algorithm.global_arrays)
         print(f"{algo}: server step, {args.backbone} (|theta| = {n_theta:,}), {args.repeats} repeats per r")
         for r in rs:
             print(f"  r = {r:3d}: median {statistics.median(times[r]) * 1e3:8.2f} ms")

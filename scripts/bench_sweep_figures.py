@@ -98,7 +98,7 @@ def memory_probe(item: str, samples: int, threads: int) -> None:
 
     from edgeprof.config import RunConfig
     from edgeprof.profiler import PeakRss
-    from edgeprof.simulate import build_algorithm, set_threads
+    from edgeprof.simulate import build_federation, set_threads
     from edgeprof.sweep import SweepConfig, sweep_clients
 
     tau = 50 if item.startswith("pflego") else 2
@@ -107,7 +107,7 @@ def memory_probe(item: str, samples: int, threads: int) -> None:
     cfg = SweepConfig(base=base, algos=(item,), taus=(tau,), samples_per_client=samples)
     set_threads(threads)
     variant = cfg.variants()[0]
-    algorithm = build_algorithm(cfg.run_config(variant, tau), sweep_clients(cfg))
+    algorithm = build_federation(cfg.run_config(variant, tau), sweep_clients(cfg))
     rss = PeakRss()
     before = _status_mb("VmRSS")
     rss.reset()

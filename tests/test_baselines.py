@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgeprof.algorithms import ALGORITHMS, ditto, fedbabu, fedper, fedprox, fedrecon, fedrep, load, partial
+from edgeprof.algorithms import ALGORITHMS, ditto, fedbabu, fedper, fedprox, fedrecon, fedrep, partial
 from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params, set_params
 
@@ -17,6 +17,13 @@ SHAPE = (1, 4, 4)
 
 def _backbone(seed: int = 3) -> torch.nn.Module:
     return build_backbone("mlp", SHAPE, seed=seed)
+
+
+def _federation(cfg, clients):
+    """The in-process driver over ``clients`` with this file's small seeded backbone."""
+    from edgeprof.federation import Federation, build_runtime
+
+    return Federation(cfg, clients, runtime=build_runtime(cfg, clients, _backbone()))
 
 
 def _data(client):
@@ -143,17 +150,18 @@ def test_fedbabu_never_changes_the_head_and_steps_the_body_with_momentum(tiny_cl
 
 def test_fedbabu_head_stays_fixed_over_federated_rounds(tiny_clients):
     cfg = RunConfig(algo="fedbabu", tau=2, clients=3, participation=1.0, backbone="mlp").resolved()
-    algo = load("fedbabu")(cfg, tiny_clients, _backbone())
-    head = [a.copy() for a in algo.head]
-    body = [a.copy() for a in algo.body]
+    algo = _federation(cfg, tiny_clients)
+    head = [a.copy() for a in fedbabu.fixed_head(algo.runtime)]
+    body = [a.copy() for a in algo.global_arrays]
 
     for _ in range(2):
         algo.server_step([algo.client_round(i) for i in range(3)])
     algo.evaluate(0)  # fine-tunes a copy for evaluation only
 
-    for a, f in zip(algo.head, head):
+    for a, f in zip(fedbabu.fixed_head(algo.runtime), head):
         np.testing.assert_array_equal(a, f)
-    assert not np.allclose(algo.body[0], body[0])
+    assert not np.allclose(algo.global_arrays[0], body[0])
+    assert algo.personal == [None, None, None]  # nothing personal: the head is rebuilt from the seed
 
 
 def test_ditto_personal_steps_include_lambda_times_v_minus_global(tiny_clients, rng):
@@ -223,24 +231,25 @@ PERSONAL_HEAD = ["fedper", "fedrep", "fedsim", "fedalt"]
 @pytest.mark.parametrize("name", PERSONAL_HEAD)
 def test_server_averages_only_the_body_and_heads_stay_personal(name, tiny_clients):
     cfg = RunConfig(algo=name, tau=2, clients=3, participation=1.0, backbone="mlp").resolved()
-    algo = load(name)(cfg, tiny_clients, _backbone())
-    n_body = len(list(algo.backbone.parameters()))
+    algo = _federation(cfg, tiny_clients)
+    n_body = len(list(algo.runtime.backbone.parameters()))
+    m = algo.runtime.feature_dim
 
     updates = [algo.client_round(i) for i in (0, 2)]
-    heads_after = [[a.copy() for a in algo.heads[i]] for i in range(3)]
+    heads_after = [[a.copy() for a in algo.personal[i]] for i in range(3)]
     algo.server_step(updates)
 
     assert all(len(u.payload) == n_body for u in updates)
     n0, n2 = tiny_clients[0].n_train, tiny_clients[2].n_train
     expected = (n0 * updates[0].payload[0] + n2 * updates[1].payload[0]) / (n0 + n2)
-    np.testing.assert_allclose(algo.body[0], expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(algo.global_arrays[0], expected, rtol=1e-5, atol=1e-7)
     for i in range(3):  # the server step leaves every head alone; each keeps its own K_i rows
-        for a, b in zip(algo.heads[i], heads_after[i]):
+        for a, b in zip(algo.personal[i], heads_after[i]):
             np.testing.assert_array_equal(a, b)
-        assert algo.heads[i][0].shape == (tiny_clients[i].num_classes, algo.backbone.feature_dim)
-    untouched = fedper.initial_head(cfg.seed, 1, tiny_clients[1].num_classes, algo.backbone.feature_dim)
-    np.testing.assert_array_equal(algo.heads[1][0], untouched[0])
-    assert not np.array_equal(algo.heads[0][0], fedper.initial_head(cfg.seed, 0, 2, algo.backbone.feature_dim)[0])
+        assert algo.personal[i][0].shape == (tiny_clients[i].num_classes, m)
+    untouched = fedper.initial_head(cfg.seed, 1, tiny_clients[1].num_classes, m)
+    np.testing.assert_array_equal(algo.personal[1][0], untouched[0])
+    assert not np.array_equal(algo.personal[0][0], fedper.initial_head(cfg.seed, 0, 2, m)[0])
 
 
 def test_fedsim_is_fedper_with_the_output_layer_personal(tiny_clients):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import struct
 from pathlib import Path
@@ -214,3 +215,242 @@ def test_readme_command_runs_through_the_console_script(tmp_path):
     report = read_report(csv_path)
     assert report.sidecar["config"]["dataset"] == "digits" and report.sidecar["config"]["backbone"] == "cnn-omniglot"
     assert len(report.where(kind="client")) == 2  # 20% of 10 clients
+
+
+# --- options: declared once, choices from the registries, --out a folder, panels ---------------------------
+import typer.main  # noqa: E402
+
+from edgeprof import config, options  # noqa: E402
+from edgeprof.algorithms import ALGORITHMS  # noqa: E402
+from edgeprof.analysis import METRICS  # noqa: E402
+
+WIDE = {"COLUMNS": "300"}  # help on one line per option, so a list of choices is never wrapped
+
+
+def _click_command(name: str):
+    return typer.main.get_command(app).commands[name]
+
+
+def _options(name: str) -> list:
+    return [p for p in _click_command(name).params if p.opts[0].startswith("--") and p.name != "help"]
+
+
+def _registry(name: str) -> tuple:
+    return {"algorithms": tuple(ALGORITHMS), "datasets": config.DATASETS, "backbones": config.BACKBONES,
+            "degrees": config.DEGREES, "modes": config.PARTICIPATION_MODES,
+            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS}[name]
+
+
+CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms"), ("sweep", "--algos", "algorithms"),
+           ("flower-simulate", "--algo", "algorithms"), ("measure", "--dataset", "datasets"),
+           ("sweep", "--dataset", "datasets"), ("measure", "--backbone", "backbones"),
+           ("export", "--backbone", "backbones"), ("measure", "--degree", "degrees"),
+           ("measure", "--participation-mode", "modes"), ("measure", "--server-optimizer", "optimizers"),
+           ("sweep", "--check-metric", "metrics")]
+
+
+@pytest.mark.parametrize("command,option,registry", CHOICES)
+def test_help_shows_the_choices_of_the_registry(command, option, registry):
+    names = _registry(registry)
+
+    result = CliRunner().invoke(app, [command, "--help"], env=WIDE)
+
+    assert result.exit_code == 0, result.output
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith(f"│ {option} ")]
+    assert f"[{' | '.join(names)}]" in line
+
+
+def test_a_name_added_to_a_registry_is_offered_and_accepted(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "BACKBONES", (*config.BACKBONES, "tiny-net"))
+    received = []
+    monkeypatch.setattr("edgeprof.cli._measure_and_report", received.append)
+
+    shown = CliRunner().invoke(app, ["measure", "--help"], env=WIDE)
+    result = CliRunner().invoke(app, ["measure", "--backbone", "tiny-net", "--out", str(tmp_path)])
+
+    assert "cnn-omniglot | tiny-net]" in shown.stdout
+    assert result.exit_code == 0, result.output
+    assert received[0].backbone == "tiny-net"
+
+
+REFUSED = [(["measure", "--algo", "nope"], "algorithm", "algorithms"),
+           (["train", "--algos", "pflego,nope"], "algorithm", "algorithms"),
+           (["sweep", "--algos", "pflego,nope:onnx"], "algorithm", "algorithms"),
+           (["flower-app-dir", "--algo", "nope"], "algorithm", "algorithms"),
+           (["measure", "--dataset", "nope"], "dataset", "datasets"),
+           (["flower-simulate", "--backbone", "nope"], "backbone", "backbones"),
+           (["train", "--degree", "nope"], "degree of personalization", "degrees"),
+           (["measure", "--participation-mode", "nope"], "participation mode", "modes"),
+           (["train", "--server-optimizer", "nope"], "server optimizer", "optimizers"),
+           (["sweep", "--check-metric", "nope"], "metric", "metrics")]
+
+
+@pytest.mark.parametrize("argv,what,registry", REFUSED)
+def test_a_name_outside_the_registry_is_refused_with_one_line(monkeypatch, tmp_path, argv, what, registry):
+    monkeypatch.chdir(tmp_path)
+    for run in ("_measure_and_report", "_train_and_report", "_sweep_and_report"):
+        monkeypatch.setattr(f"edgeprof.cli.{run}", lambda *a, **k: pytest.fail("ran with a refused choice"))
+
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 2, result.output
+    line = _one_error_line(result)
+    assert f"unknown {what} 'nope'; choose one of: {', '.join(_registry(registry))}" in line
+    assert not list(tmp_path.iterdir())
+
+
+def _values(tmp_path: Path) -> dict:
+    """RunConfig field -> (its command-line tokens, the value the config must hold); none is a default."""
+    return {"algo": (["--algo", "fedprox"], "fedprox"), "engine": (["--engine", ALGORITHMS["fedprox"].engines[-1]],
+                                                                   ALGORITHMS["fedprox"].engines[-1]),
+            "tau": (["--tau", "7"], 7), "rounds": (["--rounds", "2"], 2), "clients": (["--clients", "5"], 5),
+            "participation": (["--participation", "0.4"], 0.4),
+            "participation_mode": (["--participation-mode", "bernoulli"], "bernoulli"), "seed": (["--seed", "3"], 3),
+            "dataset": (["--dataset", "fashion-mnist"], "fashion-mnist"), "degree": (["--degree", "medium"], "medium"),
+            "backbone": (["--backbone", "cnn-cifar"], "cnn-cifar"),
+            "data_dir": (["--data-dir", str(tmp_path / "data")], tmp_path / "data"),
+            "synthetic_samples": (["--synthetic-samples", "300"], 300),
+            "synthetic_classes": (["--synthetic-classes", "5"], 5), "threads": (["--threads", "2"], 2),
+            "beta": (["--beta", "0.5"], 0.5), "rho": (["--rho", "0.25"], 0.25), "mu": (["--mu", "0.125"], 0.125),
+            "server_optimizer": (["--server-optimizer", "sgd"], "sgd"), "run_name": (["--run-name", "r1"], "r1"),
+            "evaluate": (["--evaluate"], True), "cpu_watts": (["--cpu-watts", "7.5"], 7.5),
+            "jetson_hz": (["--jetson-hz", "20"], 20.0), "idle_seconds": (["--idle-seconds", "0.5"], 0.5),
+            "country": (["--country", "FRA"], "FRA"), "region": (["--region", "north"], "north"),
+            "carbon_intensity": (["--carbon-intensity", "99"], 99.0), "progress": (["--no-progress"], False),
+            "out": (["--out", str(tmp_path / "reports")], tmp_path / "reports")}
+
+
+def _capture_config(monkeypatch, command: str, received: list) -> dict:
+    """Replace the command's run function by one that keeps the RunConfig it gets; the settings it fixes."""
+    if command == "measure":
+        monkeypatch.setattr("edgeprof.cli._measure_and_report", received.append)
+        return {}
+    if command == "train":
+        monkeypatch.setattr("edgeprof.cli._train_and_report", lambda base, names, target: received.append(base))
+        return {"evaluate": True}
+    if command == "sweep":
+        monkeypatch.setattr("edgeprof.cli._sweep_and_report", lambda cfg, **_: received.append(cfg.base))
+        return {"participation": 1.0}
+    if command == "flower-app-dir":
+        monkeypatch.setattr("edgeprof.flower.config.to_run_config", lambda cfg, settings: received.append(cfg) or {})
+        monkeypatch.setattr("edgeprof.flower.config.write_app_dir", lambda folder, run_config: folder)
+    else:
+        monkeypatch.setattr("edgeprof.flower.simulation.simulate", lambda cfg, *a, **k: received.append(cfg))
+    return {"progress": False}
+
+
+@pytest.mark.parametrize("command", ["measure", "train", "sweep", "flower-app-dir", "flower-simulate"])
+def test_each_command_builds_its_run_config_from_its_options(monkeypatch, tmp_path, command):
+    from edgeprof.config import RunConfig
+
+    monkeypatch.chdir(tmp_path)
+    values, received = _values(tmp_path), []
+    fixed = _capture_config(monkeypatch, command, received)
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    taken = [p.name for p in _options(command) if p.name in fields]
+    argv = [command, *(t for name in taken for t in values[name][0])]
+    if command == "train":
+        argv += ["--algos", "fedprox,fedavg"]
+        fixed["algo"] = "fedprox"
+
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 0, result.output
+    (cfg,) = received
+    assert len(taken) >= 12 and set(taken) <= set(values)  # a new run option needs a row in _values
+    assert {name: getattr(cfg, name) for name in taken} == {name: values[name][1] for name in taken}
+    assert {name: getattr(cfg, name) for name in fixed} == fixed
+
+
+@pytest.mark.parametrize("command", ["measure", "train", "sweep", "dashboard", "export", "flower-app-dir",
+                                     "flower-simulate"])
+def test_out_is_a_folder_in_every_command(command):
+    (out,) = [p for p in _click_command(command).params if "-o" in p.opts]
+
+    assert out.name == "out" and out.opts == ["--out", "-o"]
+    assert out.help.startswith("Folder ")
+
+
+def _fake_write_dashboard(monkeypatch) -> list:
+    received = []
+
+    def write(paths, output, title="edgeprof report"):
+        received.append((list(paths), Path(output)))
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text("<html></html>")
+        return Path(output)
+
+    monkeypatch.setattr("edgeprof.report.dashboard.write_dashboard", write)
+    return received
+
+
+@pytest.mark.parametrize("reports,options,page", [
+    (["a.csv"], [], "profiles/a.html"),
+    (["a.csv"], ["--out", "site"], "site/a.html"),
+    (["a.csv", "b.csv"], ["-o", "site"], "site/dashboard.html"),
+    (["a.csv", "b.csv"], ["--out", "site", "--name", "tau-sweep"], "site/tau-sweep.html"),
+    (["a.csv"], ["--out", "site", "--name", "page.html"], "site/page.html"),
+])
+def test_dashboard_writes_its_page_into_the_out_folder(monkeypatch, tmp_path, reports, options, page):
+    monkeypatch.chdir(tmp_path)
+    received = _fake_write_dashboard(monkeypatch)
+
+    result = CliRunner().invoke(app, ["dashboard", *reports, *options])
+
+    assert result.exit_code == 0, result.output
+    assert received == [([Path(r) for r in reports], Path(page))]
+    assert (tmp_path / page).is_file() and f"wrote {page}" in result.stdout and not result.stderr
+
+
+@pytest.mark.parametrize("options", [["--output", "old/report.html"], ["-o", "old/report.html"]])
+def test_dashboard_old_file_options_still_write_the_file_with_a_note(monkeypatch, tmp_path, options):
+    monkeypatch.chdir(tmp_path)
+    received = _fake_write_dashboard(monkeypatch)
+
+    result = CliRunner().invoke(app, ["dashboard", "a.csv", *options])
+
+    assert result.exit_code == 0, result.output
+    assert received == [([Path("a.csv")], Path("old/report.html"))]
+    (note,) = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert note.startswith("edgeprof: note:") and "deprecated" in note and "--out" in note
+
+
+def test_dashboard_name_must_be_a_file_name(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    received = _fake_write_dashboard(monkeypatch)
+
+    result = CliRunner().invoke(app, ["dashboard", "a.csv", "--name", "../escape"])
+
+    assert result.exit_code == 2 and "--name must be a file name" in _one_error_line(result)
+    assert received == [] and not list(tmp_path.iterdir())
+
+
+PANELS = {options.MODEL, options.FEDERATION, options.DATA, options.ENERGY, options.OUTPUT, options.SWEEP,
+          options.FLOWER}
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if _options(c)])
+def test_every_option_sits_in_a_help_panel_and_help_shows_the_panels(command):
+    panels = {p.name: p.rich_help_panel for p in _options(command)}
+
+    result = CliRunner().invoke(app, [command, "--help"], env=WIDE)
+
+    assert set(panels.values()) <= PANELS, panels
+    assert all(f"╭─ {panel} " in result.stdout for panel in set(panels.values()))
+
+
+def test_measure_help_groups_its_options_in_five_panels():
+    result = CliRunner().invoke(app, ["measure", "--help"], env=WIDE)
+
+    for panel, option in [("Model and algorithm", "--algo"), ("Federation", "--participation-mode"),
+                          ("Data", "--dataset"), ("Energy and carbon", "--cpu-watts"), ("Output", "--out")]:
+        section = result.stdout.split(f"╭─ {panel} ")[1].split("╰")[0]
+        assert f"\n│ {option} " in section, panel
+
+
+def test_version_prints_the_package_version():
+    from edgeprof import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+
+    assert result.exit_code == 0 and result.stdout.strip() == f"edgeprof {__version__}"

@@ -70,25 +70,25 @@ def tiny_cfg(algo: str, out) -> RunConfig:
                      out=out, run_name=algo, progress=False).resolved()
 
 
-def shared_weights(algorithm) -> list[np.ndarray]:
+def shared_weights(federation) -> list[np.ndarray]:
     """The in-process global arrays: PFLEGO's and FedRecon's theta, the baselines' weights or body."""
-    return next(getattr(algorithm, name) for name in ("theta", "weights", "body") if hasattr(algorithm, name))
+    return federation.global_arrays
 
 
-def personal_states(algorithm) -> tuple[str, list] | None:
+def personal_states(federation) -> tuple[str, list] | None:
     """(context.state key, per-client arrays) of what the algorithm keeps on the client, or None."""
-    if hasattr(algorithm, "personal"):  # Ditto's v_i
-        return "edgeprof.personal", algorithm.personal
-    if hasattr(algorithm, "heads"):  # PFLEGO's W_i, the [W_i, b_i] of FedPer, FedRep, FedSim, FedAlt
-        return "edgeprof.head", [h if isinstance(h, list) else [h] for h in algorithm.heads]
+    if federation.spec.personal:  # PFLEGO's W_i, the [W_i, b_i] of FedPer, FedRep, FedSim, FedAlt, Ditto's v_i
+        return "edgeprof.personal", federation.personal
+    assert federation.personal == [None] * federation.num_clients
     return None  # FedAvg, FedProx, FedBABU (fixed head), FedRecon (stateless clients)
 
 
 def in_process(cfg: RunConfig):
     """The algorithm after cfg.rounds rounds of the in-process loop; and the participants of every round."""
-    from edgeprof.simulate import build_algorithm, load_clients, participant_rng, sample_participants
+    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.simulate import build_federation, load_clients
 
-    algorithm = build_algorithm(cfg, load_clients(cfg))
+    algorithm = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)
     sampled = {}
     for t in range(1, cfg.rounds + 1):

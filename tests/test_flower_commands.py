@@ -125,6 +125,8 @@ def test_printed_commands_start_connect_and_finish_a_run_on_loopback(tmp_path, r
     while (not sidecar.is_file() or json.loads(sidecar.read_text())["status"] == "running") \
             and time.monotonic() < deadline:
         time.sleep(0.5)
+    if not sidecar.is_file():
+        pytest.fail(f"no report sidecar after the run\n{done.stdout[-3000:]}\n{logs}")
     data = json.loads(sidecar.read_text())
     assert data["status"] == "complete", logs
     assert data["rounds_completed"] == 1

@@ -151,22 +151,23 @@ def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]
     from edgeprof.meters.discovery import MeterSet
     from edgeprof.profiler import Profiler
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.simulate import (Energy, RunContext, build_algorithm, load_clients, participant_rng,
-                                   run_rounds, sample_participants)
+    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.report.session import Energy, RunContext
+    from edgeprof.simulate import build_federation, load_clients, run_rounds
 
-    algorithm = build_algorithm(cfg, load_clients(cfg))
+    algorithm = build_federation(cfg, load_clients(cfg))
     if accepted is None:  # the very loop of `edgeprof measure`
         out = Path(cfg.out) / "in-process"
         out.mkdir(exist_ok=True)
         with ReportWriter(out / "r.csv", _columns(cfg)) as writer:
             run_rounds(RunContext("r", "here", writer, Profiler(MeterSet([])), Energy()), cfg, algorithm)
-        return algorithm.theta
+        return algorithm.global_arrays
     rng = participant_rng(cfg)
     for t in range(1, cfg.rounds + 1):
         updates = [algorithm.client_round(c) for c in
                    sample_participants(rng, cfg.clients, cfg.participation, cfg.participation_mode)]
         algorithm.server_step([u for u in updates if u.client_id in accepted[t]])
-    return algorithm.theta
+    return algorithm.global_arrays
 
 
 def _columns(cfg: RunConfig):

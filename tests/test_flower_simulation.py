@@ -25,7 +25,8 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     from edgeprof.config import RunConfig
     from edgeprof.flower.config import FlowerSettings
     from edgeprof.flower.simulation import simulate
-    from edgeprof.simulate import build_algorithm, load_clients, participant_rng, sample_participants
+    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.simulate import build_federation, load_clients
 
     cfg = RunConfig(algo=algo, tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",
                     backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=seed, threads=1, out=tmp_path,
@@ -36,12 +37,12 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     sidecar = json.loads((tmp_path / "sim.json").read_text())
     assert sidecar["status"] == "complete" and sidecar["flower"]["simulation"]
     assert "attribution, not a measurement" in sidecar["flower"]["energy_note"]
-    algorithm = build_algorithm(cfg, load_clients(cfg))
+    algorithm = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)
     for _ in range(cfg.rounds):
         algorithm.server_step([algorithm.client_round(c) for c in sample_participants(rng, 3, 0.67, "fixed")])
     got = np.load(tmp_path / "sim.theta.npz")
-    shared = algorithm.theta if algo == "pflego" else algorithm.body  # FedPer shares the backbone only
+    shared = algorithm.global_arrays  # PFLEGO's theta; FedPer shares the backbone only
     assert len(got.files) == len(shared)
     for i, want in enumerate(shared):
         np.testing.assert_allclose(got[f"arr_{i}"], want, atol=1e-5, rtol=0)

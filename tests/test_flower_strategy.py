@@ -54,7 +54,7 @@ def grads(seed: int):
 
 @pytest.fixture
 def pflego_strategy():
-    s = st.PflegoStrategy(cfg_for(), directory())
+    s = st.make_strategy(cfg_for(), directory())
     s.theta = [np.ones(sh, np.float32) for sh in SHAPES]
     s.sampled[1] = [0, 1]
     return s
@@ -139,31 +139,33 @@ def test_fedrecon_strategy_steps_the_server_optimizer_on_the_pseudo_gradient():
 
 
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
-def test_every_registered_algorithm_has_a_strategy_and_a_client_round(algo):
-    from edgeprof.flower.client_app import ROUNDS
-
+def test_one_strategy_drives_every_registered_algorithm_by_its_declaration(algo):
     strategy = st.make_strategy(cfg_for(algo=algo), directory())
-    assert isinstance(strategy, st.EdgeprofStrategy) and algo in ROUNDS
+
+    spec = ALGORITHMS[algo]
+    assert type(strategy) is st.EdgeprofStrategy and strategy.spec is spec
+    assert strategy.missing_replies == spec.missing_replies
+    assert (strategy.runtime() is not None) and ((strategy._optimizer is not None) == spec.has_optimizer)
 
 
-def test_make_strategy_is_a_config_error_for_an_algorithm_without_a_strategy(monkeypatch):
+def test_an_unregistered_algorithm_is_a_config_error_on_flower():
     from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import from_run_config
 
-    monkeypatch.delitem(st.STRATEGIES, "fedrecon")  # as a newly registered algorithm would be
-    with pytest.raises(ConfigError, match="fedrecon does not run on Flower"):
-        st.make_strategy(cfg_for(algo="fedrecon"), directory())
+    with pytest.raises(ConfigError, match="unknown algorithm 'fedfoo'"):
+        from_run_config({"algo": "fedfoo"})
 
 
 def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
     # Prepare: Flower messages need a task identity outside a running ServerApp
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.simulate import participant_rng, sample_participants
+    from edgeprof.participants import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
     cfg = cfg_for(seed=7)
-    s = st.PflegoStrategy(cfg, directory())
+    s = st.make_strategy(cfg, directory())
     del s.directory.nodes[2]  # partition 2 has no node: sampled, but no message
     rng = participant_rng(cfg)
     arrays = ArrayRecord([np.zeros(sh, np.float32) for sh in SHAPES])
@@ -185,7 +187,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
     from edgeprof.profiler import Profiler
     from edgeprof.report import columns_for, read_report
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.simulate import Energy, RunContext
+    from edgeprof.report.session import Energy, RunContext
 
     msg = grad_reply(1, grads(1))
     msg.content[PROFILE_METRICS] = MetricRecord({"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25,

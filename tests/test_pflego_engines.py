@@ -9,7 +9,7 @@ from edgeprof.algorithms import aggregation, pflego
 from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.ort import FeatureRunner
-from edgeprof.simulate import build_algorithm
+from edgeprof.simulate import build_federation
 
 from conftest import make_clients
 from tolerances import adam_first_step_bound, float32_atol, gamma
@@ -59,14 +59,15 @@ def test_both_engines_run_the_same_federation(rng):
     for engine in ("onnx", "torch-reuse"):
         cfg = RunConfig(algo="pflego", engine=engine, tau=3, backbone="mlp", dataset="synthetic", clients=3,
                         participation=1.0).resolved()
-        algorithm = build_algorithm(cfg, clients)
-        theta_before = algorithm.theta
+        algorithm = build_federation(cfg, clients)
+        theta_before = algorithm.global_arrays
         updates = [algorithm.client_round(c.client_id) for c in clients]
         grad = aggregation.unbiased_gradient([u.payload for u in updates],
                                              [algorithm.alphas[u.client_id] for u in updates], algorithm.scale)
         algorithm.server_step(updates)
-        runs[engine] = (grad, algorithm.heads, algorithm.theta, algorithm.evaluate(0), theta_before)
-        assert (algorithm.runner is None) == (engine == "torch-reuse")
+        runs[engine] = (grad, [p[0] for p in algorithm.personal], algorithm.global_arrays, algorithm.evaluate(0),
+                        theta_before)
+        assert algorithm.runtime.has_runner == (engine == "onnx")
 
     (grad_a, heads_a, theta_a, eval_a, before), (grad_b, heads_b, theta_b, eval_b, _) = runs.values()
     fan_in = 28 * 28  # the mlp's widest reduction

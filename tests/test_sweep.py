@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeprof.algorithms import phases_of
+from edgeprof.algorithms import ALGORITHMS, phases_of
 from edgeprof.cli import app
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
@@ -128,3 +128,45 @@ def test_check_without_fedavg_is_refused_before_running(tmp_path):
 
     assert result.exit_code == 2 and "--check needs both pflego and fedavg" in result.stderr
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+
+
+#: local work of one client round, as (backbone forward passes, numpy head steps), by algorithm and tau
+LOCAL_WORK = {
+    "pflego": lambda t: (1, t - 1), "fedrecon": lambda t: (1, t - 1),  # cached features (ONNX Runtime)
+    "fedavg": lambda t: (t, 0), "fedprox": lambda t: (t, 0), "fedper": lambda t: (t, 0),
+    "fedsim": lambda t: (t, 0), "fedbabu": lambda t: (t, 0), "fedrep": lambda t: (t + max(1, t // 10), 0),
+    "ditto": lambda t: (2 * t, 0), "fedalt": lambda t: (2 * t, 0),
+}
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_every_sweep_cell_runs_exactly_its_own_tau(algo, tmp_path, monkeypatch):
+    """Cells of different tau interleave in one federation: each must do its own tau's local work."""
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.backbones import Backbone
+    from edgeprof.sweep import SweepConfig, plan_cells, run_sweep
+
+    counts = {"forward": 0, "head_steps": 0}
+    forward, steps = Backbone.forward, headlib.gradient_steps
+
+    def counting_forward(self, x):
+        counts["forward"] += 1
+        return forward(self, x)
+
+    def counting_steps(head, feats, y, lr, n):
+        counts["head_steps"] += n
+        return steps(head, feats, y, lr, n)
+
+    monkeypatch.setattr(Backbone, "forward", counting_forward)
+    monkeypatch.setattr(headlib, "gradient_steps", counting_steps)
+    base = RunConfig(dataset="synthetic", synthetic_classes=4, backbone="mlp", clients=1, participation=1.0,
+                     out=tmp_path, progress=False, threads=1, run_name=f"count-{algo}")
+    cfg = SweepConfig(base=base, algos=(algo,), taus=(3, 1, 12), repeats=2, samples_per_client=40)
+    snapshots = []
+
+    run_sweep(cfg, progress=lambda done, total: snapshots.append(dict(counts)))
+
+    per_cell = [{k: after[k] - before[k] for k in counts} for before, after in zip(snapshots, snapshots[1:])]
+    expected = [dict(zip(("forward", "head_steps"), LOCAL_WORK[algo](c.tau))) for c in plan_cells(cfg)]
+    assert [c.tau for c in plan_cells(cfg)] != sorted(c.tau for c in plan_cells(cfg))  # taus interleave
+    assert per_cell == expected

@@ -1,66 +1,79 @@
-"""The algorithm registry: name -> where its implementation lives, its profiled phases and engines.
+"""The algorithm registry: one line per algorithm, naming the module attribute that declares it.
 
-Modules are imported only when an algorithm is used (:func:`load`), so validating a config or
-printing ``--help`` does not import torch.
+Each algorithm module declares an :class:`~edgeprof.algorithms.contract.AlgorithmSpec` (its client and
+server programs, phases, engines, hyperparameter row, what is personal, how it is evaluated); the line
+below registers it. Modules are imported only when an algorithm is looked up, so listing names, printing
+``--help`` or validating a config name does not import torch. An algorithm defined outside the package
+(a user's own, a test's) is registered with :func:`register`.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
 
-
-@dataclass(frozen=True)
-class AlgoSpec:
-    """Where an algorithm lives and what its client round is made of."""
-
-    target: str  # "module:Class"
-    phases: tuple[str, ...]
-    engines: tuple[str, ...] = ("torch",)
-    paper: str = ""
-    #: expected client-round cost as (a, b): a + b*tau forward passes over the local data (a backward
-    #: counts two). A prior for progress bars and ETAs only; what a round costs is what edgeprof measures.
-    cost: tuple[float, float] = (0.0, 3.0)
-
-    def expected_cost(self, tau: int) -> float:
-        return self.cost[0] + self.cost[1] * tau
-
-
-ALGORITHMS: dict[str, AlgoSpec] = {
-    "pflego": AlgoSpec("edgeprof.algorithms.pflego:Pflego", ("cache_forward", "head_steps", "joint_grad"),
-                       ("onnx", "torch-reuse"),
-                       "Personalized Federated Learning with Exact Stochastic Gradient Descent", (4.0, 0.0)),
-    "fedavg": AlgoSpec("edgeprof.algorithms.fedavg:FedAvg", ("local_steps",), ("torch",),
-                       "Communication-Efficient Learning of Deep Networks from Decentralized Data"),
-    "fedprox": AlgoSpec("edgeprof.algorithms.fedprox:FedProx", ("local_steps",), ("torch",),
-                        "Federated Optimization in Heterogeneous Networks"),
-    "fedper": AlgoSpec("edgeprof.algorithms.fedper:FedPer", ("local_steps",), ("torch",),
-                       "Federated Learning with Personalization Layers"),
-    "fedrep": AlgoSpec("edgeprof.algorithms.fedrep:FedRep", ("head_epochs", "body_epochs"), ("torch",),
-                       "Exploiting Shared Representations for Personalized Federated Learning", (0.0, 1.3)),
-    "fedbabu": AlgoSpec("edgeprof.algorithms.fedbabu:FedBabu", ("local_steps",), ("torch",),
-                        "FedBABU: Towards Enhanced Representation for Federated Image Classification"),
-    "ditto": AlgoSpec("edgeprof.algorithms.ditto:Ditto", ("global_steps", "personal_steps"), ("torch",),
-                      "Ditto: Fair and Robust Federated Learning Through Personalization", (0.0, 6.0)),
-    "fedrecon": AlgoSpec("edgeprof.algorithms.fedrecon:FedRecon", ("reconstruction", "body_steps"), ("onnx",),
-                         "Federated Reconstruction: Partially Local Federated Learning", (4.0, 0.0)),
-    "fedsim": AlgoSpec("edgeprof.algorithms.partial:FedSim", ("local_steps",), ("torch",),
-                       "Federated Learning with Partial Model Personalization"),
-    "fedalt": AlgoSpec("edgeprof.algorithms.partial:FedAlt", ("personal_steps", "shared_steps"), ("torch",),
-                       "Federated Learning with Partial Model Personalization"),
+#: name -> "module:attribute" of its AlgorithmSpec
+REGISTRY: dict[str, str] = {
+    "pflego": "edgeprof.algorithms.pflego:SPEC",
+    "fedavg": "edgeprof.algorithms.fedavg:SPEC",
+    "fedprox": "edgeprof.algorithms.fedprox:SPEC",
+    "fedper": "edgeprof.algorithms.fedper:SPEC",
+    "fedrep": "edgeprof.algorithms.fedrep:SPEC",
+    "fedbabu": "edgeprof.algorithms.fedbabu:SPEC",
+    "ditto": "edgeprof.algorithms.ditto:SPEC",
+    "fedrecon": "edgeprof.algorithms.fedrecon:SPEC",
+    "fedsim": "edgeprof.algorithms.partial:FEDSIM",
+    "fedalt": "edgeprof.algorithms.partial:FEDALT",
 }
 
 #: the phase every server step is recorded under
 SERVER_PHASE = "server"
 
 
-def load(name: str):
-    """The algorithm class registered under ``name``."""
-    module_name, class_name = ALGORITHMS[name].target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+class _Algorithms(Mapping):
+    """name -> AlgorithmSpec, importing a module on first look-up; specs registered at run time too."""
+
+    def __init__(self) -> None:
+        self._specs: dict = {}
+        self._extra: dict = {}
+
+    def __getitem__(self, name: str):
+        if name in self._extra:
+            return self._extra[name]
+        if name not in REGISTRY:
+            raise KeyError(name)
+        if name not in self._specs:
+            module_name, attr = REGISTRY[name].split(":")
+            self._specs[name] = getattr(importlib.import_module(module_name), attr)
+        return self._specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from REGISTRY
+        yield from (n for n in self._extra if n not in REGISTRY)
+
+    def __len__(self) -> int:
+        return len(set(REGISTRY) | set(self._extra))
+
+    def __contains__(self, name: object) -> bool:
+        return name in REGISTRY or name in self._extra
 
 
-def phases_of(names) -> tuple[str, ...]:
+ALGORITHMS = _Algorithms()
+
+
+def register(spec) -> None:
+    """Register an algorithm declared outside this package (its name must be new)."""
+    if spec.name in ALGORITHMS:
+        raise ValueError(f"an algorithm named {spec.name!r} is already registered")
+    ALGORITHMS._extra[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    """Remove an algorithm added with :func:`register`."""
+    ALGORITHMS._extra.pop(name, None)
+
+
+def phases_of(names: Iterable[str]) -> tuple[str, ...]:
     """The union of the client phases of several algorithms, in registry order, without repeats."""
     seen: list[str] = []
     for name in names:

@@ -16,13 +16,15 @@ backward passes per client round, O(tau).
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from edgeprof.algorithms import fedavg
-from edgeprof.algorithms.base import ClientUpdate, EvalResult, Phase, accuracy, as_tensor, mean_cross_entropy, no_phase
+from edgeprof.algorithms.base import ClientResult, EvalResult, Phase, RoundSettings, Runtime, no_phase
 from edgeprof.algorithms.fedprox import prox_gd
 from edgeprof.nn.backbones import get_params, set_params
 
@@ -46,27 +48,21 @@ def client_round(model: torch.nn.Module, global_w: Sequence[np.ndarray], persona
 server_step = fedavg.server_step
 
 
-class Ditto(fedavg.FedAvg):
-    """FedAvg's global model plus a regularised personal model per client."""
+def client(rt: Runtime, weights: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> ClientResult:
+    """The client program: global then personal steps (lambda = ``s.mu``); replies the global model, keeps v_i."""
+    new, new_personal, loss = client_round(fedavg.whole_model(rt), weights, personal, data.x_train, data.y_train,
+                                           tau=s.tau, beta=s.beta, lam=s.mu, phase=s.phase)
+    return ClientResult(new, new_personal, loss, len(data.y_train))
 
-    name = "ditto"
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        self.personal = [[a.copy() for a in self.weights] for _ in self.clients]
+def evaluate(rt: Runtime, weights: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> EvalResult:
+    """The client's personal model v_i on its data."""
+    return fedavg.model_loss_accuracy(fedavg.whole_model(rt), personal, data)
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        new, personal, loss = client_round(self.model, self.weights, self.personal[client_id], c.x_train,
-                                           c.y_train, tau=self.cfg.tau, beta=self.cfg.beta, lam=self.cfg.mu,
-                                           phase=phase)
-        self.personal[client_id] = personal
-        return ClientUpdate(client_id, c.n_train, loss, new)
 
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        set_params(self.model, self.personal[client_id])
-        with torch.no_grad():
-            loss = float(mean_cross_entropy(self.model(as_tensor(c.x_train)), as_tensor(c.y_train)))
-            pred = self.model(as_tensor(c.x_test)).argmax(1).numpy() if c.n_test else np.zeros(0)
-        return EvalResult(client_id, loss, accuracy(pred, c.y_test), c.n_train, c.n_test)
+SPEC = dataclasses.replace(
+    fedavg.SPEC, name="ditto", paper="Ditto: Fair and Robust Federated Learning Through Personalization",
+    phases=("global_steps", "personal_steps"), client=client, evaluate=evaluate, hyperparams="ditto",
+    personal="the personal model v_i (whole network), starting at round 0's global model",
+    init_personal=lambda rt, data, global0: [a.copy() for a in global0],
+    evaluation="each client's personal model v_i", cost=(0.0, 6.0))

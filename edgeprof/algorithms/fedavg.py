@@ -16,9 +16,17 @@ import numpy as np
 import torch
 
 from edgeprof.algorithms import aggregation
-from edgeprof.algorithms.base import (Algorithm, ClientUpdate, EvalResult, Phase, accuracy, as_tensor,
-                                      mean_cross_entropy, no_phase)
+from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
+                                      ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
 from edgeprof.nn.backbones import get_params, set_params
+
+
+def shared_head(feature_dim: int, num_outputs: int, seed: int) -> list[np.ndarray]:
+    """[W, b] of the shared head: W uniform in +-1/sqrt(M) from a generator seeded with ``seed``, b zero."""
+    gen = torch.Generator().manual_seed(seed)
+    bound = 1.0 / np.sqrt(feature_dim)
+    weight = torch.empty(num_outputs, feature_dim).uniform_(-bound, bound, generator=gen)
+    return [weight.numpy(), np.zeros(num_outputs, dtype=np.float32)]
 
 
 class BackboneWithHead(torch.nn.Module):
@@ -27,12 +35,11 @@ class BackboneWithHead(torch.nn.Module):
     def __init__(self, backbone: torch.nn.Module, num_outputs: int, seed: int = 0) -> None:
         super().__init__()
         self.backbone = backbone
-        gen = torch.Generator().manual_seed(seed)
         self.head = torch.nn.Linear(backbone.feature_dim, num_outputs)
+        weight, bias = shared_head(backbone.feature_dim, num_outputs, seed)
         with torch.no_grad():
-            bound = 1.0 / np.sqrt(backbone.feature_dim)
-            self.head.weight.uniform_(-bound, bound, generator=gen)
-            self.head.bias.zero_()
+            self.head.weight.copy_(torch.from_numpy(weight))
+            self.head.bias.copy_(torch.from_numpy(bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(x))
@@ -73,32 +80,45 @@ def server_step(updates: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int
     return aggregation.weighted_average(updates, n_samples)
 
 
-class FedAvg(Algorithm):
-    """FedAvg run in-process with a shared head of max K_i outputs."""
+def whole_model(rt: Runtime) -> BackboneWithHead:
+    """The runtime's backbone with the shared head of max_i K_i outputs (built once per runtime)."""
+    return rt.cached("whole-model", lambda: BackboneWithHead(rt.backbone, rt.num_outputs, seed=rt.seed))
 
-    name = "fedavg"
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        outputs = max(c.num_classes for c in self.clients)
-        self.model = BackboneWithHead(backbone, outputs, seed=cfg.seed)
-        self.weights = get_params(self.model)
+def init_global(rt: Runtime) -> list[np.ndarray]:
+    """Round 0's whole model: the seeded backbone and the seeded shared head."""
+    return list(rt.initial_params) + shared_head(rt.feature_dim, rt.num_outputs, rt.seed)
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        new, loss = client_round(self.model, self.weights, c.x_train, c.y_train, tau=self.cfg.tau,
-                                 beta=self.cfg.beta, phase=phase)
-        return ClientUpdate(client_id, c.n_train, loss, new)
 
-    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
-        if updates:
-            self.weights = server_step([u.payload for u in updates], [u.n_samples for u in updates])
+def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
+    """The client program: tau GD steps on the whole model; replies the new weights, keeps nothing."""
+    new, loss = client_round(whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
+                             phase=s.phase)
+    return ClientResult(new, None, loss, len(data.y_train))
 
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        set_params(self.model, self.weights)
-        with torch.no_grad():
-            logits = self.model(as_tensor(c.x_train))
-            loss = float(mean_cross_entropy(logits, as_tensor(c.y_train)))
-            test_pred = self.model(as_tensor(c.x_test)).argmax(1).numpy() if len(c.y_test) else np.zeros(0)
-        return EvalResult(client_id, loss, accuracy(test_pred, c.y_test), c.n_train, len(c.y_test))
+
+def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSettings) -> ServerState:
+    """The server program: the N_i-weighted average of the replied models."""
+    return ServerState(server_step([r.arrays for r in replies], [r.n_samples for r in replies]))
+
+
+def model_loss_accuracy(model: torch.nn.Module, weights: Sequence[np.ndarray], data) -> EvalResult:
+    """Training loss and test accuracy of ``model`` loaded with ``weights`` on one client's data."""
+    set_params(model, weights)
+    with torch.no_grad():
+        loss = float(mean_cross_entropy(model(as_tensor(data.x_train)), as_tensor(data.y_train)))
+        pred = model(as_tensor(data.x_test)).argmax(1).numpy() if len(data.y_test) else np.zeros(0)
+    return EvalResult(data.client_id, loss, accuracy(pred, data.y_test), len(data.y_train), len(data.y_test))
+
+
+def evaluate(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
+    """The global model with its shared head on the client's data."""
+    return model_loss_accuracy(whole_model(rt), weights, data)
+
+
+SPEC = AlgorithmSpec(
+    name="fedavg", paper="Communication-Efficient Learning of Deep Networks from Decentralized Data",
+    phases=("local_steps",), client=client, server=server, init_global=init_global, evaluate=evaluate,
+    evaluation="the global model with the shared head of max_i K_i outputs, after the server step",
+    server_kind="average", hyperparams="fedavg",
+)

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from edgeprof.algorithms import fedper
-from edgeprof.algorithms.base import Algorithm, ClientUpdate, EvalResult, Phase, accuracy, as_tensor, no_phase
+from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, RoundSettings, Runtime, accuracy,
+                                      as_tensor, no_phase)
 from edgeprof.algorithms.fedper import local_steps
 from edgeprof.nn import head as headlib
 from edgeprof.nn.backbones import get_params, set_params
@@ -61,34 +62,33 @@ def fine_tuned_head(head: Sequence[np.ndarray], features: np.ndarray, y: np.ndar
     return headlib.gradient_steps(wb, headlib.with_bias(features), y, lr, steps)
 
 
-class FedBabu(Algorithm):
-    """FedBABU run in-process: body trained and averaged, orthogonal head frozen, fine-tuned to evaluate."""
+def fixed_head(rt: Runtime) -> list[np.ndarray]:
+    """The orthogonal head of max_i K_i outputs every client builds from the seed (never trained, never sent)."""
+    return rt.cached("fedbabu-head", lambda: orthogonal_head(rt.num_outputs, rt.feature_dim, rt.seed))
 
-    name = "fedbabu"
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        outputs = max(c.num_classes for c in self.clients)
-        self.head = orthogonal_head(outputs, backbone.feature_dim, cfg.seed)
-        self.body = get_params(backbone)
+def client(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
+    """The client program: tau momentum steps on the body under the fixed head; replies the new body."""
+    new, loss = client_round(rt.backbone, body, fixed_head(rt), data.x_train, data.y_train, tau=s.tau, beta=s.beta,
+                             phase=s.phase)
+    return ClientResult(new, None, loss, len(data.y_train))
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        body, loss = client_round(self.backbone, self.body, self.head, c.x_train, c.y_train, tau=self.cfg.tau,
-                                  beta=self.cfg.beta, phase=phase)
-        return ClientUpdate(client_id, c.n_train, loss, body)
 
-    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
-        if updates:
-            self.body = server_step([u.payload for u in updates], [u.n_samples for u in updates])
+def evaluate(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
+    """The fixed head fine-tuned for FINE_TUNE_STEPS steps (step beta) on the global body's features."""
+    set_params(rt.backbone, body)
+    with torch.no_grad():
+        train_f = rt.backbone(as_tensor(data.x_train)).numpy()
+        test_f = rt.backbone(as_tensor(data.x_test)).numpy() if len(data.y_test) else None
+    wb = fine_tuned_head(fixed_head(rt), train_f, data.y_train, steps=FINE_TUNE_STEPS, lr=s.beta)
+    loss, _ = headlib.loss_and_grad(wb, headlib.with_bias(train_f), data.y_train)
+    acc = accuracy(headlib.predict(wb, headlib.with_bias(test_f)), data.y_test) if test_f is not None else 0.0
+    return EvalResult(data.client_id, loss, acc, len(data.y_train), len(data.y_test))
 
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        set_params(self.backbone, self.body)
-        with torch.no_grad():
-            train_f = self.backbone(as_tensor(c.x_train)).numpy()
-            test_f = self.backbone(as_tensor(c.x_test)).numpy() if c.n_test else None
-        wb = fine_tuned_head(self.head, train_f, c.y_train, steps=FINE_TUNE_STEPS, lr=self.cfg.beta)
-        loss, _ = headlib.loss_and_grad(wb, headlib.with_bias(train_f), c.y_train)
-        acc = accuracy(headlib.predict(wb, headlib.with_bias(test_f)), c.y_test) if test_f is not None else 0.0
-        return EvalResult(client_id, loss, acc, c.n_train, c.n_test)
+
+SPEC = AlgorithmSpec(
+    name="fedbabu", paper="FedBABU: Towards Enhanced Representation for Federated Image Classification",
+    phases=("local_steps",), client=client, server=fedper.server, evaluate=evaluate, server_kind="average",
+    hyperparams="fedbabu", init_global=lambda rt: list(rt.initial_params),
+    evaluation=f"the fixed head fine-tuned {FINE_TUNE_STEPS} steps on each client's features of the global body",
+)

@@ -10,19 +10,19 @@ Every local step is a full forward and backward pass through the backbone: O(tau
 This module also holds what the other personal-head baselines share (FedRep, FedBABU, FedSim,
 FedAlt, all "with the FedPer architecture" in the PFLEGO paper's words): :func:`local_steps`, which
 trains any subset of {body, head} (a frozen body still gets a *full* forward pass at every step), and
-:class:`PersonalHeadAlgorithm`, whose variants override one method.
+:func:`head_client`, which turns a local update into a client program, so a variant declares one function.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from edgeprof.algorithms import aggregation
-from edgeprof.algorithms.base import (Algorithm, ClientUpdate, EvalResult, Phase, accuracy, as_tensor,
-                                      mean_cross_entropy, no_phase)
+from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
+                                      ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
 from edgeprof.nn.backbones import get_params, set_params
 
 Head = list  # [W (K, M) float32, b (K,) float32]
@@ -110,43 +110,47 @@ def server_step(bodies: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]
     return aggregation.weighted_average(bodies, n_samples)
 
 
-class PersonalHeadAlgorithm(Algorithm):
-    """Shared backbone averaged by the server, one personal head per client that never leaves it.
+LocalUpdate = Callable[..., "tuple[list[np.ndarray], Head, float]"]
 
-    Variants override :meth:`local_update` only.
+
+def head_client(local_update: LocalUpdate) -> Callable:
+    """A personal-head client program from ``local_update(backbone, body, head, x, y, s)`` -> (body, head, loss).
+
+    FedPer, FedRep, FedSim and FedAlt differ only in that local update: the program loads nothing else,
+    replies the new body and keeps the new head.
     """
 
-    name = "personal-head"
+    def client(rt: Runtime, body: list[np.ndarray], personal: Head, data, s: RoundSettings) -> ClientResult:
+        new_body, head, loss = local_update(rt.backbone, body, personal, data.x_train, data.y_train, s)
+        return ClientResult(new_body, list(head), loss, len(data.y_train))
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        m = backbone.feature_dim
-        self.body = get_params(backbone)
-        self.heads = [initial_head(cfg.seed, c.client_id, c.num_classes, m) for c in self.clients]
-
-    def local_update(self, body, head, x, y, phase: Phase) -> tuple[list[np.ndarray], Head, float]:
-        """One client's local work: (new body, new head, loss)."""
-        return client_round(self.backbone, body, head, x, y, tau=self.cfg.tau, beta=self.cfg.beta, phase=phase)
-
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        body, head, loss = self.local_update(self.body, self.heads[client_id], c.x_train, c.y_train, phase)
-        self.heads[client_id] = head
-        return ClientUpdate(client_id, c.n_train, loss, body)
-
-    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
-        if updates:
-            self.body = server_step([u.payload for u in updates], [u.n_samples for u in updates])
-
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        set_params(self.backbone, self.body)
-        loss, acc = head_loss_accuracy(self.backbone, self.heads[client_id], c.x_train, c.y_train, c.x_test,
-                                       c.y_test)
-        return EvalResult(client_id, loss, acc, c.n_train, c.n_test)
+    client.__doc__ = local_update.__doc__
+    return client
 
 
-class FedPer(PersonalHeadAlgorithm):
-    """FedPer run in-process: joint local steps, backbone averaged, heads personal."""
+def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSettings) -> ServerState:
+    """The server program: the N_i-weighted average of the replied backbones."""
+    return ServerState(server_step([r.arrays for r in replies], [r.n_samples for r in replies]))
 
-    name = "fedper"
+
+def evaluate(rt: Runtime, body: list[np.ndarray], personal: Head, data, s: RoundSettings) -> EvalResult:
+    """The client's personal head on the global backbone."""
+    set_params(rt.backbone, body)
+    loss, acc = head_loss_accuracy(rt.backbone, personal, data.x_train, data.y_train, data.x_test, data.y_test)
+    return EvalResult(data.client_id, loss, acc, len(data.y_train), len(data.y_test))
+
+
+def _fedper_update(backbone, body, head, x, y, s: RoundSettings):
+    """FedPer: tau joint steps on (body, head)."""
+    return client_round(backbone, body, head, x, y, tau=s.tau, beta=s.beta, phase=s.phase)
+
+
+#: what every personal-head baseline declares alike (FedRep, FedSim, FedAlt replace client, phases, name)
+SPEC = AlgorithmSpec(
+    name="fedper", paper="Federated Learning with Personalization Layers", phases=("local_steps",),
+    client=head_client(_fedper_update), server=server, evaluate=evaluate, server_kind="average",
+    hyperparams="fedper", init_global=lambda rt: list(rt.initial_params),
+    personal="the head [W_i, b_i] (K_i x M and K_i)",
+    init_personal=lambda rt, data, _global: initial_head(rt.seed, data.client_id, data.num_classes, rt.feature_dim),
+    evaluation="each client's head on the global backbone, after the server step",
+)

@@ -13,13 +13,15 @@ is a full forward and backward pass: O(tau) per client round.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from edgeprof.algorithms import fedavg
-from edgeprof.algorithms.base import ClientUpdate, Phase, as_tensor, mean_cross_entropy, no_phase
+from edgeprof.algorithms.base import ClientResult, Phase, RoundSettings, Runtime, as_tensor, mean_cross_entropy, no_phase
 from edgeprof.nn.backbones import get_params, set_params
 
 
@@ -57,13 +59,12 @@ def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.nd
 server_step = fedavg.server_step
 
 
-class FedProx(fedavg.FedAvg):
-    """FedAvg with the proximal term in every local step."""
+def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
+    """The client program: tau proximal GD steps (mu = ``s.mu``); replies the new weights."""
+    new, loss = client_round(fedavg.whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
+                             mu=s.mu, phase=s.phase)
+    return ClientResult(new, None, loss, len(data.y_train))
 
-    name = "fedprox"
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        new, loss = client_round(self.model, self.weights, c.x_train, c.y_train, tau=self.cfg.tau,
-                                 beta=self.cfg.beta, mu=self.cfg.mu, phase=phase)
-        return ClientUpdate(client_id, c.n_train, loss, new)
+SPEC = dataclasses.replace(fedavg.SPEC, name="fedprox", paper="Federated Optimization in Heterogeneous Networks",
+                           client=client, hyperparams="fedprox")

@@ -26,10 +26,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from edgeprof.algorithms import aggregation
-from edgeprof.algorithms.base import Algorithm, ClientUpdate, EvalResult, Phase, accuracy, no_phase
+from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
+                                      ServerState, accuracy, no_phase)
 from edgeprof.algorithms.pflego import initial_head, torch_joint_gradient
 from edgeprof.nn import head as headlib
-from edgeprof.nn.backbones import get_params
 
 FeatureFn = Callable[[np.ndarray], np.ndarray]
 #: body_grad(head, x, y) -> (loss, grad_theta) at the current theta with the head frozen
@@ -62,45 +62,43 @@ def server_step(theta: Sequence[np.ndarray], client_thetas: Sequence[Sequence[np
     return optimizer.step(theta, [p - m for p, m in zip(theta, mean)])
 
 
-class FedRecon(Algorithm):
-    """FedRecon run in-process: stateless heads reconstructed on cached features, theta by FedOpt."""
+def _initial_head(rt: Runtime, data) -> np.ndarray:
+    return initial_head(rt.seed, data.client_id, data.num_classes, rt.feature_dim)
 
-    name = "fedrecon"
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        from edgeprof.nn.ort import FeatureRunner
+def client(rt: Runtime, theta: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
+    """The client program: reconstruct the head from its initial value, one body step; replies theta_i."""
 
-        self.theta = get_params(backbone)
-        m = backbone.feature_dim
-        self.initial_heads = [initial_head(cfg.seed, c.client_id, c.num_classes, m) for c in self.clients]
-        self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
-        self.runner = FeatureRunner(backbone, threads=cfg.threads)
-
-    def _features(self, x: np.ndarray) -> np.ndarray:
-        return self.runner.features(x, self.theta)
-
-    def _body_grad(self, head, x, y):
-        loss, _, grad = torch_joint_gradient(self.backbone, self.theta, head, x, y)
+    def body_grad(head, x, y):
+        loss, _, grad = torch_joint_gradient(rt.backbone, theta, head, x, y)
         return loss, grad
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        new_theta, _, loss = client_round(self._features, self._body_grad, self.theta,
-                                          self.initial_heads[client_id], c.x_train, c.y_train,
-                                          tau=self.cfg.tau, beta=self.cfg.beta, phase=phase)
-        return ClientUpdate(client_id, c.n_train, loss, new_theta)
+    new_theta, _, loss = client_round(lambda x: rt.features(x, theta), body_grad, theta, _initial_head(rt, data),
+                                      data.x_train, data.y_train, tau=s.tau, beta=s.beta, phase=s.phase)
+    return ClientResult(new_theta, None, loss, len(data.y_train))
 
-    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
-        if updates:
-            self.theta = server_step(self.theta, [u.payload for u in updates], [u.n_samples for u in updates],
-                                     self.optimizer)
 
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        head, train_b = reconstruct(self._features, self.initial_heads[client_id], c.x_train, c.y_train,
-                                    steps=self.cfg.tau - 1, lr=self.cfg.beta)
-        loss, _ = headlib.loss_and_grad(head, train_b, c.y_train)
-        acc = accuracy(headlib.predict(head, headlib.with_bias(self._features(c.x_test))), c.y_test) \
-            if c.n_test else 0.0
-        return EvalResult(client_id, loss, acc, c.n_train, c.n_test)
+def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSettings) -> ServerState:
+    """The server program: FedOpt on the pseudo-gradient theta - average(theta_i)."""
+    theta = server_step(state.arrays, [r.arrays for r in replies], [r.n_samples for r in replies], state.optimizer)
+    return ServerState(theta, state.optimizer)
+
+
+def evaluate(rt: Runtime, theta: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
+    """A head reconstructed from its initial value (tau-1 steps) on the global theta's features."""
+    features = lambda x: rt.features(x, theta)  # noqa: E731
+    head, train_b = reconstruct(features, _initial_head(rt, data), data.x_train, data.y_train, steps=s.tau - 1,
+                                lr=s.beta)
+    loss, _ = headlib.loss_and_grad(head, train_b, data.y_train)
+    acc = accuracy(headlib.predict(head, headlib.with_bias(features(data.x_test))), data.y_test) \
+        if len(data.y_test) else 0.0
+    return EvalResult(data.client_id, loss, acc, len(data.y_train), len(data.y_test))
+
+
+SPEC = AlgorithmSpec(
+    name="fedrecon", paper="Federated Reconstruction: Partially Local Federated Learning",
+    phases=("reconstruction", "body_steps"), engines=("onnx",), client=client, server=server, evaluate=evaluate,
+    server_kind="pseudo-gradient", hyperparams="fedrecon", init_global=lambda rt: list(rt.initial_params),
+    evaluation="a head reconstructed on each client's features of the global theta (clients are stateless)",
+    cost=(4.0, 0.0),
+)

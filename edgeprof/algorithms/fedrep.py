@@ -19,14 +19,15 @@ keeps FedRep as published, so its measured cost is FedRep's, not that of a cache
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from edgeprof.algorithms import fedper
-from edgeprof.algorithms.base import Phase, no_phase
-from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm
+from edgeprof.algorithms.base import Phase, RoundSettings, no_phase
+from edgeprof.algorithms.fedper import Head
 
 #: the server step: N_i-weighted average of the backbones (heads stay personal)
 server_step = fedper.server_step
@@ -51,11 +52,13 @@ def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Se
                                     beta=beta, phases=("head_epochs", "body_epochs"), phase=phase)
 
 
-class FedRep(PersonalHeadAlgorithm):
-    """FedRep run in-process: tau head steps, then tau // 10 body steps."""
+def _update(backbone, body, head, x, y, s: RoundSettings):
+    """FedRep: tau head steps, then body_steps(tau) body steps."""
+    return client_round(backbone, body, head, x, y, head_steps=s.tau, n_body_steps=body_steps(s.tau), beta=s.beta,
+                        phase=s.phase)
 
-    name = "fedrep"
 
-    def local_update(self, body, head, x, y, phase: Phase):
-        return client_round(self.backbone, body, head, x, y, head_steps=self.cfg.tau,
-                            n_body_steps=body_steps(self.cfg.tau), beta=self.cfg.beta, phase=phase)
+SPEC = dataclasses.replace(
+    fedper.SPEC, name="fedrep", paper="Exploiting Shared Representations for Personalized Federated Learning",
+    phases=("head_epochs", "body_epochs"), client=fedper.head_client(_update), hyperparams="fedrep",
+    cost=(0.0, 1.3))

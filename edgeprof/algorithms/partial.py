@@ -17,14 +17,15 @@ beta. Cost: FedSim tau, FedAlt 2 tau forward passes (tau backward through the ba
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from edgeprof.algorithms import fedper
-from edgeprof.algorithms.base import Phase, no_phase
-from edgeprof.algorithms.fedper import Head, PersonalHeadAlgorithm
+from edgeprof.algorithms.base import Phase, RoundSettings, no_phase
+from edgeprof.algorithms.fedper import Head
 
 #: the shared part's server step: N_i-weighted average of the participants' u_i
 server_step = fedper.server_step
@@ -45,20 +46,19 @@ def local_alt(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal:
                                     phases=("personal_steps", "shared_steps"), phase=phase)
 
 
-class FedSim(PersonalHeadAlgorithm):
-    """Partial personalization, simultaneous local updates."""
-
-    name = "fedsim"
-
-    def local_update(self, body, head, x, y, phase: Phase):
-        return local_sim(self.backbone, body, head, x, y, tau=self.cfg.tau, beta=self.cfg.beta, phase=phase)
+def _sim(backbone, shared, personal, x, y, s: RoundSettings):
+    """FedSim: LocalSim."""
+    return local_sim(backbone, shared, personal, x, y, tau=s.tau, beta=s.beta, phase=s.phase)
 
 
-class FedAlt(PersonalHeadAlgorithm):
-    """Partial personalization, alternating local updates (personal first)."""
+def _alt(backbone, shared, personal, x, y, s: RoundSettings):
+    """FedAlt: LocalAlt with tau_v = tau_u = tau."""
+    return local_alt(backbone, shared, personal, x, y, tau_v=s.tau, tau_u=s.tau, beta=s.beta, phase=s.phase)
 
-    name = "fedalt"
 
-    def local_update(self, body, head, x, y, phase: Phase):
-        return local_alt(self.backbone, body, head, x, y, tau_v=self.cfg.tau, tau_u=self.cfg.tau,
-                         beta=self.cfg.beta, phase=phase)
+PAPER = "Federated Learning with Partial Model Personalization"
+#: FedSim borrows FedPer's row of the tables (the same local update), FedAlt FedRep's (head steps, then body)
+FEDSIM = dataclasses.replace(fedper.SPEC, name="fedsim", paper=PAPER, client=fedper.head_client(_sim),
+                             hyperparams="fedper")
+FEDALT = dataclasses.replace(fedper.SPEC, name="fedalt", paper=PAPER, phases=("personal_steps", "shared_steps"),
+                             client=fedper.head_client(_alt), hyperparams="fedrep", cost=(0.0, 6.0))

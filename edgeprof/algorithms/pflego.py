@@ -11,7 +11,7 @@ client i, round t, theta_{t-1} frozen:
 server: theta_t = opt(theta_{t-1}, (I/r) * sum_{i in I_t} alpha_i g_i) with alpha_i = N_i / sum_j N_j
   (equation (4)); ``opt`` is SGD(rho) as in the paper's analysis or Adam(rho) as in its experiments.
 
-Engines (``cfg.engine``): ``onnx`` is the paper's client, two forwards (ONNX Runtime for the cache, torch
+Engines (``--engine``): ``onnx`` is the paper's client, two forwards (ONNX Runtime for the cache, torch
 for the joint gradient) and one backward. ``torch-reuse`` (beyond the paper, :class:`GraphReuse`) runs
 the single forward of ``cache_forward`` in torch *with* autograd and keeps its graph through the head
 steps (theta is frozen during them, so the graph stays valid), then ``joint_grad`` only evaluates the
@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from edgeprof.algorithms import aggregation
-from edgeprof.algorithms.base import (Algorithm, ClientUpdate, EvalResult, Phase, accuracy, as_tensor,
-                                      mean_cross_entropy, no_phase)
+from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
+                                      ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
 from edgeprof.nn import head as headlib
-from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.nn.backbones import set_params
 
 FeatureFn = Callable[[np.ndarray], np.ndarray]
 JointGradFn = Callable[[np.ndarray, np.ndarray, np.ndarray], "tuple[float, np.ndarray, list[np.ndarray]]"]
@@ -129,58 +129,47 @@ def server_step(theta: Sequence[np.ndarray], grads: Sequence[Sequence[np.ndarray
     return optimizer.step(theta, aggregation.unbiased_gradient(grads, client_alphas, scale))
 
 
-class Pflego(Algorithm):
-    """PFLEGO run in-process: global theta, one head per client, a server optimizer."""
+def _engine(rt: Runtime, theta: Sequence[np.ndarray]) -> tuple[FeatureFn, JointGradFn]:
+    """The round's features and joint-gradient functions for the runtime's engine."""
+    if rt.engine == "torch-reuse":
+        engine = GraphReuse(rt.backbone, theta)
+        return engine.features, engine.joint_grad
+    return (lambda x: rt.features(x, theta)), (lambda h, x, y: torch_joint_gradient(rt.backbone, theta, h, x, y))
 
-    name = "pflego"
 
-    def __init__(self, cfg, clients, backbone) -> None:
-        super().__init__(cfg, clients, backbone)
-        from edgeprof.nn.ort import FeatureRunner
+def client(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> ClientResult:
+    """The client program: one round from W_i = ``personal[0]``; replies grad_theta l_i, keeps the new W_i."""
+    features, joint = _engine(rt, theta)
+    res = client_round(features, joint, personal[0], data.x_train, data.y_train, tau=s.tau, beta=s.beta,
+                       rho=s.rho, scale=s.scale, phase=s.phase)
+    return ClientResult(res.theta_grad, [res.head], res.loss, res.n_samples)
 
-        self.theta = get_params(backbone)
-        m = backbone.feature_dim
-        self.heads = [initial_head(cfg.seed, c.client_id, c.num_classes, m) for c in self.clients]
-        self.alphas = aggregation.alphas([c.n_train for c in self.clients])
-        self.scale = self.num_clients / cfg.sampled_per_round
-        self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
-        self.reuse = cfg.engine == "torch-reuse"
-        self.runner = None if self.reuse else FeatureRunner(backbone, threads=cfg.threads)
 
-    def _features(self, x: np.ndarray) -> np.ndarray:
-        if self.runner is None:
-            set_params(self.backbone, self.theta)
-            with torch.no_grad():
-                return self.backbone(as_tensor(x)).numpy()
-        return self.runner.features(x, self.theta)
+def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSettings) -> ServerState:
+    """The server program: equation (4) with the server optimizer."""
+    theta = server_step(state.arrays, [r.arrays for r in replies], [r.alpha for r in replies], s.scale,
+                        state.optimizer)
+    return ServerState(theta, state.optimizer)
 
-    def _joint(self, head, x, y):
-        return torch_joint_gradient(self.backbone, self.theta, head, x, y)
 
-    def client_round(self, client_id: int, phase: Phase = no_phase) -> ClientUpdate:
-        c = self.clients[client_id]
-        features, joint = self._features, self._joint
-        if self.reuse:
-            engine = GraphReuse(self.backbone, self.theta)
-            features, joint = engine.features, engine.joint_grad
-        res = client_round(features, joint, self.heads[client_id], c.x_train, c.y_train,
-                           tau=self.cfg.tau, beta=self.cfg.beta, rho=self.cfg.rho, scale=self.scale,
-                           phase=phase)
-        self.heads[client_id] = res.head
-        return ClientUpdate(client_id, res.n_samples, res.loss, res.theta_grad)
+def evaluate(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> EvalResult:
+    """The client's head on phi(.; theta): training loss l_i and test accuracy."""
+    head = personal[0]
+    train_b = headlib.with_bias(rt.features(data.x_train, theta))
+    loss, _ = headlib.loss_and_grad(head, train_b, data.y_train)
+    test_acc = accuracy(headlib.predict(head, headlib.with_bias(rt.features(data.x_test, theta))), data.y_test) \
+        if len(data.y_test) else 0.0
+    return EvalResult(data.client_id, loss, test_acc, len(data.y_train), len(data.y_test))
 
-    def server_step(self, updates: Sequence[ClientUpdate]) -> None:
-        if not updates:
-            return
-        weights = [self.alphas[u.client_id] for u in updates]
-        self.theta = server_step(self.theta, [u.payload for u in updates], weights, self.scale,
-                                 self.optimizer)
 
-    def evaluate(self, client_id: int) -> EvalResult:
-        c = self.clients[client_id]
-        head = self.heads[client_id]
-        train_b = headlib.with_bias(self._features(c.x_train))
-        loss, _ = headlib.loss_and_grad(head, train_b, c.y_train)
-        test_acc = accuracy(headlib.predict(head, headlib.with_bias(self._features(c.x_test))), c.y_test) \
-            if len(c.y_test) else 0.0
-        return EvalResult(client_id, loss, test_acc, len(c.y_train), len(c.y_test))
+SPEC = AlgorithmSpec(
+    name="pflego", paper="Personalized Federated Learning with Exact Stochastic Gradient Descent",
+    phases=("cache_forward", "head_steps", "joint_grad"), engines=("onnx", "torch-reuse"),
+    client=client, server=server, evaluate=evaluate, server_kind="gradient", hyperparams="pflego",
+    init_global=lambda rt: list(rt.initial_params),
+    personal="the linear head W_i (K_i x (M+1))",
+    init_personal=lambda rt, data, _global: [initial_head(rt.seed, data.client_id, data.num_classes,
+                                                          rt.feature_dim)],
+    evaluation="each client's head on the global theta's features, after the server step",
+    cost=(4.0, 0.0),
+)

@@ -1,14 +1,15 @@
 """edgeprof on Flower: real multi-device federations where every device profiles its own rounds.
 
-Optional: needs ``pip install 'edgeprof[flower]'``; nothing outside this package imports flwr, and this
+Optional: needs ``pip install 'edgeprof[flower]'``. No algorithm is named here: both apps drive the
+algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this package imports flwr, and this
 ``__init__`` imports nothing, so ``import edgeprof`` stays free of Flower.
 
 - :mod:`.config`      Flower run config <-> RunConfig, the Flower app folder (no flwr import)
-- :mod:`.strategy`    one strategy per server step (PFLEGO's equation (4), the N_i-weighted averages,
-                      FedRecon's FedOpt) for every registered algorithm, reply validation
+- :mod:`.strategy`    the one strategy: sampling, reply validation, and the registered algorithm's
+                      server program (the server-side driver of the algorithm contract)
 - :mod:`.mod`         the mod that wraps each client round in the edgeprof Profiler
-- :mod:`.client_app`  the ClientApp: partition from the node config, every algorithm's client round,
-                      personal heads and models in ``context.state``
+- :mod:`.client_app`  the ClientApp: partition from the node config, the registered algorithm's client
+                      program, its declared personal state in ``context.state`` (the client-side driver)
 - :mod:`.report`      the reporting wrapper: one report for the federation, written by the server
 - :mod:`.server_app`  the ServerApp: roll call, strategy, report, final theta
 - :mod:`.simulation`  Flower's simulation engine for many clients on one machine

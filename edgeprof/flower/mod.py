@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord
 
-from edgeprof.algorithms.base import Phase, no_phase
+from edgeprof.algorithms.contract import Phase, no_phase
 from edgeprof.config import RunConfig
 from edgeprof.device import device_label
 
@@ -86,7 +86,7 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
             return call_next(msg, context)
         from edgeprof.profiler import Profiler
         from edgeprof.report.schema import row_from_window
-        from edgeprof.simulate import open_meters
+        from edgeprof.report.session import open_meters
 
         cfg = cfg_of(context)
         meters = open_meters(cfg)

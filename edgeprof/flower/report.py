@@ -21,7 +21,7 @@ from flwr.serverapp.strategy import Strategy
 from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
 from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy
 from edgeprof.report.schema import _fmt
-from edgeprof.simulate import RunContext, base_row
+from edgeprof.report.session import RunContext, base_row
 
 log = logging.getLogger("edgeprof.flower")
 

@@ -113,9 +113,10 @@ def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict
 
 def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> str:
     """Run the federation the run config describes; returns the run id (report ``<out>/<run_id>.csv``)."""
-    from edgeprof.algorithms import phases_of
+    from edgeprof.algorithms import ALGORITHMS
+    from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
-    from edgeprof.simulate import make_run_id, open_energy, open_meters, report_session, set_threads, sidecar_data
+    from edgeprof.simulate import set_threads
 
     _forward_logs_to_flower()
     cfg, settings = from_run_config(run_config, defaults)
@@ -124,30 +125,22 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     directory = roll_call(grid, cfg, settings)
     strategy = make_strategy(cfg, directory)
     theta0 = initial_arrays(cfg, directory)
-    meters = open_meters(cfg)
-    try:
-        energy = open_energy(cfg, meters)
-        run_id = make_run_id(cfg)
 
-        def sidecar(**status) -> dict:
-            return {**sidecar_data(cfg, run_id, meters, energy, **status),
-                    "flower": flower_section(strategy, settings)}
+    def finish(data: dict) -> dict:
+        return {**data, "flower": flower_section(strategy, settings)}
 
-        with report_session(out, run_id, phases_of([cfg.algo]), meters, energy, sidecar) as session:
-            final = theta0
-            try:
-                result = ReportingStrategy(strategy, session.ctx).start(grid, ArrayRecord(theta0),
-                                                                        num_rounds=cfg.rounds,
-                                                                        timeout=settings.round_timeout_s)
-                if result.arrays is not None and len(result.arrays) > 0:
-                    final = result.arrays.to_numpy_ndarrays()
-                np.savez(out / f"{run_id}.theta.npz", *final)
-            finally:
-                session.done = len(strategy.accepted)
-        log.info("edgeprof report: %s", session.csv_path)
-        return run_id
-    finally:
-        meters.close()
+    with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish) as session:
+        final = theta0
+        try:
+            result = ReportingStrategy(strategy, session.ctx).start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
+                                                                    timeout=settings.round_timeout_s)
+            if result.arrays is not None and len(result.arrays) > 0:
+                final = result.arrays.to_numpy_ndarrays()
+            np.savez(out / f"{session.ctx.run_id}.theta.npz", *final)
+        finally:
+            session.done = len(strategy.accepted)
+    log.info("edgeprof report: %s", session.csv_path)
+    return session.ctx.run_id
 
 
 def make_server_app(defaults: Optional[Mapping[str, Any]] = None) -> ServerApp:

@@ -1,36 +1,22 @@
-"""Flower strategies (Message API, flwr >= 1.20) for edgeprof's algorithms.
+"""The Flower strategy (Message API, flwr >= 1.20): the server-side driver of the algorithm contract.
 
-Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower.
-:class:`EdgeprofStrategy` does what they all need: it samples the round's clients I_t with exactly the
-random sequence of the in-process loop (:func:`edgeprof.simulate.sample_participants` on
-``simulate.participant_rng``), maps their partition ids to Flower node ids through a :class:`Directory`,
-sends one TRAIN message per sampled client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its
-ConfigRecord), and rejects any reply that is malformed (missing records, wrong number or shape of
-arrays, non-float or non-finite values, a partition id that is not the sending node's) with a logged
-reason. Each algorithm overrides one method, :meth:`EdgeprofStrategy.aggregate`, which calls the very
-server step the in-process class calls:
+Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower through one strategy that names
+no algorithm. :class:`EdgeprofStrategy` samples the round's clients I_t with exactly the random sequence
+of the in-process loop (:func:`edgeprof.participants.sample_participants` on ``participant_rng``), maps
+their partition ids to Flower node ids through a :class:`Directory`, sends one TRAIN message per sampled
+client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its ConfigRecord), rejects any reply that
+is malformed (missing records, wrong number or shape of arrays, non-float or non-finite values, a
+partition id that is not the sending node's) with a logged reason, and hands the valid replies, as
+:class:`~edgeprof.algorithms.contract.Reply` objects with alpha_i from the directory, to the algorithm's
+server program: the very function the in-process driver calls.
 
-* :class:`PflegoStrategy` - PFLEGO (Georgatos et al., equation (4)): the replies carry the gradients
-  g_i = grad_theta l_i, not weights; theta_t = opt(theta_{t-1}, (I/r) sum_{i in I_t} alpha_i g_i)
-  through :func:`edgeprof.algorithms.pflego.server_step` with the server optimizer (Adam or SGD, step rho).
-* :class:`FedAvgStrategy` - FedAvg (McMahan et al. 2017), FedProx (Li et al. 2020) and Ditto (Li et al.
-  2021): the global model is the whole network (backbone plus the shared head of max_i K_i outputs,
-  :attr:`EdgeprofStrategy.global_head`) and the server takes the N_i-weighted average of the replies'
-  weights through :func:`edgeprof.algorithms.fedavg.server_step`; Ditto's personal models stay home.
-* :class:`PersonalHeadStrategy` - FedPer, FedRep, FedBABU, FedSim and FedAlt: the global model is the
-  backbone only; the N_i-weighted average of the replies' backbones through
-  :func:`edgeprof.algorithms.fedper.server_step` (personal heads, or FedBABU's fixed head, stay home).
-* :class:`FedReconStrategy` - FedRecon (Singhal et al. 2021): the backbone by FedOpt, theta_t =
-  opt(theta, theta - sum_i (N_i / sum_j N_j) theta_i) through
-  :func:`edgeprof.algorithms.fedrecon.server_step` (Adam or SGD, step rho).
-
-Missing and rejected clients. The averaging strategies (FedAvg, FedProx, Ditto, the personal-head
-ones, FedRecon) average the valid replies by N_i among themselves, as the in-process loop would had the
-other clients not been sampled. For PFLEGO, Section 3.2.1 of the paper: "missing clients' gradients can
-be set to zero". A sampled client that does not reply within the round timeout (crashed, unplugged) or
-whose reply is rejected contributes g_i = 0: the sum runs over the clients that replied, each with its
-own alpha_i, and the scale stays I/r with r the number the round *sampled* (``cfg.sampled_per_round``),
-never the number that replied. The estimate stays unbiased only if failures are independent of the
+Missing and rejected clients. The server program sees only the valid replies; what a missing one means
+follows from the algorithm's declared kind of server step (``AlgorithmSpec.server_kind``, recorded in the
+sidecar): an averaging server step averages the valid replies by N_i among themselves, as the in-process
+loop would had the other clients not been sampled; a gradient server step (Section 3.2.1 of the paper that
+defines it: "missing clients' gradients can be set to zero") sums over the clients that replied, each with its
+own alpha_i, while the scale stays I/r with r the number the round *sampled* (``cfg.sampled_per_round``),
+never the number that replied. That estimate stays unbiased only if failures are independent of the
 gradients; a device that always fails shrinks the effective step of theta by its alpha_i.
 
 How alpha_i = N_i / sum_j N_j is formed when the server does not know the data sizes in advance:
@@ -49,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -58,9 +43,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from edgeprof.algorithms import aggregation, fedavg, fedper, fedrecon, pflego
+from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
-from edgeprof.simulate import input_shape, participant_rng, sample_participants
+from edgeprof.participants import participant_rng, sample_participants
+from edgeprof.simulate import input_shape
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -198,19 +184,17 @@ def parse_reply(msg: Message, shapes: Sequence[tuple[int, ...]], directory: Dire
 
 
 class EdgeprofStrategy(Strategy):
-    """Sampling as in the in-process loop, one TRAIN message per sampled client, validated replies.
+    """Sampling as in the in-process loop, one TRAIN message per sampled client, validated replies, and the
+    registered algorithm's server program over them.
 
-    Subclasses implement :meth:`aggregate`. ``sampled``, ``accepted`` and ``rejected`` record, per round,
-    the partitions sampled, those averaged in, and (partition or node, reason) of those rejected.
+    ``sampled``, ``accepted`` and ``rejected`` record, per round, the partitions sampled, those passed to
+    the server program, and (partition or node, reason) of those rejected. The global state (arrays and
+    server optimizer) is built on first use, once the roll call knows max_i K_i.
     """
-
-    #: whether the global arrays are backbone *and* shared head (:func:`initial_arrays`), or the backbone only
-    global_head = False
-    #: what happens to a sampled client's missing or rejected reply (written to the sidecar)
-    missing_replies = "left out: the N_i-weighted average runs over the valid replies"
 
     def __init__(self, cfg: RunConfig, directory: Directory) -> None:
         self.cfg = cfg
+        self.spec = ALGORITHMS[cfg.algo]
         self.directory = directory
         self.rng = participant_rng(cfg)
         self.scale = cfg.clients / cfg.sampled_per_round  # I / r, r as sampled (never as replied)
@@ -218,6 +202,19 @@ class EdgeprofStrategy(Strategy):
         self.sampled: dict[int, list[int]] = {}
         self.accepted: dict[int, list[int]] = {}
         self.rejected: dict[int, list[tuple[str, str]]] = {}
+        self._runtime = None
+        self._optimizer = None
+
+    @property
+    def missing_replies(self) -> str:
+        """What a sampled client's missing or rejected reply means for this algorithm's server step."""
+        return self.spec.missing_replies
+
+    def runtime(self):
+        if self._runtime is None:
+            self._runtime = server_runtime(self.cfg, self.directory.num_outputs)
+            self._optimizer = self.spec.new_server_state(self._runtime, self.cfg.rho).optimizer
+        return self._runtime
 
     def round_config(self, server_round: int) -> dict:
         """What every TRAIN message of a round carries in its ConfigRecord."""
@@ -283,9 +280,17 @@ class EdgeprofStrategy(Strategy):
                                                                       if math.isfinite(g.loss)]))
         return ArrayRecord(self.aggregate(self.theta, good)), metrics
 
-    @abstractmethod
     def aggregate(self, theta: list[np.ndarray], replies: Sequence[ClientReply]) -> list[np.ndarray]:
-        """The new global arrays from the current ones and the round's valid replies (at least one)."""
+        """The algorithm's server program on the current arrays and the round's valid replies (at least one)."""
+        from edgeprof.algorithms.contract import Reply, RoundSettings, ServerState
+
+        rt = self.runtime()
+        state = ServerState(theta, self._optimizer)
+        settings = RoundSettings.of(self.cfg, scale=self.scale)
+        new = self.spec.server(rt, state, [Reply(r.partition_id, r.n_samples, self.directory.alpha(r.partition_id),
+                                                 r.arrays) for r in replies], settings)
+        self._optimizer = new.optimizer
+        return new.arrays
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -295,80 +300,25 @@ class EdgeprofStrategy(Strategy):
         return None
 
     def summary(self) -> None:
-        log.info("%s: %d clients, participation %s (%s), scale I/r = %.6g", type(self).__name__,
-                 self.cfg.clients, self.cfg.participation, self.cfg.participation_mode, self.scale)
-
-
-class OptimizerStrategy(EdgeprofStrategy):
-    """A strategy whose server step feeds a server optimizer (``cfg.server_optimizer``, step ``cfg.rho``)."""
-
-    def __init__(self, cfg: RunConfig, directory: Directory) -> None:
-        super().__init__(cfg, directory)
-        self.optimizer = aggregation.make_optimizer(cfg.server_optimizer, cfg.rho)
-
-
-class PflegoStrategy(OptimizerStrategy):
-    """PFLEGO's server: the replies are gradients of theta; equation (4) with the server optimizer."""
-
-    missing_replies = "count as zero (PFLEGO Section 3.2.1): sum over the replies, scale I/r of the sampled r"
-
-    def aggregate(self, theta, replies):
-        alphas = [self.directory.alpha(r.partition_id) for r in replies]
-        return pflego.server_step(theta, [r.arrays for r in replies], alphas, self.scale, self.optimizer)
-
-
-class FedAvgStrategy(EdgeprofStrategy):
-    """FedAvg's server (also FedProx's and Ditto's): the N_i-weighted average of the whole models."""
-
-    global_head = True
-
-    def aggregate(self, theta, replies):
-        return fedavg.server_step([r.arrays for r in replies], [r.n_samples for r in replies])
-
-
-class PersonalHeadStrategy(EdgeprofStrategy):
-    """FedPer's server (also FedRep's, FedBABU's, FedSim's, FedAlt's): the N_i-weighted average of the backbones."""
-
-    def aggregate(self, theta, replies):
-        return fedper.server_step([r.arrays for r in replies], [r.n_samples for r in replies])
-
-
-class FedReconStrategy(OptimizerStrategy):
-    """FedRecon's server: the N_i-weighted mean of the theta_i as a pseudo-gradient for the server optimizer."""
-
-    missing_replies = "left out: the pseudo-gradient averages the valid replies' theta_i by N_i"
-
-    def aggregate(self, theta, replies):
-        return fedrecon.server_step(theta, [r.arrays for r in replies], [r.n_samples for r in replies],
-                                    self.optimizer)
-
-
-#: the strategy of every algorithm in :data:`edgeprof.algorithms.ALGORITHMS`
-STRATEGIES: dict[str, type[EdgeprofStrategy]] = {
-    "pflego": PflegoStrategy, "fedavg": FedAvgStrategy, "fedprox": FedAvgStrategy, "ditto": FedAvgStrategy,
-    "fedper": PersonalHeadStrategy, "fedrep": PersonalHeadStrategy, "fedbabu": PersonalHeadStrategy,
-    "fedsim": PersonalHeadStrategy, "fedalt": PersonalHeadStrategy, "fedrecon": FedReconStrategy,
-}
+        log.info("%s (%s): %d clients, participation %s (%s), scale I/r = %.6g", type(self).__name__,
+                 self.cfg.algo, self.cfg.clients, self.cfg.participation, self.cfg.participation_mode, self.scale)
 
 
 def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
-    """The strategy of ``cfg.algo``; ConfigError for a name with no Flower strategy."""
-    from edgeprof.errors import ConfigError
+    """The strategy of ``cfg.algo`` (any registered algorithm)."""
+    return EdgeprofStrategy(cfg, directory)
 
-    if cfg.algo not in STRATEGIES:
-        raise ConfigError(f"{cfg.algo} does not run on Flower; choose one of: {', '.join(STRATEGIES)}")
-    return STRATEGIES[cfg.algo](cfg, directory)
+
+def server_runtime(cfg: RunConfig, num_outputs: int):
+    """The server's runtime: the seeded backbone of the in-process run, max_i K_i outputs."""
+    from edgeprof.algorithms.contract import Runtime
+    from edgeprof.nn.backbones import build_backbone
+
+    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
+    return Runtime(backbone, seed=cfg.seed, num_outputs=num_outputs, engine=cfg.engine, threads=cfg.threads,
+                   server_optimizer=cfg.server_optimizer)
 
 
 def initial_arrays(cfg: RunConfig, num_outputs: int) -> list[np.ndarray]:
-    """The global model of round 0, built exactly as :func:`edgeprof.simulate.build_algorithm` does.
-
-    The seeded backbone, followed by FedAvg's shared head of ``num_outputs`` (max_i K_i) outputs when the
-    strategy's global model has one (FedAvg, FedProx, Ditto; Ditto's personal models start here too).
-    """
-    from edgeprof.nn.backbones import build_backbone, get_params
-
-    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
-    if cfg.algo in STRATEGIES and STRATEGIES[cfg.algo].global_head:
-        return get_params(fedavg.BackboneWithHead(backbone, num_outputs, seed=cfg.seed))
-    return get_params(backbone)
+    """The global arrays of round 0, as the in-process driver builds them (``AlgorithmSpec.init_global``)."""
+    return ALGORITHMS[cfg.algo].init_global(server_runtime(cfg, num_outputs))

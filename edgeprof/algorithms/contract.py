@@ -1,0 +1,235 @@
+"""The algorithm contract: a client program and a server program on plain data, plus one declaration.
+
+An algorithm is one module per paper. Its client program
+
+    client(rt, global_arrays, personal, data, settings) -> ClientResult(reply, personal, loss, n_samples)
+
+takes the round's global arrays, the client's own personal state (a list of arrays, or None when the
+algorithm keeps nothing on the client), the client's data and the round's :class:`RoundSettings` (tau,
+learning rates, the scale I/r, the phase marker), and returns the reply it sends, its new personal state
+and its loss. Its server program
+
+    server(rt, state, replies, settings) -> ServerState
+
+takes the global state (arrays and the server optimizer's state) and the round's :class:`Reply` objects
+and returns the new global state. Everything else (name, phases, engines, hyperparameter row, kind of
+server step, what is personal, how it is evaluated) is declared once in an :class:`AlgorithmSpec` and
+registered with one line in :mod:`edgeprof.algorithms`.
+
+Two drivers run that contract and name no algorithm: the in-process loop (:class:`edgeprof.federation.Federation`
+under ``measure``, ``sweep`` and ``train``) and Flower (:mod:`edgeprof.flower.client_app` and
+:mod:`edgeprof.flower.strategy`). :class:`Runtime` is what both give the programs on one machine: the
+seeded backbone module, its ONNX Runtime session, and the run-constant settings (seed, engine, threads).
+Per-round settings never live in shared state: they arrive in every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+Phase = Callable[[str], ContextManager]
+Arrays = list  # list[np.ndarray], one array per parameter tensor
+
+
+def no_phase(_name: str) -> ContextManager:
+    """The phase marker used when nothing is profiling."""
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """The settings of one round, handed to every client and server call (never read from shared state).
+
+    ``scale`` is I/r (the number of clients over the expected number sampled per round); ``phase`` marks
+    the profiled parts of the client's work.
+    """
+
+    tau: int
+    beta: float
+    rho: Optional[float] = None
+    mu: Optional[float] = None
+    scale: float = 1.0
+    phase: Phase = field(default=no_phase, compare=False)
+
+    @staticmethod
+    def of(cfg, *, scale: float = 1.0, phase: Phase = no_phase) -> "RoundSettings":
+        """The settings of a (resolved) RunConfig."""
+        return RoundSettings(cfg.tau, cfg.beta, cfg.rho, cfg.mu, float(scale), phase)
+
+    def with_phase(self, phase: Phase) -> "RoundSettings":
+        return dataclasses.replace(self, phase=phase)
+
+
+@dataclass
+class ClientResult:
+    """What one client round produces: the reply to send, the new personal state, the loss, N_i."""
+
+    reply: Arrays
+    personal: Optional[Arrays]
+    loss: float
+    n_samples: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A client's reply as the server program sees it; ``alpha`` = N_i / sum_j N_j over all I clients."""
+
+    client_id: int
+    n_samples: int
+    alpha: float
+    arrays: Arrays
+
+
+@dataclass
+class ServerState:
+    """The global state: the global arrays and, for a server with an optimizer, its state."""
+
+    arrays: Arrays
+    optimizer: Any = None
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """A client's training loss (its l_i) and test accuracy under the current model."""
+
+    client_id: int
+    train_loss: float
+    test_accuracy: float
+    n_train: int
+    n_test: int
+
+
+#: what a server step does with the replies (declared; the drivers report it)
+SERVER_KINDS = {
+    "gradient": "applies the server optimizer to (I/r) sum alpha_i g_i of the replied gradients",
+    "average": "replaces the global arrays by the N_i-weighted average of the replied arrays",
+    "pseudo-gradient": "applies the server optimizer to theta minus the N_i-weighted average of the replies",
+}
+#: what a sampled client's missing or rejected reply means, per kind of server step
+MISSING_REPLIES = {
+    "gradient": "count as zero (PFLEGO Section 3.2.1): sum over the replies, scale I/r of the sampled r",
+    "average": "left out: the N_i-weighted average runs over the valid replies",
+    "pseudo-gradient": "left out: the pseudo-gradient averages the valid replies' arrays by N_i",
+}
+
+ClientFn = Callable[["Runtime", Arrays, Optional[Arrays], Any, RoundSettings], ClientResult]
+ServerFn = Callable[["Runtime", ServerState, Sequence[Reply], RoundSettings], ServerState]
+EvalFn = Callable[["Runtime", Arrays, Optional[Arrays], Any, RoundSettings], EvalResult]
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Everything about an algorithm, declared once in its module.
+
+    ``hyperparams`` names the row of the paper's tables it takes (its own or the one it borrows), or
+    gives its defaults directly. ``personal`` says in words what the client keeps (``""``: nothing);
+    ``init_personal`` builds it (None when nothing is personal). ``cost`` is a prior (a + b*tau forward
+    passes per round) for progress bars only.
+    """
+
+    name: str
+    paper: str
+    phases: tuple[str, ...]
+    client: ClientFn
+    server: ServerFn
+    init_global: Callable[["Runtime"], Arrays]
+    evaluate: EvalFn
+    evaluation: str
+    server_kind: str
+    hyperparams: Union[str, Mapping[str, float]]
+    engines: tuple[str, ...] = ("torch",)
+    personal: str = ""
+    init_personal: Optional[Callable[["Runtime", Any, Arrays], Arrays]] = None
+    cost: tuple[float, float] = (0.0, 3.0)
+
+    def __post_init__(self) -> None:
+        if self.server_kind not in SERVER_KINDS:
+            raise ValueError(f"{self.name}: server_kind must be one of {', '.join(SERVER_KINDS)}")
+        if bool(self.personal) != (self.init_personal is not None):
+            raise ValueError(f"{self.name}: declare both personal and init_personal, or neither")
+
+    @property
+    def has_optimizer(self) -> bool:
+        """Whether the server step feeds a server optimizer (Adam or SGD with step rho)."""
+        return self.server_kind != "average"
+
+    @property
+    def missing_replies(self) -> str:
+        return MISSING_REPLIES[self.server_kind]
+
+    def expected_cost(self, tau: int) -> float:
+        return self.cost[0] + self.cost[1] * tau
+
+    def new_server_state(self, rt: "Runtime", rho: Optional[float]) -> ServerState:
+        """Round 0's global state: the initial arrays and, where declared, a fresh server optimizer."""
+        from edgeprof.algorithms import aggregation
+
+        optimizer = aggregation.make_optimizer(rt.server_optimizer, rho) if self.has_optimizer else None
+        return ServerState(self.init_global(rt), optimizer)
+
+
+class Runtime:
+    """What the programs use on one machine for a whole run: the backbone and run-constant settings.
+
+    ``backbone`` is the seeded torch module, handed over fresh (the programs load the round's arrays into
+    it; ``initial_params`` keeps its round-0 weights);
+    ``num_outputs`` is max_i K_i over the federation (the baselines' shared head); :meth:`features`
+    runs the backbone once over a batch with given weights, in ONNX Runtime for the ``onnx`` engine.
+    :meth:`cached` keeps any object an algorithm derives once per run (a model wrapping the backbone, a
+    fixed head), so the in-process loop and a Flower client build it once too.
+    """
+
+    def __init__(self, backbone, *, seed: int, num_outputs: int, engine: str = "torch",
+                 threads: Optional[int] = None, server_optimizer: str = "adam") -> None:
+        from edgeprof.nn.backbones import get_params
+
+        self.backbone = backbone
+        #: the backbone's round-0 weights, taken before any program loads other weights into it
+        self.initial_params = get_params(backbone)
+        self.feature_dim = int(backbone.feature_dim)
+        self.seed = seed
+        self.num_outputs = int(num_outputs)
+        self.engine = engine
+        self.threads = threads
+        self.server_optimizer = server_optimizer
+        self._cache: dict[Any, Any] = {}
+
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    @property
+    def runner(self):
+        """The ONNX Runtime session of the backbone (built on first use)."""
+        from edgeprof.nn.ort import FeatureRunner
+
+        return self.cached("onnx-runner", lambda: FeatureRunner(self.backbone, threads=self.threads))
+
+    @property
+    def has_runner(self) -> bool:
+        """Whether the ONNX Runtime session has been built."""
+        return "onnx-runner" in self._cache
+
+    def features(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
+        """phi(x; weights): ONNX Runtime for the ``onnx`` engine, else one torch forward without autograd."""
+        if self.engine == "onnx":
+            return self.runner.features(x, weights)
+        import torch
+
+        from edgeprof.algorithms.base import as_tensor
+        from edgeprof.nn.backbones import set_params
+
+        set_params(self.backbone, weights)
+        with torch.no_grad():
+            return self.backbone(as_tensor(x)).numpy()
+
+    def close(self) -> None:
+        runner = self._cache.pop("onnx-runner", None)
+        if runner is not None and hasattr(runner, "close"):
+            runner.close()

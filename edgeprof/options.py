@@ -1,0 +1,214 @@
+"""The command line's options, declared once: choices read from the registries, help panels, one RunConfig.
+
+Each option every command shares is one ``Annotated`` alias below, with its help and its panel; a command
+lists the aliases it takes and their defaults. Choices (algorithms, data sets, backbones, ...) are read from
+their registries when help is printed or a value is parsed, never copied here, so an algorithm added to
+:data:`edgeprof.algorithms.ALGORITHMS` (even with :func:`~edgeprof.algorithms.register` at run time) is offered
+and accepted with no change to the CLI. A refused choice is the config's own line (``unknown algorithm 'x';
+choose one of: ...``) as a click usage error: exit 2. :func:`run_config` turns a command's parsed options
+into its :class:`~edgeprof.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
+
+import click
+import typer
+
+# --- help panels ------------------------------------------------------------------------------------------
+MODEL = "Model and algorithm"
+FEDERATION = "Federation"
+DATA = "Data"
+ENERGY = "Energy and carbon"
+OUTPUT = "Output"
+SWEEP = "Sweep"
+FLOWER = "Flower"
+
+
+# --- choices from the registries --------------------------------------------------------------------------
+def _algorithms() -> tuple[str, ...]:
+    from edgeprof.algorithms import ALGORITHMS
+
+    return tuple(ALGORITHMS)  # names only: looking up a spec would import its module
+
+
+def _config(name: str) -> Callable[[], tuple[str, ...]]:
+    def read() -> tuple[str, ...]:
+        from edgeprof import config
+
+        return getattr(config, name)
+
+    return read
+
+
+def _metrics() -> tuple[str, ...]:
+    from edgeprof.analysis import METRICS
+
+    return METRICS
+
+
+class RegistryChoice(click.ParamType):
+    """One name from a registry, or with ``many`` a comma-separated list of them (parsed to a tuple).
+
+    ``what`` names the choice in the error, as :func:`edgeprof.config.check_choice` words it; ``key`` picks
+    the part of an item that must be a registry name (``algo:engine`` items are checked on ``algo``).
+    """
+
+    def __init__(self, what: str, choices: Callable[[], Sequence[str]], *, many: bool = False,
+                 key: Callable[[str], str] = lambda item: item) -> None:
+        self.what, self.choices, self.many, self.key = what, choices, many, key
+        self.name = what
+
+    def get_metavar(self, param: click.Parameter, ctx: Optional[click.Context] = None) -> str:
+        names = " | ".join(self.choices())  # spaced: a narrow help column wraps between names, not inside one
+        return f"[{names}],..." if self.many else f"[{names}]"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        from edgeprof.config import check_choice
+        from edgeprof.errors import ConfigError
+
+        if not isinstance(value, str):  # already parsed (a default given as a tuple)
+            return value
+        items = tuple(v.strip() for v in value.split(",") if v.strip()) if self.many else (value,)
+        if self.many and not items:
+            self.fail(f"needs at least one {self.what}", param, ctx)
+        try:
+            for item in items:
+                check_choice(self.what, self.key(item), tuple(self.choices()))
+        except ConfigError as err:
+            self.fail(str(err), param, ctx)
+        return items if self.many else value
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(c) for c in self.choices() if c.startswith(incomplete)]
+
+
+ALGORITHM = RegistryChoice("algorithm", _algorithms)
+ALGORITHM_LIST = RegistryChoice("algorithm", _algorithms, many=True)
+VARIANT_LIST = RegistryChoice("algorithm", _algorithms, many=True, key=lambda item: item.partition(":")[0])
+DATASET = RegistryChoice("dataset", _config("DATASETS"))
+BACKBONE = RegistryChoice("backbone", _config("BACKBONES"))
+DEGREE = RegistryChoice("degree of personalization", _config("DEGREES"))
+PARTICIPATION_MODE = RegistryChoice("participation mode", _config("PARTICIPATION_MODES"))
+SERVER_OPTIMIZER = RegistryChoice("server optimizer", _config("SERVER_OPTIMIZERS"))
+METRIC = RegistryChoice("metric", _metrics)
+
+
+def _opt(*names: str, panel: Optional[str], **kwargs: Any) -> Any:
+    return typer.Option(*names, rich_help_panel=panel, **kwargs)
+
+
+# --- model and algorithm ----------------------------------------------------------------------------------
+Algo = Annotated[str, _opt("--algo", "-a", panel=MODEL, click_type=ALGORITHM,
+                           help="Algorithm (phases and engines: `edgeprof algos`).")]
+Algos = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, click_type=ALGORITHM_LIST,
+                              help="Comma-separated algorithms, trained one after another.")]
+Variants = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, click_type=VARIANT_LIST,
+                                 help="Comma-separated algorithms, each `algo` or `algo:engine`.")]
+Engines = Annotated[str, _opt(panel=MODEL, help="Comma-separated engines to run each plain algo with, where it has "
+                                              "them (`edgeprof algos`); default: its first engine.")]
+Engine = Annotated[Optional[str], _opt(panel=MODEL, help="Client engine, one of the algorithm's (`edgeprof algos`; "
+                                                      "default: its first).")]
+Tau = Annotated[int, _opt(panel=MODEL, help="Local steps per client round (tau >= 1).")]
+Backbone = Annotated[str, _opt(panel=MODEL, click_type=BACKBONE, help="Backbone from Table 4.")]
+Beta = Annotated[Optional[float], _opt(panel=MODEL, help="Client step size (default: the paper's Tables 6-7).")]
+Rho = Annotated[Optional[float], _opt(panel=MODEL, help="Server step size of algorithms with a server optimizer (default: Tables 6-7).")]
+Mu = Annotated[Optional[float], _opt(panel=MODEL, help="Proximal / regularisation coefficient: FedProx's mu, Ditto's lambda (default: Table 6).")]
+ServerOptimizer = Annotated[str, _opt(panel=MODEL, click_type=SERVER_OPTIMIZER,
+                                      help="Server optimizer of algorithms that have one (`edgeprof algos`).")]
+Threads = Annotated[Optional[int], _opt(panel=MODEL, help="Intra-op threads for torch and ONNX Runtime.")]
+
+# --- federation -------------------------------------------------------------------------------------------
+Rounds = Annotated[int, _opt(panel=FEDERATION, help="Federated rounds to run.")]
+Clients = Annotated[int, _opt(panel=FEDERATION, help="Number of clients I the data is partitioned across.")]
+Participation = Annotated[float, _opt(
+    panel=FEDERATION, help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed) or each "
+                           "with probability pi (bernoulli).")]
+Mode = Annotated[str, _opt("--participation-mode", panel=FEDERATION, click_type=PARTICIPATION_MODE,
+                           help="How the round's clients are drawn (see --participation).")]
+Seed = Annotated[int, _opt(panel=FEDERATION, help="Seed for data, partition, initialization and client sampling.")]
+
+SweepClients = Annotated[int, _opt("--clients", panel=FEDERATION,
+                                   help="Clients; every one takes part in every measured round.")]
+
+# --- data -------------------------------------------------------------------------------------------------
+Dataset = Annotated[str, _opt(panel=DATA, click_type=DATASET,
+                              help="Data set: digits is embedded (scikit-learn), synthetic is generated, the "
+                                   "others are read from --data-dir.")]
+Degree = Annotated[str, _opt(panel=DATA, click_type=DEGREE,
+                             help="Degree of personalization, classes per client: high K=2, medium K=C/2, "
+                                  "none all, group by omniglot alphabet.")]
+DataDir = Annotated[Optional[Path], _opt("--data-dir", panel=DATA, path_type=Path,
+                                         help="Folder with the data files (file-based sets).")]
+Samples = Annotated[int, _opt("--synthetic-samples", panel=DATA,
+                              help="--dataset synthetic only: total number of samples.")]
+Classes = Annotated[int, _opt("--synthetic-classes", panel=DATA, help="--dataset synthetic only: number of classes.")]
+SamplesPerClient = Annotated[int, _opt(panel=DATA, help="Training samples kept per client (0: all).")]
+
+# --- energy and carbon ------------------------------------------------------------------------------------
+CpuWatts = Annotated[Optional[float], _opt(panel=ENERGY, help="Watts per busy core for the CPU estimate.")]
+JetsonHz = Annotated[float, _opt(panel=ENERGY, help="Sampling rate of the Jetson power rails, Hz.")]
+IdleSeconds = Annotated[float, _opt(panel=ENERGY, help="Seconds of idle baseline before the run (0: off).")]
+Country = Annotated[Optional[str], _opt(panel=ENERGY, help="ISO country code for the carbon intensity (e.g. FRA).")]
+Region = Annotated[Optional[str], _opt(panel=ENERGY, help="Region within the country, where data exists.")]
+CarbonIntensity = Annotated[Optional[float], _opt(panel=ENERGY, help="Carbon intensity in gCO2e/kWh (overrides).")]
+
+# --- output: --out is a folder in every command -----------------------------------------------------------
+def out_option(what: str) -> Any:
+    """``--out/-o``: the folder a command writes ``what`` to (every command: a folder, never a file)."""
+    return _opt("--out", "-o", panel=OUTPUT, path_type=Path, help=f"Folder {what} is written to (created if missing).")
+
+
+Out = Annotated[Path, out_option("the report (CSV + JSON sidecar)")]
+ModelOut = Annotated[Path, out_option("the ONNX file <backbone>.onnx")]
+ServerOut = Annotated[Path, out_option("the report on the server (made absolute)")]
+PageOut = Annotated[Path, out_option("the HTML page")]
+RunName = Annotated[Optional[str], _opt(panel=OUTPUT, help="Report file name (default: algo-tau-time-id).")]
+RunPrefix = Annotated[Optional[str], _opt("--run-name", panel=OUTPUT,
+                                          help="Report name prefix: <name>-<algo> (default: automatic).")]
+SweepName = Annotated[Optional[str], _opt("--run-name", panel=OUTPUT,
+                                          help="Report file name (default: sweep-time-id).")]
+PageName = Annotated[Optional[str], _opt(panel=OUTPUT, help="Page file name in --out, .html added (default: the "
+                                                          "report's name for one report, else dashboard).")]
+PageFile = Annotated[Optional[Path], _opt("--output", panel=OUTPUT, path_type=Path,
+                                          help="Deprecated: the HTML file to write; use --out and --name.")]
+Title = Annotated[str, _opt(panel=OUTPUT, help="Title of the page.")]
+TargetAccuracy = Annotated[float, _opt(panel=OUTPUT, help="Test accuracy the energy-to-target column counts to.")]
+Evaluate = Annotated[bool, _opt(panel=OUTPUT, help="Also record training loss and test accuracy every round.")]
+ShowProgress = Annotated[bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Show a progress bar.")]
+
+# --- sweep ------------------------------------------------------------------------------------------------
+Taus = Annotated[str, _opt(panel=SWEEP, help="Comma-separated local step counts tau.")]
+Repeats = Annotated[int, _opt(panel=SWEEP, help="Measured rounds per (algorithm, tau) cell.")]
+MaxBaselineTau = Annotated[Optional[int], _opt(
+    panel=SWEEP, help="Skip cells of algorithms other than pflego above this tau (they dominate the time).")]
+Warmup = Annotated[bool, _opt(panel=SWEEP, help="One unrecorded round per algorithm before measuring.")]
+Check = Annotated[bool, _opt(panel=SWEEP, help="Exit 8 unless pflego is flat and fedavg linear in tau.")]
+CheckMetric = Annotated[str, _opt(panel=SWEEP, click_type=METRIC, help="Metric --check judges.")]
+
+# --- flower -----------------------------------------------------------------------------------------------
+RoundTimeout = Annotated[float, _opt(panel=FLOWER, help="Seconds the server waits for a round's replies.")]
+NodeWait = Annotated[float, _opt(panel=FLOWER, help="Seconds the server waits for every partition to have a "
+                                                  "SuperNode.")]
+TotalSamples = Annotated[int, _opt(panel=FLOWER, help="sum_j N_j of the federation when known (0: sum over known "
+                                                    "clients).")]
+Port = Annotated[int, _opt(panel=FLOWER, help="The SuperLink's port in the printed commands.")]
+ClientCpus = Annotated[float, _opt(panel=FLOWER, help="CPUs reserved per virtual client (Ray).")]
+ClientGpus = Annotated[float, _opt(panel=FLOWER, help="GPUs (fractions allowed) per virtual client.")]
+
+
+def run_config(params: Mapping[str, Any], **fixed: Any):
+    """The RunConfig of a command: each parsed option named like a RunConfig field, then ``fixed`` over them.
+
+    ``params`` is the command's ``ctx.params``; options that are not run settings (``--port``, ``--check``)
+    are left out. ConfigError (exit 2) for the first invalid setting, as :func:`edgeprof.config.validate` says.
+    """
+    from edgeprof.config import RunConfig
+
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{**{k: v for k, v in params.items() if k in fields}, **fixed})

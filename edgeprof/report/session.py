@@ -1,0 +1,158 @@
+"""Opening a run's report: meters, energy conversion, the CSV and its sidecar; rows as windows close.
+
+:func:`open_run` is the one way ``measure``, ``train``, ``sweep`` and the Flower server open a run: it
+opens this machine's meters, measures the idle baseline when asked, finds the carbon intensity (or notes
+why there is none), creates the CSV and a ``running`` sidecar, and always leaves a final sidecar
+(``complete`` when the body finished, else ``interrupted``) with the number of rounds on disk. What
+differs between callers is only the sidecar's extra sections (``finish``).
+
+Order of work for callers: validate, check the output folder and load the data *before* calling
+:func:`open_run`, so that bad input never leaves a report behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+from edgeprof.meters.discovery import MeterSet
+from edgeprof.profiler import Profiler
+from edgeprof.report.schema import columns_for, row_from_window
+from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+
+#: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
+log = logging.getLogger("edgeprof")
+
+
+@dataclass
+class Energy:
+    """How the run turns joules into net joules and grams: idle power and carbon intensity."""
+
+    idle_power_w: Optional[float] = None
+    carbon_g_per_kwh: Optional[float] = None
+    sidecar: dict = field(default_factory=dict)
+    #: one line each for what the run does without (printed by the CLI, kept in the sidecar)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunContext:
+    """What every window of a run shares: its id, writer, profiler and energy conversion."""
+
+    run_id: str
+    device: str
+    writer: ReportWriter
+    profiler: Profiler
+    energy: Energy
+
+    def record(self, window, base: dict) -> None:
+        self.writer.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
+                                          carbon_g_per_kwh=self.energy.carbon_g_per_kwh))
+
+
+def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:
+    """The identifying cells of a report row (run, device, algorithm, tau, round, kind) plus ``extra``."""
+    row = dict(run_id=ctx.run_id, device=ctx.device, algo=cfg.algo, engine=cfg.engine, dataset=cfg.dataset,
+               backbone=cfg.backbone, tau=cfg.tau, round=round_index, kind=kind,
+               timestamp_s=f"{time.time():.3f}")
+    row.update(extra)
+    return row
+
+
+def make_run_id(cfg, prefix: Optional[str] = None) -> str:
+    """``--run-name`` when given, else ``<algo>-tau<tau>-<time>-<random>`` (or ``<prefix>-<time>-<random>``)."""
+    if cfg.run_name:
+        return cfg.run_name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{prefix or f'{cfg.algo}-tau{cfg.tau}'}-{stamp}-{secrets.token_hex(2)}"
+
+
+def open_meters(cfg) -> MeterSet:
+    from edgeprof.meters.discovery import discover
+
+    return discover(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
+
+
+def open_energy(cfg, meters: MeterSet) -> Energy:
+    """Idle baseline (when asked for) and carbon intensity (when known; else a note and no carbon)."""
+    from edgeprof.meters import carbon, idle
+
+    energy = Energy()
+    if cfg.idle_seconds > 0:
+        baseline = idle.measure_idle(meters, cfg.idle_seconds)
+        energy.idle_power_w = baseline.total_power_w
+        energy.sidecar["idle"] = baseline.describe()
+    intensity, note = carbon.carbon_or_note(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
+    if intensity is None:
+        log.warning(note)
+        energy.notes.append(note)
+        energy.sidecar["carbon"] = {"g_per_kwh": None, "source": note}
+    else:
+        energy.carbon_g_per_kwh = intensity.g_per_kwh
+        energy.sidecar["carbon"] = dataclasses.asdict(intensity)
+    return energy
+
+
+def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Sequence[str], **status) -> dict:
+    """The sidecar every run shares: config, device, libraries, meters, energy, phases, notes, status."""
+    from edgeprof.device import device_info, library_versions
+
+    return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
+            "libraries": library_versions(), "meters": meters.describe(), "energy": energy.sidecar,
+            "phases": list(phases), "notes": list(energy.notes), **status}
+
+
+@dataclass
+class ReportSession:
+    """An open report: the context its windows write through, and how many rounds are on disk."""
+
+    ctx: RunContext
+    csv_path: Path
+    sidecar_path: Path
+    meters: MeterSet
+    done: int = 0
+    status: str = "interrupted"
+
+    def advance(self, progress: Optional[Callable[[int, int], None]], total: int) -> None:
+        """Count one more finished round (or sweep cell) and report progress."""
+        self.done += 1
+        if progress:
+            progress(self.done, total)
+
+
+@contextlib.contextmanager
+def open_run(cfg, *, run_id: str, phases: Sequence[str],
+             finish: Callable[[dict], dict] = lambda data: data) -> Iterator[ReportSession]:
+    """Open meters, energy, the CSV and a ``running`` sidecar; yield the session; always close them.
+
+    ``finish(data)`` adds the caller's sections to the sidecar (written at the start and at the end).
+    """
+    from edgeprof.device import device_label
+
+    out = check_writable(cfg.out)
+    meters = open_meters(cfg)
+    try:
+        energy = open_energy(cfg, meters)
+        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+
+        def sidecar(**status) -> dict:
+            return finish(sidecar_data(cfg, run_id, meters, energy, phases, **status))
+
+        with ReportWriter(csv_path, columns_for(phases)) as writer:
+            write_sidecar(sidecar_path, sidecar(status="running"))
+            ctx = RunContext(run_id, device_label(), writer, Profiler(meters), energy)
+            session = ReportSession(ctx, csv_path, sidecar_path, meters)
+            try:
+                yield session
+                session.status = "complete"
+            finally:
+                write_sidecar(sidecar_path, sidecar(status=session.status, rounds_completed=session.done,
+                                                    rows=writer.rows_written))
+    finally:
+        meters.close()
