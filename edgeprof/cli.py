@@ -127,17 +127,31 @@ def _run_with_progress(cfg, display=None) -> "object":
         return run(cfg, progress=progress, stage=display.stage)
 
 
-def _print_summary(csv_path: Path) -> None:
+def _console():
+    """A rich console for tables: the terminal's width, or 140 columns when writing to a file or pipe (where
+    rich would otherwise squeeze numbers into 80 columns and cut them)."""
     from rich.console import Console
 
-    from edgeprof.report.summary import overhead_fraction, render, summarize
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def _print_summary(csv_path: Path) -> None:
+
+    from edgeprof.report.summary import carbon_total, overhead_fraction, render, summarize
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
-    Console().print(render(summarize(report)))
+    _console().print(render(summarize(report)))
+    carbon = carbon_total(report)
+    if carbon is not None:
+        source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(
+            report.sidecar, dict) else ""
+        typer.echo(f"carbon: {carbon[0]:.4g} g CO2e over {carbon[1]} client rounds and server steps"
+                   + (f" ({source})" if source else ""))
     overhead = overhead_fraction(report)
     if overhead is not None:
-        typer.echo(f"profiler overhead: {overhead:.3%} of the client rounds' wall time")
+        typer.echo(f"profiler overhead (its own thread CPU time): {overhead:.3%} of the client rounds' wall time")
     typer.echo(f"report: {csv_path}")
 
 
@@ -245,7 +259,6 @@ def train(
 
 
 def _train_and_report(base, names, target: float) -> None:
-    from rich.console import Console
 
     from edgeprof.progress import Display
     from edgeprof.report.writer import read_report
@@ -258,7 +271,7 @@ def _train_and_report(base, names, target: float) -> None:
             result = _run_with_progress(cfg, display)
             paths.append(result.csv_path)
             results.extend(energy_to_target(read_report(result.csv_path), target))
-    Console().print(render(results))
+    _console().print(render(results))
     for path in paths:
         typer.echo(f"report: {path}")
 
@@ -302,7 +315,6 @@ def sweep(
 
 
 def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
-    from rich.console import Console
 
     from edgeprof.analysis import ClaimNotShown, analyze, check_claim, render
     from edgeprof.report.writer import read_report
@@ -321,7 +333,7 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 
         result = run_sweep(cfg, progress=progress, stage=display.stage)
     analysis = analyze(read_report(result.csv_path).rows)
-    console = Console()
+    console = _console()
     for table in render(analysis):
         console.print(table)
     typer.echo(f"report: {result.csv_path}")

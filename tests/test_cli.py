@@ -168,6 +168,24 @@ def test_measure_writes_report_and_summary(tmp_path):
     assert "median per client round" in result.stdout and "cli-run.csv" in result.stdout.replace("\n", "")
 
 
+def test_summary_prints_grams_co2e_and_measure_evaluate_prints_the_final_accuracy(tmp_path):
+    from edgeprof.report import read_report
+
+    out = tmp_path / "profiles"
+
+    result = _invoke([*FAST, "--run-name", "co2", "--carbon-intensity", "400", "--evaluate"], out)
+
+    assert result.exit_code == 0, result.output
+    report = read_report(out / "co2.csv")
+    rows = [r for r in report.rows if r["kind"] in ("client", "server")]
+    grams = sum(float(r["carbon_g"]) for r in rows)
+    assert grams > 0 and "g CO2e" in result.stdout
+    assert f"carbon: {grams:.4g} g CO2e over {len(rows)} client rounds and server steps" in result.stdout
+    (last,) = report.where(kind="eval")
+    assert f"after round 1: training loss {float(last['train_loss']):.4g}, test accuracy " \
+           f"{float(last['test_accuracy']):.2%}" in result.stdout
+
+
 COMMANDS = ["measure", "export", "algos", "summary", "doctor", "train", "sweep", "dashboard", "flower-app-dir",
             "flower-simulate"]
 

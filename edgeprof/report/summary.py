@@ -20,6 +20,7 @@ class SummaryLine:
     cpu_s: float | None
     energy_j: float | None
     method: str
+    carbon_g: float | None = None
 
 
 def _median(report: Report, column: str, rows) -> float | None:
@@ -37,7 +38,7 @@ def summarize(report: Report) -> list[SummaryLine]:
         if clients:
             lines.append(SummaryLine(algo, "client round", len(clients), _median(report, "wall_s", clients),
                                      _median(report, "cpu_s", clients), _median(report, "energy_j", clients),
-                                     method))
+                                     method, _median(report, "carbon_g", clients)))
         for phase in phases:
             if report.values(f"{phase}_s", clients):
                 lines.append(SummaryLine(algo, f"  {phase}", len(clients), _median(report, f"{phase}_s", clients),
@@ -47,7 +48,7 @@ def summarize(report: Report) -> list[SummaryLine]:
         if servers:
             lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
                                      _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
-                                     method))
+                                     method, _median(report, "carbon_g", servers)))
     return lines
 
 
@@ -60,13 +61,20 @@ def render(lines: Sequence[SummaryLine]):
     from rich.table import Table
 
     table = Table(title="median per client round")
-    for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "energy method"):
+    for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method"):
         table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
                          no_wrap=name in ("algo", "part"))
     for ln in lines:
         table.add_row(ln.algo, ln.part, str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
-                      ln.method)
+                      _cell(ln.carbon_g, 3), ln.method)
     return table
+
+
+def carbon_total(report: Report) -> tuple[float, int] | None:
+    """Grams CO2e of every client round and server step with a carbon figure, and how many rows that is."""
+    rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
+    grams = report.values("carbon_g", rows)
+    return (float(sum(grams)), len(grams)) if grams else None
 
 
 def overhead_fraction(report: Report) -> float | None:
