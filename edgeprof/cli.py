@@ -7,7 +7,8 @@ choices read from the registries), and hands ``ctx.params`` to :func:`edgeprof.o
 Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and its documented exit code in
 exactly one place, :func:`guard`; click's own usage errors (``--tau abc``, an unknown option) become the
 same one line with exit 2 in :class:`OneLineErrors`. Exit codes: 2 config, 3 data, 4 output, 5 meter,
-6 model, 7 report, 8 claim not shown (``sweep --check``), 130 interrupted.
+6 model, 7 report, 8 claim not shown (``sweep --check``), 128 + the signal for a run stopped by a signal
+(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -97,15 +98,20 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 @contextlib.contextmanager
 def guard() -> Iterator[None]:
-    """Turn the project's errors into one line and an exit code; Ctrl-C into exit 130."""
+    """Turn the project's errors into one line and an exit code; Ctrl-C, SIGTERM and SIGHUP into one line and
+    128 + the signal number (130, 143, 129)."""
+    from edgeprof.signals import exit_code, handle_termination
+
     try:
-        yield
+        with handle_termination():
+            yield
     except EdgeprofError as err:
         _err(str(err))
         raise typer.Exit(err.exit_code) from None
-    except KeyboardInterrupt:
-        typer.echo("edgeprof: interrupted; the report keeps every round that finished", err=True)
-        raise typer.Exit(INTERRUPTED_EXIT) from None
+    except KeyboardInterrupt as err:
+        what = getattr(err, "reason", "interrupted (SIGINT)")
+        typer.echo(f"edgeprof: {what}; the report keeps every round that finished", err=True)
+        raise typer.Exit(exit_code(err)) from None
 
 
 def _run_with_progress(cfg, display=None) -> "object":

@@ -3,7 +3,8 @@
 :func:`open_run` is the one way ``measure``, ``train``, ``sweep`` and the Flower server open a run: it
 opens this machine's meters, measures the idle baseline when asked, finds the carbon intensity (or notes
 why there is none), creates the CSV and a ``running`` sidecar, and always leaves a final sidecar
-(``complete`` when the body finished, else ``interrupted``) with the number of rounds on disk. What
+(``complete`` when the body finished, ``interrupted`` after a signal, ``failed`` with the reason after an
+error) with the number of rounds on disk. What
 differs between callers is only the sidecar's extra sections (``finish``).
 
 Order of work for callers: validate, check the output folder and load the data *before* calling
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
@@ -118,6 +120,7 @@ class ReportSession:
     meters: MeterSet
     done: int = 0
     status: str = "interrupted"
+    reason: str = ""
 
     def advance(self, progress: Optional[Callable[[int, int], None]], total: int) -> None:
         """Count one more finished round (or sweep cell) and report progress."""
@@ -126,12 +129,39 @@ class ReportSession:
             progress(self.done, total)
 
 
+#: how a run ended, as its final sidecar says
+STATUSES = ("complete", "interrupted", "failed")
+
+
+def ending(err: BaseException | None) -> tuple[str, str]:
+    """(status, reason) of a run that ended with ``err``: a signal interrupts, anything else fails it."""
+    if err is None:
+        return "complete", ""
+    if isinstance(err, KeyboardInterrupt):  # Ctrl-C, and SIGTERM / SIGHUP through edgeprof.signals
+        return "interrupted", str(getattr(err, "reason", "") or "interrupted (SIGINT)")
+    return "failed", " ".join(str(err).split()) or type(err).__name__
+
+
+def _finish_sidecar(session: ReportSession, write: Callable[[], None]) -> None:
+    """Write the final sidecar with signals held back, so a second Ctrl-C cannot leave ``running``."""
+    from edgeprof.signals import signals_held
+
+    with signals_held():
+        try:
+            write()
+        except OutputError as err:
+            if session.status == "complete":
+                raise
+            log.warning(f"could not record how the run ended: {err}")
+
+
 @contextlib.contextmanager
 def open_run(cfg, *, run_id: str, phases: Sequence[str],
              finish: Callable[[dict], dict] = lambda data: data) -> Iterator[ReportSession]:
     """Open meters, energy, the CSV and a ``running`` sidecar; yield the session; always close them.
 
-    ``finish(data)`` adds the caller's sections to the sidecar (written at the start and at the end).
+    ``finish(data)`` adds the caller's sections to the sidecar (written at the start and at the end). The
+    final sidecar says ``complete``, ``interrupted`` (a signal) or ``failed`` with the ``reason``.
     """
     from edgeprof.device import device_label
 
@@ -145,14 +175,24 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
             return finish(sidecar_data(cfg, run_id, meters, energy, phases, **status))
 
         with ReportWriter(csv_path, columns_for(phases)) as writer:
-            write_sidecar(sidecar_path, sidecar(status="running"))
+            try:
+                write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
+            except OutputError:
+                writer.close()
+                csv_path.unlink(missing_ok=True)  # nothing recorded: leave no report at all
+                raise
             ctx = RunContext(run_id, device_label(), writer, Profiler(meters), energy)
             session = ReportSession(ctx, csv_path, sidecar_path, meters)
+            error: BaseException | None = None
             try:
                 yield session
-                session.status = "complete"
+            except BaseException as err:
+                error = err
+                raise
             finally:
-                write_sidecar(sidecar_path, sidecar(status=session.status, rounds_completed=session.done,
-                                                    rows=writer.rows_written))
+                session.status, session.reason = ending(error)
+                extra = {"reason": session.reason} if session.reason else {}
+                _finish_sidecar(session, lambda: write_sidecar(sidecar_path, sidecar(
+                    status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)))
     finally:
         meters.close()

@@ -1,14 +1,22 @@
 """Append-and-flush CSV writer, atomic JSON sidecar, and the reader that loads both back.
 
-The CSV is created only once a run has passed validation and loaded its data, its header is written
-and flushed at once, and every row is flushed as its window ends: a run killed midway leaves a valid
-CSV holding every finished round. The sidecar is replaced atomically (write to a temporary file, then
-``os.replace``), first with ``"status": "running"`` and finally with ``"complete"`` or ``"interrupted"``.
+The CSV is created only once a run has passed validation and loaded its data, its header is written at
+once, and every row is written to the file as its window ends: a run killed midway leaves a valid CSV
+holding every finished round. Rows are whole or absent: each row is one ``os.write`` loop on an unbuffered
+file, and when the disk fills mid-row the file is truncated back to the last complete row before the
+:class:`OutputError` is raised; a report whose header cannot even be written is removed.
+
+The sidecar is replaced atomically (write a temporary file, then ``os.replace``), first with ``"status":
+"running"`` and finally with ``"complete"``, ``"interrupted"`` (a signal) or ``"failed"`` (an error, with its
+reason). The ``running`` sidecar is padded with spaces (valid JSON) so that, when the disk is full and no
+temporary file fits, the final sidecar can still be written in place over the space already held; a
+temporary file is never left behind.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -17,28 +25,63 @@ from typing import Iterable, Mapping, Sequence
 
 from edgeprof.errors import OutputError, ReportError
 
+#: spaces appended to a sidecar written with ``reserve=True``, for the final version to fit in place
+SIDECAR_RESERVE_BYTES = 16384
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
 
 class ReportWriter:
-    """Writes the rows of one report; a context manager that closes the file."""
+    """Writes the rows of one report, whole rows only; a context manager that closes the file."""
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.path = Path(path)
         self.columns = tuple(columns)
+        self.rows_written = 0
         try:
-            self._file = open(self.path, "x", newline="", encoding="utf-8")
+            self._file = open(self.path, "xb", buffering=0)
         except FileExistsError as err:
             raise OutputError(f"report {self.path} already exists; choose another --run-name") from err
         except OSError as err:
             raise OutputError(f"cannot create report {self.path}: {err.strerror}") from err
-        self._csv = csv.DictWriter(self._file, fieldnames=self.columns, restval="", extrasaction="raise")
-        self._csv.writeheader()
-        self._file.flush()
-        self.rows_written = 0
+        self._good = 0  # bytes of the file that hold whole lines
+        try:
+            self._append(self._line(dict(zip(self.columns, self.columns))))
+        except OutputError:
+            self.close()
+            self.path.unlink(missing_ok=True)  # no header, no report
+            raise
 
-    def write(self, row: Mapping[str, str]) -> None:
-        """Append one row and flush it to the operating system."""
-        self._csv.writerow(row)
-        self._file.flush()
+    def _line(self, row: Mapping[str, object]) -> bytes:
+        unknown = set(row) - set(self.columns)
+        if unknown:
+            raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, sorted(unknown)))}")
+        buffer = io.StringIO()
+        csv.writer(buffer).writerow(["" if row.get(c) is None else row.get(c, "") for c in self.columns])
+        return buffer.getvalue().encode("utf-8")
+
+    def _append(self, data: bytes) -> None:
+        fd = self._file.fileno()
+        try:
+            _write_all(fd, data)
+        except OSError as err:
+            try:
+                os.ftruncate(fd, self._good)  # drop the torn part: the file ends with a whole row
+                os.lseek(fd, self._good, os.SEEK_SET)
+            except OSError:
+                pass
+            raise OutputError(f"cannot write report {self.path}: {err.strerror or err} (every complete row is "
+                              f"kept)") from err
+        self._good += len(data)
+
+    def write(self, row: Mapping[str, object]) -> None:
+        """Append one whole row to the file (or nothing, and OutputError, when it does not fit)."""
+        self._append(self._line(row))
         self.rows_written += 1
 
     def close(self) -> None:
@@ -52,15 +95,37 @@ class ReportWriter:
         self.close()
 
 
-def write_sidecar(path: Path, data: Mapping) -> None:
-    """Write the JSON sidecar atomically."""
+def _rewrite_in_place(path: Path, data: bytes) -> bool:
+    """Overwrite ``path`` with ``data`` inside the bytes it already holds; False if it does not fit."""
+    try:
+        if not path.is_file() or path.stat().st_size < len(data):
+            return False
+        with open(path, "r+b", buffering=0) as f:
+            _write_all(f.fileno(), data)
+            f.truncate(len(data))
+        return True
+    except OSError:
+        return False
+
+
+def write_sidecar(path: Path, data: Mapping, *, reserve: bool = False) -> None:
+    """Write the JSON sidecar atomically; ``reserve`` pads it so a later version can replace it in place.
+
+    When no temporary file fits (a full disk), the new content is written over the old file if it fits in
+    the space that file holds; otherwise OutputError. The temporary file never stays behind.
+    """
     path = Path(path)
+    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    payload = (text + " " * (SIDECAR_RESERVE_BYTES if reserve else 0)).encode("utf-8")
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str), encoding="utf-8")
+        with open(tmp, "wb", buffering=0) as f:
+            _write_all(f.fileno(), payload)
         os.replace(tmp, path)
     except OSError as err:
-        raise OutputError(f"cannot write sidecar {path}: {err.strerror}") from err
+        tmp.unlink(missing_ok=True)
+        if not _rewrite_in_place(path, text.encode("utf-8")):
+            raise OutputError(f"cannot write sidecar {path}: {err.strerror or err}") from err
 
 
 def check_writable(folder: Path) -> Path:

@@ -1,0 +1,155 @@
+"""Faults a run meets unattended: a full disk, SIGTERM and SIGHUP, a second Ctrl-C while it records how it ended.
+
+The disk is a real, small tmpfs mounted for the test (root only; skipped elsewhere); the signals are real
+signals sent to a real ``edgeprof measure`` process or, for the second Ctrl-C, to this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgeprof.cli import app
+
+FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp",
+        "--clients", "4", "--tau", "1", "--no-progress"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 192 KiB tmpfs; unmounted afterwards."""
+    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(folder: Path) -> None:
+    """Write one file until the file system is full."""
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def _whole_rows(csv_path: Path) -> list[str]:
+    data = csv_path.read_bytes()
+    assert data.endswith(b"\r\n"), "the last row is torn"
+    lines = data.decode().splitlines()
+    width = len(lines[0].split(","))
+    assert all(len(line.split(",")) == width for line in lines)
+    return lines
+
+
+def _one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_disk_that_fills_mid_run_keeps_whole_rows_and_says_failed(small_disk):
+    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "100000", "--run-name", "full",
+                                      "--out", str(small_disk)])
+
+    assert result.exit_code == 4, result.output
+    line = _one_line(result.stderr)
+    assert line.startswith("edgeprof: error: cannot write report") and "No space left" in line
+    rows = _whole_rows(small_disk / "full.csv")
+    sidecar = json.loads((small_disk / "full.json").read_text())
+    assert sidecar["status"] == "failed" and "No space left" in sidecar["reason"]
+    assert sidecar["rows"] == len(rows) - 1 > 10  # every finished round stayed
+    assert not list(small_disk.glob("*.tmp")) and not list(small_disk.glob(".edgeprof-write-test-*"))
+
+
+def test_a_disk_already_full_leaves_no_report(small_disk):
+    _fill(small_disk)
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "2", "--run-name", "none",
+                                      "--out", str(small_disk)])
+
+    assert result.exit_code == 4, result.output
+    assert "No space left" in _one_line(result.stderr)
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no 0-byte CSV, no sidecar, no .tmp
+
+
+def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / "profiles"
+    proc = subprocess.Popen([sys.executable, "-m", "edgeprof.cli", "measure", *FAST, "--rounds", "100000",
+                             "--out", str(out), "--run-name", name], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, out / f"{name}.csv"
+
+
+def _wait_rows(proc: subprocess.Popen, csv_path: Path, rows: int = 5) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if csv_path.is_file() and len(csv_path.read_bytes().splitlines()) > rows:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the run wrote no rows")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP"),
+                                           (signal.SIGINT, 130, "SIGINT")])
+def test_a_stop_signal_ends_the_run_like_ctrl_c(tmp_path, sig, code, name):
+    proc, csv_path = _start(tmp_path, f"sig-{name}")
+    _wait_rows(proc, csv_path)
+
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+
+    assert proc.returncode == code, stderr
+    line = _one_line(stderr)
+    assert line.startswith(f"edgeprof: interrupted ({name})") and "keeps every round" in line
+    rows = _whole_rows(csv_path)
+    sidecar = json.loads(csv_path.with_suffix(".json").read_text())
+    assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({name})"
+    assert sidecar["rows"] == len(rows) - 1
+
+
+def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
+    from edgeprof import simulate
+    from edgeprof.report import session
+
+    real_round, real_write = simulate.run_round, session.write_sidecar
+    rounds = []
+
+    def round_then_ctrl_c(*args, **kwargs):  # the first Ctrl-C: as the third round starts
+        rounds.append(1)
+        if len(rounds) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        real_round(*args, **kwargs)
+
+    def write_with_a_second_ctrl_c(path, data, **kw):
+        if data["status"] != "running":
+            os.kill(os.getpid(), signal.SIGINT)  # arrives while the final sidecar is being written
+        real_write(path, data, **kw)
+
+    monkeypatch.setattr(simulate, "run_round", round_then_ctrl_c)
+    monkeypatch.setattr(session, "write_sidecar", write_with_a_second_ctrl_c)
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "50", "--run-name", "twice", "--out", str(out)])
+
+    assert result.exit_code == 130, result.output
+    assert _one_line(result.stderr).startswith("edgeprof: interrupted")
+    sidecar = json.loads((out / "twice.json").read_text())
+    assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
