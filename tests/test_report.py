@@ -14,7 +14,7 @@ import pytest
 
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
-from edgeprof.meters.base import REPORT_COLUMNS
+from edgeprof.meters.registry import report_columns
 from edgeprof.report import columns_for, read_report
 from edgeprof.report.schema import CORE_COLUMNS
 from edgeprof.simulate import run
@@ -45,21 +45,29 @@ def test_report_rows_follow_the_schema(tmp_path, algo):
     assert sidecar["device"]["cpu_cores_logical"] >= 1 and "memory_gib" in sidecar["device"]
     assert sidecar["libraries"]["torch"] and sidecar["libraries"]["onnxruntime"]
     assert sidecar["meters"]["meters"][0]["domains"][0]["method"] == "estimate"
+    # the estimate is the row's own CPU seconds times the watts, in the window and every phase (cells have
+    # 6 significant digits: each is within 5e-6 of its value)
+    watts = sidecar["meters"]["meters"][0]["watts_per_core"]
+    for row in clients + servers:
+        pairs = [("cpu_s", "energy_j")] + [(f"{p}_cpu_s", f"{p}_j") for p in ALGORITHMS[algo].phases
+                                           if row["kind"] == "client"]
+        for cpu_col, j_col in pairs:
+            assert float(row[j_col]) == pytest.approx(float(row[cpu_col]) * watts, rel=1.1e-5), (row["kind"], j_col)
 
 
 def test_readme_documents_every_column():
     text = README.read_text()
     phases = {p for spec in ALGORITHMS.values() for p in spec.phases}
     missing = [c for c in CORE_COLUMNS if f"`{c}`" not in text]
-    missing += [c for c in REPORT_COLUMNS if f"`{c}_j`" not in text]
+    missing += [c for c in report_columns() if f"`{c}_j`" not in text]
     missing += [p for p in phases if f"`{p}`" not in text]
     assert not missing, f"README does not document: {missing}"
 
 
 def _start(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / "profiles"
-    args = [sys.executable, "-m", "edgeprof.cli", "measure", "--dataset", "synthetic", "--samples", "400",
-            "--classes", "4", "--backbone", "mlp", "--clients", "4", "--tau", "5", "--rounds", "100000",
+    args = [sys.executable, "-m", "edgeprof.cli", "measure", "--dataset", "synthetic", "--synthetic-samples", "400",
+            "--synthetic-classes", "4", "--backbone", "mlp", "--clients", "4", "--tau", "5", "--rounds", "100000",
             "--no-progress", "--out", str(out), "--run-name", name]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, out / f"{name}.csv"

@@ -1,12 +1,14 @@
 """Energy meters: one module per back-end behind :class:`~edgeprof.meters.base.Meter`.
 
-``discover()`` (in :mod:`edgeprof.meters.discovery`) opens what this machine offers; see that module for
-the order. Back-end modules import their optional dependencies (``pynvml``) only when probed.
+Each back-end module declares a :class:`~edgeprof.meters.base.Backend`; :mod:`edgeprof.meters.registry`
+lists them in discovery order, one line each, and the report's energy columns follow from that list.
+``discover()`` (in :mod:`edgeprof.meters.discovery`) opens what this machine offers. Back-end modules
+import their optional dependencies (``pynvml``) only when probed.
 """
 
 from __future__ import annotations
 
-from edgeprof.meters.base import METHODS, REPORT_COLUMNS, Domain, Meter, ProbeResult
+from edgeprof.meters.base import METHODS, Backend, Domain, Meter, MeterContext, ProbeResult
 from edgeprof.meters.discovery import MeterSet, discover
 
-__all__ = ["METHODS", "REPORT_COLUMNS", "Domain", "Meter", "ProbeResult", "MeterSet", "discover"]
+__all__ = ["METHODS", "Backend", "Domain", "Meter", "MeterContext", "ProbeResult", "MeterSet", "discover"]

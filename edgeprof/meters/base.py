@@ -8,29 +8,24 @@ conversion are the back-end's business; the profiler only subtracts two readings
 Every domain carries its method (how its joules were obtained) and whether it counts towards the
 total: nested domains (RAPL core inside package inside psys, Jetson sub-rails inside the board's
 input rail) are reported but never summed into ``energy_j``.
+
+Each back-end module also declares a :class:`Backend` (name, probe, opener, the report columns its
+domains add into, its role in discovery); :mod:`edgeprof.meters.registry` lists those declarations in
+discovery order, and the report header follows from them.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 #: how a figure was obtained, from most to least direct
 METHODS = ("counter", "integrated_power", "estimate")
 
-#: the report column (``<column>_j`` and ``<column>_method``) each domain adds into
-REPORT_COLUMNS = (
-    "cpu_package",
-    "dram",
-    "psys",
-    "gpu",
-    "board_total",
-    "board_cpu",
-    "board_gpu",
-    "board_soc",
-    "cpu_estimate",
-)
+#: what a report column (``<column>_j``, ``<column>_method``) may be called
+_COLUMN_RE = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -38,8 +33,9 @@ class Domain:
     """One thing a meter measures.
 
     ``name`` is unique across the meters of a run (e.g. ``cpu_package_0``, ``gpu_1``), ``column`` is
-    one of :data:`REPORT_COLUMNS`, ``method`` one of :data:`METHODS`. ``in_total`` is False for a
-    domain that is contained in another counted domain.
+    the report column it adds into (one its back-end declares in :attr:`Backend.columns`; checked when
+    the meters are put together in a ``MeterSet``), ``method`` one of :data:`METHODS`. ``in_total`` is
+    False for a domain that is contained in another counted domain.
     """
 
     name: str
@@ -50,8 +46,8 @@ class Domain:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}")
-        if self.column not in REPORT_COLUMNS:
-            raise ValueError(f"unknown report column {self.column!r}")
+        if not _COLUMN_RE.fullmatch(self.column):
+            raise ValueError(f"report column {self.column!r} is not a lower-case identifier")
 
 
 @dataclass(frozen=True)
@@ -112,3 +108,46 @@ class Meter(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class MeterContext:
+    """What discovery hands every back-end's probe and opener: the sysfs root and the meter settings.
+
+    ``settings`` holds every setting a registered back-end declares (:attr:`Backend.settings`), with the
+    caller's values over the declared defaults, e.g. ``cpu_watts``, ``jetson_hz``, ``nvml_module``.
+    """
+
+    sysfs_root: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Backend:
+    """One energy back-end as discovery and the report see it; each back-end module declares one.
+
+    ``name`` is the :attr:`Meter.name` of what ``open`` returns and the ``meter`` of what ``probe``
+    returns; ``title`` names it in a sentence ("CPU energy is measured by RAPL"). ``columns`` are the
+    report columns its domains add into, in header order. ``settings`` are the keyword settings of
+    ``discover()`` it reads from :attr:`MeterContext.settings`, with their defaults.
+
+    Its role in discovery: ``measures_cpu`` when, once opened, the CPU's energy is measured (RAPL, the
+    Jetson rails); ``cpu_fallback`` for a back-end tried only after every other and opened only when no
+    ``measures_cpu`` back-end was (the CPU-time estimate).
+    """
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    probe: Callable[[MeterContext], ProbeResult]
+    open: Callable[[MeterContext], Meter]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    measures_cpu: bool = False
+    cpu_fallback: bool = False
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.columns if not _COLUMN_RE.fullmatch(c)]
+        if not self.columns or bad:
+            raise ValueError(f"back-end {self.name!r} must declare lower-case report columns, got {self.columns!r}")
+        if self.measures_cpu and self.cpu_fallback:
+            raise ValueError(f"back-end {self.name!r} cannot both measure the CPU and be its fallback")

@@ -1,12 +1,15 @@
-"""Find the energy meters this machine offers, in a documented order, and say why the others are absent.
+"""Find the energy meters this machine offers, in the registry's order, and say why the others are absent.
 
-Order (each back-end is probed; an available one is opened; a failure to open is reported like a
-failed probe and discovery goes on with the next):
+The order is :data:`edgeprof.meters.registry.BACKENDS` (each back-end is probed; an available one is
+opened; a failure to open is reported like a failed probe and discovery goes on with the next):
   1. CPU counters: Intel/AMD RAPL via powercap  -> method ``counter``          (:mod:`.rapl`)
   2. NVIDIA GPUs via NVML                      -> ``counter`` or ``integrated_power`` (:mod:`.nvml`)
   3. Jetson INA3221 power rails                -> ``integrated_power``          (:mod:`.jetson`)
   4. CPU-time estimate                         -> ``estimate``                  (:mod:`.estimate`),
-     opened only when neither RAPL nor a Jetson board meter was found (nothing measures the CPU side).
+     opened only when nothing measures the CPU side.
+The loop names no back-end: each declares its role (:class:`~edgeprof.meters.base.Backend`). A
+``cpu_fallback`` back-end is decided after all the others and opened only when no ``measures_cpu`` one
+was; otherwise it is recorded as "not needed", naming the back-end that measures the CPU.
 
 The sysfs root is ``sysfs_root``, else the environment variable ``EDGEPROF_SYSFS_ROOT``, else ``/sys``
 (for containers that mount the host's sysfs elsewhere). Every meter that is not used leaves a
@@ -17,13 +20,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
 from edgeprof.errors import MeterError
-from edgeprof.meters import jetson, nvml, rapl
-from edgeprof.meters.base import METHODS, Domain, Meter, ProbeResult
-from edgeprof.meters.estimate import CpuTimeEstimateMeter, detect_cpu_model, watts_per_core_for
+from edgeprof.meters import registry
+from edgeprof.meters.base import METHODS, Backend, Domain, Meter, MeterContext, ProbeResult
 
 SYSFS_ENV = "EDGEPROF_SYSFS_ROOT"
 #: reason prefix of a back-end that exists but is deliberately not opened (the estimate beside a counter)
@@ -43,10 +44,16 @@ class MeterSet:
     probes: Sequence[ProbeResult] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        """Reject two domains with one name: their readings would overwrite each other in one reading."""
+        """Reject two domains with one name (their readings would overwrite each other in one reading) and
+        a domain whose column no registered back-end declares (the report header would have no place for it)."""
         owner: dict[str, str] = {}
+        columns = set(registry.report_columns()) if self.meters else set()
         for meter in self.meters:
             for domain in meter.domains():
+                if domain.column not in columns:
+                    raise MeterError(
+                        f"meter {meter.name!r} reports domain {domain.name!r} into column {domain.column!r}, "
+                        "which no registered back-end declares (edgeprof.meters.registry)")
                 if domain.name in owner:
                     raise MeterError(
                         f"meters {owner[domain.name]!r} and {meter.name!r} both report a domain named "
@@ -102,51 +109,61 @@ class MeterSet:
         self.close()
 
 
-def _try_open(probe: ProbeResult, opener: Callable[[], Meter], meters: list, probes: list) -> Meter | None:
+def _open(backend: Backend, ctx: MeterContext) -> tuple[Meter | None, ProbeResult]:
+    """Probe one back-end and open it when available: the meter (or None) and the probe to record."""
+    probe = backend.probe(ctx)
     if not probe.available:
-        probes.append(probe)
-        return None
+        return None, _declared(backend, probe, None)
     try:
-        meter = opener()
+        meter = backend.open(ctx)
     except MeterError as err:
-        probes.append(ProbeResult(probe.meter, False, f"probe passed but opening failed: {err}", probe.fix))
-        return None
-    meters.append(meter)
-    probes.append(probe)
-    return meter
+        return None, ProbeResult(probe.meter, False, f"probe passed but opening failed: {err}", probe.fix)
+    return meter, _declared(backend, probe, meter)
 
 
-def discover(
-    *,
-    cpu_watts: float | None = None,
-    sysfs_root: str | None = None,
-    jetson_hz: float = 10.0,
-    nvml_module: ModuleType | None = None,
-    cpu_model: str | None = None,
-) -> MeterSet:
-    """Probe every back-end in order and open those available; never raises for a missing meter.
+def _declared(backend: Backend, probe: ProbeResult, meter: Meter | None) -> ProbeResult:
+    """``probe``, once the back-end is seen to keep its declaration: one name, and only its own columns."""
+    names = {probe.meter} | ({meter.name} if meter is not None else set())
+    extra = sorted({d.column for d in meter.domains()} - set(backend.columns)) if meter is not None else []
+    problem = (f"its probe or meter is named {sorted(names - {backend.name})}" if names != {backend.name}
+               else f"its meter reports columns it does not declare: {extra}" if extra else "")
+    if problem:
+        if meter is not None:
+            meter.close()
+        raise MeterError(f"meter back-end {backend.name!r} does not keep its declaration: {problem}")
+    return probe
 
-    ``cpu_watts`` (``--cpu-watts``) sets the estimate's watts per busy core; otherwise the figure comes
-    from the table of known CPUs for ``cpu_model`` (default: read from /proc/cpuinfo).
+
+def discover(*, sysfs_root: str | None = None, **settings: Any) -> MeterSet:
+    """Probe every registered back-end in order and open those available; never raises for a missing meter.
+
+    ``settings`` go to the back-ends, each of which declares the names it reads and their defaults
+    (:attr:`Backend.settings`): ``cpu_watts`` (``--cpu-watts``: the estimate's watts per busy core;
+    otherwise the table's figure for ``cpu_model``, default read from /proc/cpuinfo), ``jetson_hz`` (the
+    rails' sampling rate, default 10), ``nvml_module`` (a stand-in for pynvml). A name that no registered
+    back-end declares is a TypeError, as an unknown keyword argument would be.
     """
-    root = resolve_sysfs_root(sysfs_root)
-    meters: list[Meter] = []
-    probes: list[ProbeResult] = []
-    cpu_side = _try_open(rapl.probe(root), lambda: rapl.RaplMeter(root), meters, probes)
-    _try_open(nvml.probe(nvml_module), lambda: nvml.NvmlMeter(nvml_module), meters, probes)
-    board = _try_open(jetson.probe(root), lambda: jetson.JetsonMeter(root, hz=jetson_hz), meters, probes)
-    if cpu_side is None and board is None:
-        meters.append(_estimate_meter(cpu_watts, cpu_model))
-        probes.append(ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)))
-    else:
-        found = "RAPL" if cpu_side is not None else "the Jetson rails"
-        probes.append(ProbeResult("cpu_estimate", False, f"{NOT_NEEDED}: CPU energy is measured by {found}"))
-    return MeterSet(meters, tuple(probes))
-
-
-def _estimate_meter(cpu_watts: float | None, cpu_model: str | None) -> CpuTimeEstimateMeter:
-    if cpu_watts is not None:
-        return CpuTimeEstimateMeter(cpu_watts, f"--cpu-watts {cpu_watts:g} W/core (user-supplied; estimate)")
-    model = cpu_model if cpu_model is not None else detect_cpu_model()
-    watts, source = watts_per_core_for(model)
-    return CpuTimeEstimateMeter(watts, source)
+    declared = registry.settings()
+    unknown = sorted(set(settings) - set(declared))
+    if unknown:
+        raise TypeError(f"discover() got settings no meter back-end declares: {unknown}; known: {sorted(declared)}")
+    ctx = MeterContext(resolve_sysfs_root(sysfs_root), {**declared, **settings})
+    backends = registry.backends()
+    outcome: dict[str, tuple[Meter | None, ProbeResult]] = {}
+    cpu_by: Backend | None = None  # the first opened back-end that measures the CPU
+    try:
+        for backend in sorted(backends, key=lambda b: b.cpu_fallback):  # stable: fallbacks last, else in order
+            if backend.cpu_fallback and cpu_by is not None:
+                reason = f"{NOT_NEEDED}: CPU energy is measured by {cpu_by.title}"
+                outcome[backend.name] = None, ProbeResult(backend.name, False, reason)
+                continue
+            outcome[backend.name] = _open(backend, ctx)
+            if backend.measures_cpu and cpu_by is None and outcome[backend.name][0] is not None:
+                cpu_by = backend
+        meters = [outcome[b.name][0] for b in backends if outcome[b.name][0] is not None]
+        return MeterSet(meters, tuple(outcome[b.name][1] for b in backends))
+    except MeterError:
+        for meter, _ in outcome.values():
+            if meter is not None:
+                meter.close()
+        raise

@@ -1,21 +1,23 @@
 """``edgeprof doctor``: what this machine can measure, and for each missing meter why and how to fix it.
 
 :func:`doctor_report` runs the same discovery as a profiled run (so it reports exactly what a run would
-use), closes the meters again, and returns one plain dict per back-end; :func:`render_doctor` turns the
-rows into a plain-text table.
+use, every registered back-end included), closes the meters again, and returns one plain dict per
+back-end; :func:`render_doctor` turns the rows into a plain-text table.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import Any
 
 from edgeprof.meters.discovery import NOT_NEEDED, discover, resolve_sysfs_root
 
 
-def doctor_report(*, sysfs_root: str | None = None, nvml_module: ModuleType | None = None,
-                  cpu_watts: float | None = None) -> list[dict]:
-    """One row per back-end: status, domains, methods, update period, sampling rate, reason, fix."""
-    meter_set = discover(cpu_watts=cpu_watts, sysfs_root=sysfs_root, nvml_module=nvml_module)
+def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dict]:
+    """One row per registered back-end: status, domains, methods, update period, sampling rate, reason, fix.
+
+    ``settings`` are ``discover()``'s (``cpu_watts``, ``nvml_module``, ... as the back-ends declare them).
+    """
+    meter_set = discover(sysfs_root=sysfs_root, **settings)
     try:
         opened = {m.name: m.describe() for m in meter_set.meters}
     finally:

@@ -8,6 +8,9 @@ figure it yields is labelled ``estimate`` in reports, summaries and the dashboar
 matches the CPU model string), else :data:`DEFAULT_WATTS_PER_CORE`. The table's figures are rough
 estimates, mostly TDP (or the CPU rail's full-load power) divided by the number of cores; the source
 text of each travels into the report's sidecar.
+
+In discovery it is the CPU fallback (:data:`BACKEND`): tried after every other back-end and opened only
+when none that measures the CPU (RAPL, the Jetson rails) was.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from edgeprof.meters.base import Domain, Meter
+from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, ProbeResult
 
 #: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
 DEFAULT_WATTS_PER_CORE = 10.0
@@ -108,3 +111,24 @@ class CpuTimeEstimateMeter(Meter):
         info.update(watts_per_core=self.watts_per_core, watts_source=self.source,
                     model="energy_j = process_cpu_s * watts_per_core", resolution="process CPU time (~1 ms)")
         return info
+
+
+def estimate_meter(cpu_watts: float | None = None, cpu_model: str | None = None) -> CpuTimeEstimateMeter:
+    """The estimate with ``cpu_watts`` when given, else the table's figure for ``cpu_model`` (default: this CPU's)."""
+    if cpu_watts is not None:
+        return CpuTimeEstimateMeter(cpu_watts, f"--cpu-watts {cpu_watts:g} W/core (user-supplied; estimate)")
+    model = cpu_model if cpu_model is not None else detect_cpu_model()
+    watts, source = watts_per_core_for(model)
+    return CpuTimeEstimateMeter(watts, source)
+
+
+def _open(ctx: MeterContext) -> CpuTimeEstimateMeter:
+    return estimate_meter(ctx.settings["cpu_watts"], ctx.settings["cpu_model"])
+
+
+#: discovery's view of the estimate: always available, opened only when nothing measures the CPU
+BACKEND = Backend(
+    name="cpu_estimate", title="the CPU-time estimate", columns=("cpu_estimate",), cpu_fallback=True,
+    settings={"cpu_watts": None, "cpu_model": None},
+    probe=lambda ctx: ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)), open=_open,
+)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Domain, Meter, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Meter, ProbeResult
 from edgeprof.meters.sampler import PowerSampler
 
 #: names of the board's input rail (the total), upper-cased
@@ -202,3 +202,12 @@ class JetsonMeter(Meter):
                          if self.has_total_rail else NO_TOTAL_NOTE)
         info["partial_total"] = not self.has_total_rail
         return info
+
+
+#: discovery's view of the Jetson rails (sampled at ``jetson_hz``); the CPU rail measures the CPU side
+BACKEND = Backend(
+    name="jetson", title="the Jetson rails", columns=("board_total", "board_cpu", "board_gpu", "board_soc"),
+    settings={"jetson_hz": 10.0}, measures_cpu=True,
+    probe=lambda ctx: probe(ctx.sysfs_root),
+    open=lambda ctx: JetsonMeter(ctx.sysfs_root, hz=ctx.settings["jetson_hz"]),
+)

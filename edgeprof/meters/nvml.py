@@ -10,7 +10,8 @@ Per GPU, the most direct source available:
 ``update_period_s`` is 0.1 s: NVML refreshes both the energy counter and the power reading about every
 100 ms on most GPUs (on Ampere and newer the power reading is itself an average over up to 1 s), so a
 window shorter than that is flagged by the profiler rather than reported as zero. The module is
-injectable (``nvml_module``) so tests pass a fake with the same functions, ``NVMLError`` and error codes.
+injectable (``nvml_module``, also a ``discover()`` setting) so tests pass a fake with the same functions,
+``NVMLError`` and error codes.
 Every NVML error is translated into :class:`~edgeprof.errors.MeterError` (``raise ... from``).
 """
 
@@ -22,7 +23,7 @@ from types import ModuleType
 from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Domain, Meter, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Meter, ProbeResult
 from edgeprof.meters.sampler import PowerSampler
 
 INSTALL_FIX = "pip install 'edgeprof[nvidia]' (nvidia-ml-py) and install the NVIDIA driver"
@@ -208,3 +209,10 @@ class NvmlMeter(Meter):
             info["sampling_hz"] = self.hz
         info["resolution"] = "1 mJ counter" if self._counter_gpus else "1 mW power samples"
         return info
+
+
+#: discovery's view of NVML: every NVIDIA GPU into column ``gpu``; ``nvml_module`` injects a fake pynvml
+BACKEND = Backend(
+    name="nvml", title="NVML", columns=("gpu",), settings={"nvml_module": None},
+    probe=lambda ctx: probe(ctx.settings["nvml_module"]), open=lambda ctx: NvmlMeter(ctx.settings["nvml_module"]),
+)

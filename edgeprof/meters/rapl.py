@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Domain, Meter, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Meter, ProbeResult
 
 _ZONE_RE = re.compile(r"^intel-rapl(?P<mmio>-mmio)?:(?P<top>\d+)(?::(?P<sub>\d+))?$")
 
@@ -178,3 +178,10 @@ class RaplMeter(Meter):
         info["total"] = ("psys (packages and DRAM are inside it)" if any(z.zone_name == "psys" for z in self._zones)
                          else "sum of packages and DRAM")
         return info
+
+
+#: discovery's view of RAPL: first in the order; once opened, the CPU side is measured
+BACKEND = Backend(
+    name="rapl", title="RAPL", columns=("cpu_package", "dram", "psys"), measures_cpu=True,
+    probe=lambda ctx: probe(ctx.sysfs_root), open=lambda ctx: RaplMeter(ctx.sysfs_root),
+)

@@ -1,16 +1,17 @@
 """The CSV schema of an edgeprof report; README.md documents every column.
 
 Core columns come first and are the same in every report; then one ``<column>_j`` / ``<column>_method``
-pair per energy report column of :data:`edgeprof.meters.base.REPORT_COLUMNS`; then, for every phase of
-the run's algorithms, ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``. Empty cells mean "not measured
-here" (never zero).
+pair per energy report column that a registered meter back-end declares (in the order of
+:mod:`edgeprof.meters.registry`, so a new back-end's columns join the header with no change here); then,
+for every phase of the run's algorithms, ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``. Empty cells
+mean "not measured here" (never zero).
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from edgeprof.meters.base import REPORT_COLUMNS
+from edgeprof.meters import registry
 from edgeprof.profiler import Span, WindowResult
 
 CORE_COLUMNS = (
@@ -25,7 +26,8 @@ KINDS = ("client", "server", "eval")
 
 
 def domain_columns() -> tuple[str, ...]:
-    return tuple(c for col in REPORT_COLUMNS for c in (f"{col}_j", f"{col}_method"))
+    """``<column>_j`` and ``<column>_method`` for every report column of the registered meter back-ends."""
+    return tuple(c for col in registry.report_columns() for c in (f"{col}_j", f"{col}_method"))
 
 
 def phase_columns(phases: Sequence[str]) -> tuple[str, ...]:
@@ -63,11 +65,10 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
             row["energy_net_j"] = _fmt(total - idle_power_w * win.wall_s)
         if carbon_g_per_kwh is not None:
             row["carbon_g"] = _fmt(total / 3.6e6 * carbon_g_per_kwh)
-    for col in REPORT_COLUMNS:
+    for col in dict.fromkeys(d.column for d in win.domains):  # each one registered: MeterSet checks it
         members = [d for d in win.domains if d.column == col]
-        if members:
-            row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members))
-            row[f"{col}_method"] = _methods([d.method for d in members])
+        row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members))
+        row[f"{col}_method"] = _methods([d.method for d in members])
     for name, span in win.phases.items():
         row[f"{name}_s"] = _fmt(span.wall_s)
         row[f"{name}_cpu_s"] = _fmt(span.cpu_s)
