@@ -30,6 +30,7 @@ from edgeprof.errors import EdgeprofError
 _log = logging.getLogger("edgeprof.cli")
 INTERRUPTED_EXIT = 130
 USAGE_EXIT = 2
+OUTPUT_EXIT = 4
 
 
 def _err(message: str) -> None:
@@ -39,6 +40,17 @@ def _err(message: str) -> None:
 def _dedupe(message: str) -> str:
     """Drop a repeated "Did you mean ...?" (typer and click both add one to an unknown command)."""
     return re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", message)
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null so the interpreter's last flush of stdout cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class OneLineErrors(TyperGroup):
@@ -59,6 +71,12 @@ class OneLineErrors(TyperGroup):
                 raise
             typer.echo("edgeprof: aborted", err=True)
             sys.exit(1)
+        except OSError as err:  # the terminal or file our own output goes to: a full disk, /dev/full, a closed pipe
+            if not standalone_mode:
+                raise
+            _silence_stdout()
+            _err(f"cannot write the output: {err.strerror or err}")
+            sys.exit(OUTPUT_EXIT)
         if standalone_mode:
             sys.exit(code if isinstance(code, int) else 0)
         return code

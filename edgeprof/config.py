@@ -116,9 +116,40 @@ def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     _choice(name, value, allowed)
 
 
+#: the fastest Jetson rail sampling, Hz (the INA3221 converts in about 1 ms per channel)
+MAX_JETSON_HZ = 1000.0
+
+
 def check_meter_options(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0) -> None:
     """The options every command that opens meters takes (measure, sweep, train, doctor, Flower)."""
     check_positive(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
+    _check(jetson_hz <= MAX_JETSON_HZ, f"jetson-hz must be at most {MAX_JETSON_HZ:g}, got {jetson_hz}")
+
+
+#: documented bounds of the integer settings: (smallest, largest); see the README
+BOUNDS = {
+    "tau": (1, 1_000_000),
+    "rounds": (1, 10_000_000),
+    "clients": (1, 10_000),
+    "seed": (0, 2**32 - 1),
+    "synthetic_samples": (1, 200_000),
+    "synthetic_classes": (2, 1_000),
+}
+#: the longest idle baseline, seconds
+MAX_IDLE_SECONDS = 3600.0
+
+
+def max_threads() -> int:
+    """The machine's logical cores: more intra-op threads than that only oversubscribe it."""
+    import os
+
+    return os.cpu_count() or 1
+
+
+def _check_int(name: str, value) -> None:
+    low, high = BOUNDS[name]
+    _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= high,
+           f"{name.replace('_', ' ')} must be an integer in {low}..{high:,}, got {value}")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -129,19 +160,20 @@ def validate(cfg: RunConfig) -> None:
     _choice("degree of personalization", cfg.degree, DEGREES)
     _choice("participation mode", cfg.participation_mode, PARTICIPATION_MODES)
     _choice("server optimizer", cfg.server_optimizer, SERVER_OPTIMIZERS)
-    _check(isinstance(cfg.tau, int) and cfg.tau >= 1, f"tau must be an integer >= 1, got {cfg.tau}")
-    _check(cfg.rounds >= 1, f"rounds must be >= 1, got {cfg.rounds}")
-    _check(cfg.clients >= 1, f"clients must be >= 1, got {cfg.clients}")
+    if not (isinstance(cfg.tau, int) and cfg.tau >= 1):
+        _check(False, f"tau must be an integer >= 1, got {cfg.tau}")
+    for name in BOUNDS:
+        _check_int(name, getattr(cfg, name))
     _check(0.0 < cfg.participation <= 1.0 and not math.isnan(cfg.participation),
            f"participation must be in (0, 1], got {cfg.participation}")
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")
-    _check(cfg.threads is None or cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}")
+    _check(cfg.threads is None or (isinstance(cfg.threads, int) and 1 <= cfg.threads <= max_threads()),
+           f"threads must be an integer in 1..{max_threads()} (this machine's cores), got {cfg.threads}")
     check_positive(beta=cfg.beta, rho=cfg.rho, carbon_intensity=cfg.carbon_intensity)
     check_meter_options(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
-    _check(cfg.mu is None or cfg.mu >= 0, f"mu must be >= 0, got {cfg.mu}")
-    _check(cfg.idle_seconds >= 0, f"idle seconds must be >= 0, got {cfg.idle_seconds}")
-    _check(cfg.synthetic_samples >= 1 and cfg.synthetic_classes >= 2,
-           "synthetic data needs at least 1 sample and 2 classes")
+    _check(cfg.mu is None or (math.isfinite(cfg.mu) and cfg.mu >= 0), f"mu must be finite and >= 0, got {cfg.mu}")
+    _check(math.isfinite(cfg.idle_seconds) and 0 <= cfg.idle_seconds <= MAX_IDLE_SECONDS,
+           f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {cfg.idle_seconds}")
     from edgeprof.algorithms import ALGORITHMS
 
     if cfg.engine is not None:

@@ -105,6 +105,11 @@ class SweepConfig:
             out.extend(v for v in (Variant(algo, e) for e in chosen) if v not in out)
         if not out:
             raise ConfigError("no algorithm to sweep; give --algos")
+        offered = {e for v in out for e in ALGORITHMS[v.algo].engines}
+        unknown = [e for e in self.engines if e not in offered]
+        if unknown:
+            raise ConfigError(f"engine {unknown[0]!r} belongs to none of the swept algorithms; "
+                              f"their engines: {', '.join(sorted(offered))}")
         return out
 
     def taus_for(self, variant: Variant) -> list[int]:

@@ -98,6 +98,7 @@ def _cell(value: Optional[float], fmt: str) -> str:
 
 def render(results: Sequence[TargetResult]):
     """A rich Table: final loss and accuracy, median joules per client round, energy and carbon to target."""
+    from rich.markup import escape
     from rich.table import Table
 
     target = results[0].target if results else 0.0
@@ -110,6 +111,6 @@ def render(results: Sequence[TargetResult]):
             reached = joules = grams = "not reached"
         else:
             reached, joules, grams = str(r.reached_round), _cell(r.energy_j, ".4g"), _cell(r.carbon_g, ".3g")
-        table.add_row(r.algo, str(r.rounds), _cell(r.final_loss, ".4g"), _cell(r.final_accuracy, ".2%"),
-                      _cell(r.median_client_round_j, ".4g"), reached, joules, grams, r.energy_method)
+        table.add_row(escape(r.algo), str(r.rounds), _cell(r.final_loss, ".4g"), _cell(r.final_accuracy, ".2%"),
+                      _cell(r.median_client_round_j, ".4g"), reached, joules, grams, escape(r.energy_method))
     return table

@@ -251,6 +251,7 @@ class _Evil:
         (pickle.dumps({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}), "uint8"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}), "2 images but labels"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}), "labels outside 0..9"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0.7, 1.2]}), "labels are not integers"),
         (pickle.dumps({b"data": _Evil(), b"labels": [0]}), "forbidden global"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]})[:-30], "not a CIFAR-10"),
     ],
@@ -363,3 +364,20 @@ def test_unknown_dataset_is_a_config_error() -> None:
     # Execute / Assert
     with pytest.raises(ConfigError, match="unknown dataset 'imagenet'"):
         load_dataset("imagenet")
+
+
+def test_an_omniglot_png_whose_header_claims_a_huge_image_is_a_data_error(tmp_path: Path) -> None:
+    # Prepare: a valid collection, then one PNG whose IHDR declares 30000 x 30000 pixels (a decompression bomb)
+    write_omniglot(tmp_path / "omniglot")
+    bomb = next((tmp_path / "omniglot").rglob("*.png"))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+    # Execute
+    with pytest.raises(DataError) as caught:
+        load_dataset("omniglot", data_dir=tmp_path)
+    # Assert
+    assert bomb.name in str(caught.value) and "cannot be decoded" in str(caught.value)

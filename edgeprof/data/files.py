@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import pickle
 import struct
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,7 +216,10 @@ def _check_cifar_batch(path: Path, batch: object) -> tuple[np.ndarray, np.ndarra
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{bad}: data must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
     try:
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+        raw = np.asarray(batch[b"labels"])
+        if raw.dtype.kind not in "iu" and not (raw.size == 0 and raw.dtype.kind == "f"):
+            raise TypeError(f"dtype {raw.dtype}")  # floats would be truncated silently
+        labels = raw.astype(np.int64)
     except (TypeError, ValueError) as err:
         raise DataError(f"{bad}: labels are not integers ({err})") from err
     if labels.shape != (len(data),):
@@ -296,9 +300,12 @@ def _decode_pngs(paths: list[Path]) -> np.ndarray:
     stack: np.ndarray | None = None
     for i, path in enumerate(paths):
         try:
-            with Image.open(path) as image:
-                pixels = np.asarray(image.convert("L"), dtype=np.uint8)
-        except (OSError, UnidentifiedImageError, ValueError) as err:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)  # a header this big is refused
+                with Image.open(path) as image:
+                    pixels = np.asarray(image.convert("L"), dtype=np.uint8)
+        except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError,
+                Image.DecompressionBombWarning) as err:
             raise DataError(f"Omniglot image {path} cannot be decoded: {err}") from err
         if stack is None:
             stack = np.empty((len(paths), *pixels.shape), dtype=np.uint8)

@@ -58,6 +58,7 @@ def _cell(value: float | None, digits: int = 4) -> str:
 
 def render(lines: Sequence[SummaryLine]):
     """A rich Table of the summary lines."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="median per client round")
@@ -65,8 +66,8 @@ def render(lines: Sequence[SummaryLine]):
         table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
                          no_wrap=name in ("algo", "part"))
     for ln in lines:
-        table.add_row(ln.algo, ln.part, str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
-                      _cell(ln.carbon_g, 3), ln.method)
+        table.add_row(escape(ln.algo), escape(ln.part), str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
+                      _cell(ln.carbon_g, 3), escape(ln.method))
     return table
 
 

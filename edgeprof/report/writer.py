@@ -18,12 +18,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from edgeprof.errors import OutputError, ReportError
+
+_log = logging.getLogger("edgeprof")
 
 #: spaces appended to a sidecar written with ``reserve=True``, for the final version to fit in place
 SIDECAR_RESERVE_BYTES = 16384
@@ -161,23 +165,97 @@ class Report:
         return [float(r[column]) for r in rows if r.get(column, "") != ""]
 
 
+#: columns every usable row has (a damaged report may lack others: they read as empty)
+REQUIRED_COLUMNS = ("run_id", "algo", "kind", "round")
+#: columns that hold whole numbers when not empty
+INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
+_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind")
+KINDS = ("client", "server", "eval")
+
+
+def _is_numeric_column(name: str) -> bool:
+    return name not in _TEXT_COLUMNS and not name.endswith("_method")
+
+
+def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | None:
+    """Why a row read back is unusable (None when it is fine)."""
+    if None in row or any(v is None for v in row.values()):
+        return "wrong number of cells (a torn or extended line)"
+    if any("\udc80" <= ch <= "\udcff" for v in row.values() for ch in v):  # undecodable bytes
+        return "not UTF-8"
+    if row.get("kind") not in KINDS:
+        return f"kind {row.get('kind')!r} is not one of {', '.join(KINDS)}"
+    for name in columns:
+        value = row.get(name, "")
+        if value == "" or not _is_numeric_column(name):
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            return f"{name} = {value!r} is not a number"
+        if not math.isfinite(number) or (name in INTEGER_COLUMNS and number != int(number)):
+            return f"{name} = {value!r} is not a {'whole' if name in INTEGER_COLUMNS else 'finite'} number"
+    if row.get("round", "") == "":
+        return "no round"
+    return None
+
+
+def _read_sidecar(path: Path) -> dict:
+    """The sidecar as a dict; a missing one is empty, a damaged one is ignored with a note."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        _log.warning(f"ignoring sidecar {path}: {getattr(err, 'msg', None) or err}")
+        return {}
+    if not isinstance(data, dict):
+        _log.warning(f"ignoring sidecar {path}: a JSON {type(data).__name__}, not an object")
+        return {}
+    return data
+
+
 def read_report(path: str | Path) -> Report:
-    """Load a report CSV and, if present, its sidecar (same name, ``.json``)."""
+    """Load a report CSV and, if present, its sidecar (same name, ``.json``).
+
+    Damaged rows (a torn last line, cells that are not numbers where numbers belong, bytes that are not
+    UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
+    or when the file is not an edgeprof report at all.
+    """
     path = Path(path)
     if path.suffix == ".json":
         path = path.with_suffix(".csv")
     if not path.is_file():
         raise ReportError(f"no report at {path}")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or "run_id" not in reader.fieldnames:
-            raise ReportError(f"{path} is not an edgeprof report (no run_id column)")
-        rows = list(reader)
-    sidecar_path = path.with_suffix(".json")
-    sidecar = {}
-    if sidecar_path.is_file():
-        try:
-            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ReportError(f"sidecar {sidecar_path} is not valid JSON: {err.msg}") from err
-    return Report(path, tuple(reader.fieldnames), rows, sidecar)
+    try:
+        text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    except OSError as err:
+        raise ReportError(f"cannot read {path}: {err.strerror or err}") from err
+    if "\x00" in text:
+        raise ReportError(f"{path} is not an edgeprof report (binary data)")
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        fieldnames = tuple(reader.fieldnames or ())
+        raw = list(reader)
+    except csv.Error as err:
+        raise ReportError(f"{path} is not an edgeprof report (not a CSV: {err})") from err
+    missing = [c for c in REQUIRED_COLUMNS if c not in fieldnames]
+    if missing:
+        raise ReportError(f"{path} is not an edgeprof report (no {', '.join(missing)} column)")
+    from edgeprof.report.schema import CORE_COLUMNS
+
+    blank = {c: "" for c in CORE_COLUMNS if c not in fieldnames}  # a report with only some columns
+    rows, bad = [], []
+    for line, row in enumerate(raw, start=2):
+        problem = _row_problem(row, fieldnames)
+        if problem is None:
+            whole = {c: str(int(float(row[c]))) for c in INTEGER_COLUMNS if row.get(c, "") != ""}
+            rows.append({**row, **blank, **whole})
+        else:
+            bad.append(f"line {line}: {problem}")
+    if bad:
+        _log.warning(f"{path.name}: skipped {len(bad)} damaged row(s) of {len(raw)} ({bad[0]}"
+                     f"{'; ...' if len(bad) > 1 else ''})")
+    if not rows:
+        raise ReportError(f"{path} has no usable row ({len(raw)} rows, {len(bad)} damaged)")
+    return Report(path, fieldnames, rows, _read_sidecar(path.with_suffix(".json")))
