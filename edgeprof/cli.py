@@ -210,6 +210,7 @@ def measure(
     cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
     out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
+    eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
 ) -> None:
     """Run federated rounds in-process and write a CSV energy report with a JSON sidecar."""
@@ -271,6 +272,7 @@ def train(
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
+    eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
 ) -> None:
     """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report each."""

@@ -21,6 +21,11 @@ BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
 DEGREES = ("high", "medium", "none", "group")
 PARTICIPATION_MODES = ("fixed", "bernoulli")
 SERVER_OPTIMIZERS = ("adam", "sgd")
+#: how accuracy is measured with ``evaluate``: ``global`` scores every client after the server step (the
+#: unweighted mean of per-client accuracies); ``paper`` scores the round's sampled clients right after their
+#: local update, before the server step, as correct predictions summed over them / their test samples (the
+#: PFLEGO authors' reference code, and so Table 1)
+EVAL_PROTOCOLS = ("global", "paper")
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -56,6 +61,7 @@ class RunConfig:
     server_optimizer: str = "adam"
     engine: Optional[str] = None
     evaluate: bool = False
+    eval_protocol: str = "global"
     # energy (meters issue)
     cpu_watts: Optional[float] = None
     jetson_hz: float = 10.0
@@ -160,6 +166,7 @@ def validate(cfg: RunConfig) -> None:
     _choice("degree of personalization", cfg.degree, DEGREES)
     _choice("participation mode", cfg.participation_mode, PARTICIPATION_MODES)
     _choice("server optimizer", cfg.server_optimizer, SERVER_OPTIMIZERS)
+    _choice("evaluation protocol", cfg.eval_protocol, EVAL_PROTOCOLS)
     if not (isinstance(cfg.tau, int) and cfg.tau >= 1):
         _check(False, f"tau must be an integer >= 1, got {cfg.tau}")
     for name in BOUNDS:

@@ -93,5 +93,15 @@ class Federation:
         return self.spec.evaluate(self.runtime, self.state.arrays, self.personal[client_id],
                                   self.clients[client_id], settings or self.settings)
 
+    def evaluate_local(self, update: ClientUpdate, settings: Optional[RoundSettings] = None) -> EvalResult:
+        """The client's model right after its local update, before the server step (the paper protocol).
+
+        Its new personal state with the shared arrays it trained (its reply) or, when it replied a gradient,
+        with the round's global arrays (call this before :meth:`server_step`).
+        """
+        shared = update.payload if self.spec.reply_is_model else self.state.arrays
+        cid = update.client_id
+        return self.spec.evaluate(self.runtime, shared, self.personal[cid], self.clients[cid], settings or self.settings)
+
     def close(self) -> None:
         self.runtime.close()

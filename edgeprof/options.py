@@ -96,6 +96,7 @@ BACKBONE = RegistryChoice("backbone", _config("BACKBONES"))
 DEGREE = RegistryChoice("degree of personalization", _config("DEGREES"))
 PARTICIPATION_MODE = RegistryChoice("participation mode", _config("PARTICIPATION_MODES"))
 SERVER_OPTIMIZER = RegistryChoice("server optimizer", _config("SERVER_OPTIMIZERS"))
+EVAL_PROTOCOL = RegistryChoice("evaluation protocol", _config("EVAL_PROTOCOLS"))
 METRIC = RegistryChoice("metric", _metrics)
 
 
@@ -180,6 +181,10 @@ PageFile = Annotated[Optional[Path], _opt("--output", panel=OUTPUT, path_type=Pa
 Title = Annotated[str, _opt(panel=OUTPUT, help="Title of the page.")]
 TargetAccuracy = Annotated[float, _opt(panel=OUTPUT, help="Test accuracy the energy-to-target column counts to.")]
 Evaluate = Annotated[bool, _opt(panel=OUTPUT, help="Also record training loss and test accuracy every round.")]
+EvalProtocol = Annotated[str, _opt(panel=OUTPUT, click_type=EVAL_PROTOCOL, help=(
+    "How accuracy is measured: global (every client after the server step, mean of their accuracies) or "
+    "paper (the round's sampled clients right after their local update, summed correct / summed test "
+    "samples, as the PFLEGO authors' code and Table 1)."))]
 ShowProgress = Annotated[bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Show a progress bar.")]
 
 # --- sweep ------------------------------------------------------------------------------------------------

@@ -71,32 +71,42 @@ def set_threads(threads: Optional[int]) -> None:
 
 
 def evaluate_all(federation: Federation, settings: Optional[RoundSettings] = None) -> tuple[float, float]:
-    """Equation (1)'s training loss sum_i alpha_i l_i and the test accuracy averaged over clients."""
-    results = [federation.evaluate(i, settings) for i in range(federation.num_clients)]
-    n = np.array([r.n_train for r in results], dtype=float)
-    loss = float(np.dot(n / n.sum(), [r.train_loss for r in results]))
-    return loss, float(np.mean([r.test_accuracy for r in results]))
+    """The ``global`` protocol: equation (1)'s training loss and the mean test accuracy over every client."""
+    from edgeprof.evaluation import global_score
+
+    return global_score([federation.evaluate(i, settings) for i in range(federation.num_clients)])
 
 
 def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_index: int,
               participants: Sequence[int]) -> None:
-    """One federated round with ``cfg``'s settings: every participant's client window, then the server window."""
+    """One federated round with ``cfg``'s settings: every participant's client window, then the server window.
+
+    With ``cfg.evaluate`` an ``eval`` row follows: under the ``paper`` protocol each participant is scored
+    right after its own window (outside it) and before the server step; under ``global`` every client
+    after the server step (:mod:`edgeprof.evaluation`).
+    """
+    from edgeprof.evaluation import paper_score
+
     settings = federation.settings_for(cfg)
-    updates = []
+    paper = cfg.evaluate and cfg.eval_protocol == "paper"
+    updates, local = [], []
     for cid in participants:
         with ctx.profiler.window("client") as win:
             update = federation.client_round(cid, win.phase, settings)
         updates.append(update)
         ctx.record(win, base_row(ctx, cfg, round_index, "client", client=cid, n_samples=update.n_samples,
                                  n_participants=len(participants), train_loss=f"{update.loss:.6g}"))
+        if paper:
+            local.append(federation.evaluate_local(update, settings))
     with ctx.profiler.window("server") as win:
         federation.server_step(updates, settings)
     ctx.record(win, base_row(ctx, cfg, round_index, "server", n_participants=len(participants),
                              n_samples=sum(u.n_samples for u in updates)))
-    if cfg.evaluate:
-        loss, acc = evaluate_all(federation, settings)
+    if cfg.evaluate and (local or not paper):
+        loss, acc = paper_score(local) if paper else evaluate_all(federation, settings)
         ctx.writer.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
-                                  test_accuracy=f"{acc:.6g}", n_participants=len(participants)))
+                                  test_accuracy=f"{acc:.6g}", n_participants=len(participants),
+                                  eval_protocol=cfg.eval_protocol))
 
 
 def run_rounds(ctx: RunContext, cfg: RunConfig, federation: Federation,

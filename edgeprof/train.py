@@ -40,6 +40,7 @@ class TargetResult:
     energy_j: Optional[float]
     carbon_g: Optional[float]
     energy_method: str
+    eval_protocol: str = "global"
 
 
 def _floats(rows, column: str) -> Optional[list[float]]:
@@ -74,6 +75,7 @@ def _one(report: Report, algo: str, target: float) -> TargetResult:
         median_client_round_j=statistics.median(per_round) if per_round else None,
         reached_round=reached, energy_j=energy, carbon_g=carbon,
         energy_method="+".join(sorted({r["energy_method"] for r in clients if r.get("energy_method")})) or "none",
+        eval_protocol="+".join(sorted({r.get("eval_protocol") or "global" for r in evals})) or "global",
     )
 
 
@@ -102,7 +104,9 @@ def render(results: Sequence[TargetResult]):
     from rich.table import Table
 
     target = results[0].target if results else 0.0
-    table = Table(title=f"training outcome and client energy to {target:.0%} test accuracy")
+    protocols = "+".join(sorted({r.eval_protocol for r in results})) or "global"
+    table = Table(title=f"training outcome and client energy to {target:.0%} test accuracy "
+                        f"({protocols} evaluation protocol)")
     for name in ("algo", "rounds", "loss", "accuracy", "J/client round", "reached at", "client J to target",
                  "gCO2e to target", "method"):
         table.add_column(name, justify="left" if name in ("algo", "method") else "right", no_wrap=name == "algo")

@@ -159,6 +159,11 @@ class AlgorithmSpec:
         return self.server_kind != "average"
 
     @property
+    def reply_is_model(self) -> bool:
+        """Whether a reply holds the client's locally trained shared arrays (False: a gradient of them)."""
+        return self.server_kind != "gradient"
+
+    @property
     def missing_replies(self) -> str:
         return MISSING_REPLIES[self.server_kind]
 

@@ -468,7 +468,7 @@ def _accuracy(page: _Page, devices: Mapping[str, list[Row]]) -> str:
         runs: dict[tuple[str, str], list[Row]] = defaultdict(list)
         for r in rows:
             runs[(r.data.get("run_id", ""), r.variant)].append(r)
-        data = []
+        data, protocols = [], set()
         for (run, variant), members in runs.items():
             evals = [r for r in members if r.data.get("kind") == "eval" and r.num("test_accuracy") is not None]
             if not evals:
@@ -484,11 +484,14 @@ def _accuracy(page: _Page, devices: Mapping[str, list[Row]]) -> str:
                 cumulative[rnd] = total
             for r in evals:
                 xs.append(cumulative.get(r.num("round"), None))
-            data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{run} {variant}"), "x": xs,
-                         "y": [r.num("test_accuracy") for r in evals], "marker": {"color": page.color(variant)}})
+            protocol = "+".join(sorted({r.data.get("eval_protocol") or "global" for r in evals}))
+            data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{run} {variant} ({protocol})"),
+                         "x": xs, "y": [r.num("test_accuracy") for r in evals], "marker": {"color": page.color(variant)}})
+            protocols.add(protocol)
         if data:
             estimate = " (energy ESTIMATED)" if "estimate" in _methods(rows) else ""
-            cells.append(page.figure(data, f"{device}: test accuracy against cumulative energy{estimate}",
+            cells.append(page.figure(data, f"{device}: test accuracy ({'+'.join(sorted(protocols))} protocol) "
+                                           f"against cumulative energy{estimate}",
                                      {"title": {"text": "cumulative energy, J"}},
                                      {"title": {"text": "test accuracy"}, "range": [0, 1]}))
     if not cells:

@@ -16,7 +16,7 @@ from edgeprof.profiler import Span, WindowResult
 
 CORE_COLUMNS = (
     "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "round", "kind", "client",
-    "n_samples", "n_participants", "train_loss", "test_accuracy",
+    "n_samples", "n_participants", "train_loss", "test_accuracy", "eval_protocol",
     "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
     "short_window", "profiler_overhead_s", "timestamp_s",
 )

@@ -169,7 +169,7 @@ class Report:
 REQUIRED_COLUMNS = ("run_id", "algo", "kind", "round")
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
-_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind")
+_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol")
 KINDS = ("client", "server", "eval")
 
 
