@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 import torch
+
+# the per-node ONNX export cache of the test run (and of every process it starts), never the user's
+os.environ["EDGEPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgeprof-cache-")
 
 torch.set_num_threads(1)
 

@@ -25,13 +25,33 @@ def load_digits(shape: tuple[int, int, int] | None = None) -> Dataset:
 
     Pixel values 0..16 are scaled to ``[0, 1]``; ``shape=(1, 28, 28)`` upsamples them for conv backbones.
     """
+    images, target = _digits_arrays()
+    x = (images.astype(np.float32) / np.float32(16.0))[:, None]
+    if shape is not None:
+        x = to_shape(x, shape)
+    return Dataset(name="digits", x=x, y=target.astype(np.int64), num_classes=10)
+
+
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """(images (1797, 8, 8), labels) read straight from scikit-learn's bundled ``digits.csv.gz``.
+
+    Importing ``sklearn.datasets`` costs seconds (it loads scipy and more); a Flower ClientApp process that
+    serves one message pays that on every round, so the file is read directly, and the import is only the
+    fall-back when the file is not where scikit-learn keeps it.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("sklearn")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            data = np.loadtxt(path, delimiter=",")
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
-    x = (bunch.images.astype(np.float32) / np.float32(16.0))[:, None]
-    if shape is not None:
-        x = to_shape(x, shape)
-    return Dataset(name="digits", x=x, y=bunch.target.astype(np.int64), num_classes=10)
+    return bunch.images, bunch.target
 
 
 def make_synthetic(

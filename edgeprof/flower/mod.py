@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import os
+import sys
+import time
 from typing import Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord
@@ -78,12 +81,40 @@ def split_row(row: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]
     return numbers, strings
 
 
-def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
-    """The mod; ``cfg_of(context)`` gives the run settings of this node (meters options, carbon)."""
+def startup_cells() -> dict[str, float]:
+    """Wall and CPU seconds from this process's start to now, when it is a ``flwr-clientapp`` process that a
+    SuperNode started for this message (its start-up is then part of what the round cost the device); empty
+    in a long-lived process (simulation, tests), where the process's age says nothing about the round."""
+    if not os.path.basename(sys.argv[0] if sys.argv else "").startswith("flwr-clientapp"):
+        return {}
+    import psutil
+
+    started = psutil.Process().create_time()
+    return {"startup_s": max(0.0, time.time() - started), "startup_cpu_s": time.process_time()}
+
+
+def _setup_cells(win) -> dict[str, float]:
+    """The set-up window's wall, CPU and (when measured) joules, for the ``setup_*`` report columns."""
+    cells = {"setup_s": win.result.wall_s, "setup_cpu_s": win.result.cpu_s}
+    if win.result.domains:
+        cells["setup_j"] = win.result.energy_total_j
+    return cells
+
+
+def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
+                     prepare: Optional[Callable[[Message, Context], None]] = None):
+    """The mod; ``cfg_of(context)`` gives the run settings of this node (meters options, carbon).
+
+    ``prepare(msg, context)`` does the set-up a round needs (data, model, ONNX session, personal state) in
+    its own ``setup`` window before the ``client`` window opens, so the round's ``wall_s`` and ``energy_j``
+    cover the round alone; the set-up's wall, CPU and joules travel beside it (``setup_*`` columns), with the
+    process's own start-up (``startup_*``) when a SuperNode started it for this message.
+    """
 
     def profile_mod(msg: Message, context: Context, call_next) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
             return call_next(msg, context)
+        startup = startup_cells()
         from edgeprof.profiler import Profiler
         from edgeprof.report.schema import row_from_window
         from edgeprof.report.session import open_meters
@@ -91,7 +122,11 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
         cfg = cfg_of(context)
         meters = open_meters(cfg)
         try:
-            with Profiler(meters).window("client") as win:
+            profiler = Profiler(meters)
+            with profiler.window("setup") as setup:
+                if prepare is not None:
+                    prepare(msg, context)
+            with profiler.window("client") as win:
                 token = _enter_phase(win.phase)  # module functions: Ray pickles this closure by value
                 try:
                     reply = call_next(msg, context)
@@ -103,6 +138,7 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig]):
             return reply
         g_per_kwh, source = _carbon(cfg.country, cfg.region, cfg.carbon_intensity)
         numbers, strings = split_row(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
+        numbers.update(_setup_cells(setup), **startup)
         strings.update(device=device_name(context.node_config), carbon_source=source)
         reply.content[PROFILE_METRICS] = MetricRecord(numbers)
         reply.content[PROFILE_INFO] = ConfigRecord(strings)

@@ -26,7 +26,9 @@ the stale theta; at ``ORT_ENABLE_EXTENDED`` it is correct but loses the fast con
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
+import os
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -89,14 +91,60 @@ def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
     return buffer.getvalue()
 
 
+def cache_dir() -> Path | None:
+    """The per-node folder of exported models: ``$EDGEPROF_CACHE_DIR/onnx``, else ``~/.cache/edgeprof/onnx``;
+    None when ``EDGEPROF_CACHE_DIR`` is set to an empty string (no disk cache)."""
+    root = os.environ.get("EDGEPROF_CACHE_DIR")
+    if root == "":
+        return None
+    return Path(root or Path.home() / ".cache" / "edgeprof") / "onnx"
+
+
+def cache_key(module: torch.nn.Module, opset: int) -> str:
+    """File name of ``module``'s export: backbone, input shape, opset and a hash of its weights' layout
+    (parameter names and shapes; the weights themselves arrive with every round)."""
+    name = getattr(module, "backbone_name", type(module).__name__)
+    layout = repr([(n, tuple(p.shape)) for n, p in module.named_parameters()])
+    digest = hashlib.sha256(f"{layout}|{tuple(getattr(module, 'input_shape', ()))}|{torch.__version__}".encode())
+    return f"{name}-opset{opset}-{digest.hexdigest()[:16]}.onnx"
+
+
+def _cached_export(module: torch.nn.Module, opset: int) -> bytes:
+    """The export from the per-node disk cache when present and loadable, else a fresh export stored there.
+
+    A process that serves one message (a Flower ClientApp) pays the ONNX export once per node, not per round.
+    Writing is best effort (atomic rename); a damaged file is replaced.
+    """
+    folder = cache_dir()
+    if folder is None:
+        return _export_bytes(module, opset)
+    path = folder / cache_key(module, opset)
+    try:
+        data = path.read_bytes()
+        onnx.load_from_string(data)
+        return data
+    except Exception:  # noqa: BLE001 - missing, unreadable or damaged: export again
+        pass
+    data = _export_bytes(module, opset)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return data
+
+
 def _exported_model(module: torch.nn.Module, model_dir: Path | None, opset: int) -> onnx.ModelProto:
-    """The exported model, exported at most once per process per architecture (and model folder)."""
+    """The exported model, exported at most once per process per architecture (and model folder), and
+    read from the per-node disk cache (:func:`cache_dir`) when another process exported it already."""
     name = getattr(module, "backbone_name", "backbone")
     key = (name, tuple(getattr(module, "input_shape", ())), opset, model_dir)
     data = _EXPORTS.get(key) if isinstance(module, Backbone) else None
     if data is None:
         if model_dir is None:
-            data = _export_bytes(module, opset)
+            data = _cached_export(module, opset) if isinstance(module, Backbone) else _export_bytes(module, opset)
         else:
             data = export_backbone(module, Path(model_dir) / f"{name}.onnx", opset).read_bytes()
         if isinstance(module, Backbone):

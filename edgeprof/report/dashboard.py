@@ -29,6 +29,7 @@ from typing import Iterable, Mapping, Sequence
 from edgeprof.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
                                VariantFit, analyze, variant_of)
 from edgeprof.errors import ConfigError, OutputError
+from edgeprof.report.schema import BESIDE_ROUND
 from edgeprof.report.writer import Report, read_report
 
 SECTIONS = (("runs", "Runs and devices"), ("verdicts", "Verdicts"), ("cost-vs-tau", "Cost per client round vs tau"),
@@ -364,11 +365,34 @@ def _memory(devices: Mapping[str, list[Row]]) -> str:
             + _table(("device", "algorithm", "rounds", "median MiB", "max MiB"), body))
 
 
+def _setup(devices: Mapping[str, list[Row]]) -> str:
+    """Flower runs: the set-up measured beside each client round (not part of its time or energy)."""
+    body = []
+    for device, rows in devices.items():
+        by_variant: dict[str, list[Row]] = defaultdict(list)
+        for r in rows:
+            if r.data.get("kind") == "client" and r.num("setup_s") is not None:
+                by_variant[r.variant].append(r)
+        for v, rs in by_variant.items():
+            med = lambda col: _median([x for x in (r.num(col) for r in rs) if x is not None])  # noqa: E731
+            body.append((device, v, len(rs), _fmt(med("wall_s")), _fmt(med("setup_s")), _fmt(med("startup_s")),
+                         _fmt(med("energy_j")), _fmt(med("setup_j"))))
+    if not body:
+        return ""
+    return ("<h3>Set-up beside the round (Flower: process start, data, model, ONNX session; medians)</h3>"
+            + _table(("device", "algorithm", "rounds", "round s", "set-up s", "process start s", "round J",
+                      "set-up J"), body, "setup"))
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 def _phase_names(reports: Sequence[Report]) -> list[str]:
     names: list[str] = []
     for rep in reports:
         for c in rep.columns:
-            if c.endswith("_cpu_s") and c != "cpu_s" and c[: -len("_cpu_s")] not in names:
+            if c.endswith("_cpu_s") and c != "cpu_s" and c[: -len("_cpu_s")] not in names + list(BESIDE_ROUND):
                 names.append(c[: -len("_cpu_s")])
     return names
 
@@ -557,7 +581,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
         "verdicts": _verdicts(analysis, rows),
         "cost-vs-tau": _one_tau(analysis) or _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
         "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])
-        + _memory(devices),
+        + _memory(devices) + _setup(devices),
         "timeseries": _timeseries(page, devices),
         "energy": _energy(page, devices),
         "accuracy": _accuracy(page, devices),

@@ -19,7 +19,11 @@ CORE_COLUMNS = (
     "n_samples", "n_participants", "train_loss", "test_accuracy", "eval_protocol",
     "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
     "short_window", "profiler_overhead_s", "timestamp_s",
+    "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
 )
+
+#: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
+BESIDE_ROUND = ("setup", "startup")
 
 #: kinds of row
 KINDS = ("client", "server", "eval")

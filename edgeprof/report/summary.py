@@ -31,7 +31,10 @@ def _median(report: Report, column: str, rows) -> float | None:
 def summarize(report: Report) -> list[SummaryLine]:
     """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm."""
     lines: list[SummaryLine] = []
-    phases = [c[:-len("_cpu_s")] for c in report.columns if c.endswith("_cpu_s") and c != "cpu_s"]
+    from edgeprof.report.schema import BESIDE_ROUND
+
+    phases = [c[:-len("_cpu_s")] for c in report.columns
+              if c.endswith("_cpu_s") and c != "cpu_s" and c[:-len("_cpu_s")] not in BESIDE_ROUND]
     for algo in dict.fromkeys(r["algo"] for r in report.rows):
         clients = report.where(algo=algo, kind="client")
         method = "+".join(sorted({r["energy_method"] for r in clients if r["energy_method"]})) or "none"
@@ -44,6 +47,13 @@ def summarize(report: Report) -> list[SummaryLine]:
                 lines.append(SummaryLine(algo, f"  {phase}", len(clients), _median(report, f"{phase}_s", clients),
                                          _median(report, f"{phase}_cpu_s", clients),
                                          _median(report, f"{phase}_j", clients), method))
+        if report.values("setup_s", clients):  # Flower: set-up measured beside the round, not in it
+            lines.append(SummaryLine(algo, "set-up, beside the round", len(clients), _median(report, "setup_s", clients),
+                                     _median(report, "setup_cpu_s", clients), _median(report, "setup_j", clients),
+                                     method))
+        if report.values("startup_s", clients):
+            lines.append(SummaryLine(algo, "process start, beside", len(clients), _median(report, "startup_s", clients),
+                                     _median(report, "startup_cpu_s", clients), None, "not measured"))
         servers = report.where(algo=algo, kind="server")
         if servers:
             lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
