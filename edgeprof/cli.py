@@ -182,7 +182,7 @@ def _print_summary(csv_path: Path) -> None:
 def _print_final_eval(csv_path: Path) -> None:
     from edgeprof.report.writer import read_report
 
-    evals = read_report(csv_path).where(kind="eval")
+    evals = [r for r in read_report(csv_path).where(kind="eval") if r.get("round")]
     if evals:
         last = max(evals, key=lambda r: int(r["round"]))
         typer.echo(f"after round {last['round']}: training loss {float(last['train_loss']):.4g}, "
@@ -205,7 +205,8 @@ def measure(
     threads: o.Threads = None,
     rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
     participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
-    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
+    data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
@@ -268,7 +269,8 @@ def train(
     threads: o.Threads = None,
     rounds: o.Rounds = 50, clients: o.Clients = 20, participation: o.Participation = 0.2,
     participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
-    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
+    data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
@@ -319,7 +321,8 @@ def sweep(
     algos: o.Variants = "pflego,fedavg", engines: o.Engines = "", backbone: o.Backbone = "cnn-omniglot",
     threads: o.Threads = None,
     clients: o.SweepClients = 1, seed: o.Seed = 0,
-    dataset: o.Dataset = "synthetic", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    dataset: o.Dataset = "synthetic", degree: o.Degree = "high", split: o.Split = "balanced",
+    data_dir: o.DataDir = None,
     samples_per_client: o.SamplesPerClient = 600,
     taus: o.Taus = "1,5,10,25,50,100", repeats: o.Repeats = 3, max_baseline_tau: o.MaxBaselineTau = None,
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
@@ -429,7 +432,8 @@ def flower_app_dir(
     algo: o.Algo = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot", threads: o.Threads = None,
     rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
     participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
-    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
+    data_dir: o.DataDir = None,
     out: o.ServerOut = Path("profiles"), run_name: o.RunName = None,
     round_timeout: o.RoundTimeout = 600.0, node_wait: o.NodeWait = 300.0, total_samples: o.TotalSamples = 0,
     port: o.Port = 9093,
@@ -452,7 +456,8 @@ def flower_simulate(
     algo: o.Algo = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot", threads: o.Threads = 1,
     rounds: o.Rounds = 3, clients: o.Clients = 10, participation: o.Participation = 0.2,
     participation_mode: o.Mode = "fixed", seed: o.Seed = 0,
-    dataset: o.Dataset = "digits", degree: o.Degree = "high", data_dir: o.DataDir = None,
+    dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
+    data_dir: o.DataDir = None,
     out: o.Out = Path("profiles"), run_name: o.RunName = None,
     client_cpus: o.ClientCpus = 1.0, client_gpus: o.ClientGpus = 0.0, round_timeout: o.RoundTimeout = 600.0,
 ) -> None:

@@ -26,6 +26,11 @@ SERVER_OPTIMIZERS = ("adam", "sgd")
 #: local update, before the server step, as correct predictions summed over them / their test samples (the
 #: PFLEGO authors' reference code, and so Table 1)
 EVAL_PROTOCOLS = ("global", "paper")
+#: how the data is split and clients sampled: ``balanced`` (classes dealt from a balanced stream, train and test
+#: pooled and split 25% per class per client, r = round(pi*I)) or ``paper`` (the PFLEGO authors' reference code:
+#: classes drawn per client independently, the official test split dealt to test sets, r = int(I*pi));
+#: see :mod:`edgeprof.data.partition` and :func:`edgeprof.participants.clients_per_round`
+SPLITS = ("balanced", "paper")
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -46,6 +51,7 @@ class RunConfig:
     participation_mode: str = "fixed"
     dataset: str = "digits"
     degree: str = "high"
+    split: str = "balanced"
     backbone: str = "cnn-omniglot"
     data_dir: Optional[Path] = None
     synthetic_samples: int = 2000
@@ -78,8 +84,15 @@ class RunConfig:
     def sampled_per_round(self) -> float:
         """r of the paper: the expected number of participating clients per round."""
         if self.participation_mode == "fixed":
-            return float(max(1, round(self.participation * self.clients)))
+            from edgeprof.participants import clients_per_round
+
+            return float(clients_per_round(self.clients, self.participation, self.participant_rounding))
         return self.participation * self.clients
+
+    @property
+    def participant_rounding(self) -> str:
+        """How r follows from pi*I (:data:`edgeprof.participants.ROUNDINGS`): ``floor`` with the paper split."""
+        return "floor" if self.split == "paper" else "round"
 
     def resolved(self) -> "RunConfig":
         """A copy with every learning rate left at None filled from the paper's tables."""
@@ -164,6 +177,7 @@ def validate(cfg: RunConfig) -> None:
     _choice("dataset", cfg.dataset, DATASETS)
     _choice("backbone", cfg.backbone, BACKBONES)
     _choice("degree of personalization", cfg.degree, DEGREES)
+    _choice("split", cfg.split, SPLITS)
     _choice("participation mode", cfg.participation_mode, PARTICIPATION_MODES)
     _choice("server optimizer", cfg.server_optimizer, SERVER_OPTIMIZERS)
     _choice("evaluation protocol", cfg.eval_protocol, EVAL_PROTOCOLS)

@@ -97,6 +97,7 @@ DEGREE = RegistryChoice("degree of personalization", _config("DEGREES"))
 PARTICIPATION_MODE = RegistryChoice("participation mode", _config("PARTICIPATION_MODES"))
 SERVER_OPTIMIZER = RegistryChoice("server optimizer", _config("SERVER_OPTIMIZERS"))
 EVAL_PROTOCOL = RegistryChoice("evaluation protocol", _config("EVAL_PROTOCOLS"))
+SPLIT = RegistryChoice("split", _config("SPLITS"))
 METRIC = RegistryChoice("metric", _metrics)
 
 
@@ -128,8 +129,8 @@ Threads = Annotated[Optional[int], _opt(panel=MODEL, help="Intra-op threads for 
 Rounds = Annotated[int, _opt(panel=FEDERATION, help="Federated rounds to run.")]
 Clients = Annotated[int, _opt(panel=FEDERATION, help="Number of clients I the data is partitioned across.")]
 Participation = Annotated[float, _opt(
-    panel=FEDERATION, help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed) or each "
-                           "with probability pi (bernoulli).")]
+    panel=FEDERATION, help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed; int(I*pi) "
+                           "with --split paper) or each with probability pi (bernoulli).")]
 Mode = Annotated[str, _opt("--participation-mode", panel=FEDERATION, click_type=PARTICIPATION_MODE,
                            help="How the round's clients are drawn (see --participation).")]
 Seed = Annotated[int, _opt(panel=FEDERATION, help="Seed for data, partition, initialization and client sampling.")]
@@ -144,6 +145,11 @@ Dataset = Annotated[str, _opt(panel=DATA, click_type=DATASET,
 Degree = Annotated[str, _opt(panel=DATA, click_type=DEGREE,
                              help="Degree of personalization, classes per client: high K=2, medium K=C/2, "
                                   "none all, group by omniglot alphabet.")]
+Split = Annotated[str, _opt(panel=DATA, click_type=SPLIT,
+                            help="Split and client sampling: balanced (classes from a balanced stream, train and "
+                                 "test pooled, 25% per class per client to test, r = round(pi*I)) or paper (the "
+                                 "paper authors' code: classes drawn per client, the official test split dealt "
+                                 "to test sets, r = int(I*pi)).")]
 DataDir = Annotated[Optional[Path], _opt("--data-dir", panel=DATA, path_type=Path,
                                          help="Folder with the data files (file-based sets).")]
 Samples = Annotated[int, _opt("--synthetic-samples", panel=DATA,

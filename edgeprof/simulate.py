@@ -42,12 +42,13 @@ def input_shape(cfg: RunConfig) -> tuple[int, int, int]:
 
 
 def load_clients(cfg: RunConfig):
-    """Load the data set in the backbone's input shape and partition it across the clients."""
+    """Load the data set in the backbone's input shape and partition it across the clients (``cfg.split``)."""
     from edgeprof.data import load_dataset, partition
 
     dataset = load_dataset(cfg.dataset, data_dir=cfg.data_dir, shape=input_shape(cfg), seed=cfg.seed,
                            synthetic_classes=cfg.synthetic_classes, synthetic_samples=cfg.synthetic_samples)
-    return partition(dataset, cfg.clients, cfg.degree, seed=cfg.seed, test_fraction=cfg.test_fraction)
+    return partition(dataset, cfg.clients, cfg.degree, seed=cfg.seed, test_fraction=cfg.test_fraction,
+                     split=cfg.split)
 
 
 def build_federation(cfg: RunConfig, clients) -> Federation:
@@ -114,7 +115,8 @@ def run_rounds(ctx: RunContext, cfg: RunConfig, federation: Federation,
     """All rounds of one algorithm; returns the number completed (every one is already on disk)."""
     rng = participant_rng(cfg)
     for t in range(1, cfg.rounds + 1):
-        participants = sample_participants(rng, federation.num_clients, cfg.participation, cfg.participation_mode)
+        participants = sample_participants(rng, federation.num_clients, cfg.participation, cfg.participation_mode,
+                                           cfg.participant_rounding)
         run_round(ctx, cfg, federation, t, participants)
         advance()
     return cfg.rounds

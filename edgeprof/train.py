@@ -50,15 +50,15 @@ def _floats(rows, column: str) -> Optional[list[float]]:
 
 
 def _first_reached(evals: Sequence[dict], target: float) -> Optional[int]:
-    for row in sorted(evals, key=lambda r: int(r["round"])):
+    for row in sorted((r for r in evals if r.get("round")), key=lambda r: int(r["round"])):
         if row.get("test_accuracy", "") != "" and float(row["test_accuracy"]) >= target:
             return int(row["round"])
     return None
 
 
 def _one(report: Report, algo: str, target: float) -> TargetResult:
-    evals = sorted(report.where(algo=algo, kind="eval"), key=lambda r: int(r["round"]))
-    clients = report.where(algo=algo, kind="client")
+    evals = sorted((r for r in report.where(algo=algo, kind="eval") if r.get("round")), key=lambda r: int(r["round"]))
+    clients = [r for r in report.where(algo=algo, kind="client") if r.get("round")]
     last = evals[-1] if evals else {}
     reached = _first_reached(evals, target)
     energy = carbon = None

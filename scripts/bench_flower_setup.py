@@ -83,8 +83,7 @@ def deployment(args, root: Path) -> list[dict]:
                   "--port", str(nodes[2 * pid]), "--node-config",
                   f"partition-id={pid} num-partitions={args.nodes}", *extra)
             if args.isolation == "process":
-                start("flower-superexec", "--insecure", "--plugin-type", "clientapp", "--appio-api-address",
-                      f"127.0.0.1:{nodes[2 * pid]}")
+                start("flower-superexec", "--insecure", "--runtime-api-address", f"127.0.0.1:{nodes[2 * pid]}")
         cfg = _settings(args, root / "profiles", "deployed")
         app = write_app_dir(root / "app", to_run_config(cfg, FlowerSettings(node_wait_s=120)))
         subprocess.run([str(BIN / "flwr"), "run", str(app.parent), "loop", "--stream"], env=env, check=True,

@@ -256,7 +256,7 @@ def _options(name: str) -> list:
 def _registry(name: str) -> tuple:
     return {"algorithms": tuple(ALGORITHMS), "datasets": config.DATASETS, "backbones": config.BACKBONES,
             "degrees": config.DEGREES, "modes": config.PARTICIPATION_MODES,
-            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS}[name]
+            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS, "splits": config.SPLITS}[name]
 
 
 CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms"), ("sweep", "--algos", "algorithms"),
@@ -264,7 +264,8 @@ CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms
            ("sweep", "--dataset", "datasets"), ("measure", "--backbone", "backbones"),
            ("export", "--backbone", "backbones"), ("measure", "--degree", "degrees"),
            ("measure", "--participation-mode", "modes"), ("measure", "--server-optimizer", "optimizers"),
-           ("sweep", "--check-metric", "metrics")]
+           ("sweep", "--check-metric", "metrics"), ("measure", "--split", "splits"),
+           ("flower-app-dir", "--split", "splits")]
 
 
 @pytest.mark.parametrize("command,option,registry", CHOICES)
@@ -300,7 +301,8 @@ REFUSED = [(["measure", "--algo", "nope"], "algorithm", "algorithms"),
            (["train", "--degree", "nope"], "degree of personalization", "degrees"),
            (["measure", "--participation-mode", "nope"], "participation mode", "modes"),
            (["train", "--server-optimizer", "nope"], "server optimizer", "optimizers"),
-           (["sweep", "--check-metric", "nope"], "metric", "metrics")]
+           (["sweep", "--check-metric", "nope"], "metric", "metrics"),
+           (["train", "--split", "nope"], "split", "splits")]
 
 
 @pytest.mark.parametrize("argv,what,registry", REFUSED)
@@ -325,6 +327,7 @@ def _values(tmp_path: Path) -> dict:
             "participation": (["--participation", "0.4"], 0.4),
             "participation_mode": (["--participation-mode", "bernoulli"], "bernoulli"), "seed": (["--seed", "3"], 3),
             "dataset": (["--dataset", "fashion-mnist"], "fashion-mnist"), "degree": (["--degree", "medium"], "medium"),
+            "split": (["--split", "paper"], "paper"),
             "backbone": (["--backbone", "cnn-cifar"], "cnn-cifar"),
             "data_dir": (["--data-dir", str(tmp_path / "data")], tmp_path / "data"),
             "synthetic_samples": (["--synthetic-samples", "300"], 300),

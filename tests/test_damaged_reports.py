@@ -67,7 +67,7 @@ def test_a_damaged_row_is_skipped_with_one_note(good, tmp_path, command, damage)
 @pytest.mark.parametrize("content,sidecar,expected", [
     (b"\x00\x01\x02binary\xff\xfe", None, "binary data"),
     (b"run_id,algo,kind,round\r\nr,pflego,client,abc\r\n", None, "no usable row"),
-    (b"name,value\r\na,1\r\n", None, "no run_id, algo, kind, round column"),
+    (b"name,value\r\na,1\r\n", None, "no run_id, algo, kind column"),
 ])
 def test_a_report_with_nothing_usable_is_one_line_and_exit_7(good, tmp_path, content, sidecar, expected):
     path = _copy(good, tmp_path / "r", content, sidecar)
@@ -90,7 +90,7 @@ def test_a_damaged_sidecar_is_ignored_with_a_note(good, tmp_path, sidecar):
 
 
 def test_a_report_with_only_some_columns_still_summarizes(good, tmp_path):
-    keep = ["run_id", "algo", "kind", "round", "wall_s"]
+    keep = ["run_id", "algo", "kind", "wall_s"]
     lines = good.read_text().splitlines()
     header = lines[0].split(",")
     rows = [",".join(line.split(",")[header.index(c)] for c in keep) for line in lines[1:]]

@@ -125,3 +125,17 @@ def test_dataset_refuses_labels_outside_its_classes() -> None:
     # Execute / Assert
     with pytest.raises(ValueError, match="labels must lie in 0..2"):
         Dataset("bad", np.zeros((2, 1, 2, 2), np.float32), np.array([0, 3]), num_classes=3)
+
+
+@pytest.mark.parametrize("name", ["digits", "synthetic"])
+def test_bundled_sets_have_no_official_test_split(name: str) -> None:
+    # Execute / Assert: the paper split holds out a stand-in for them
+    assert load_dataset(name, synthetic_samples=100).is_test is None
+
+
+def test_dataset_refuses_an_is_test_that_is_not_one_bool_per_sample() -> None:
+    # Prepare
+    x, y = np.zeros((2, 1, 2, 2), np.float32), np.array([0, 1])
+    # Execute / Assert
+    with pytest.raises(ValueError, match="is_test must be bool of shape"):
+        Dataset("bad", x, y, num_classes=2, is_test=np.array([0, 1]))

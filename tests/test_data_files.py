@@ -144,6 +144,18 @@ def test_idx_loaders_concatenate_train_and_test_exactly(
     assert dataset.num_classes == (62 if name == "emnist" else 10)
 
 
+@pytest.mark.parametrize(("name", "prefix", "test_stem"),
+                         [("mnist", "", "t10k"), ("emnist", "emnist-byclass-", "test")])
+def test_idx_loaders_mark_the_official_test_samples(tmp_path: Path, name: str, prefix: str, test_stem: str) -> None:
+    # Prepare: 5 train and 3 test images
+    write_idx_set(tmp_path, prefix, test_stem)
+    # Execute
+    dataset = load_dataset(name, data_dir=tmp_path)
+    # Assert
+    assert dataset.is_test.dtype == np.bool_
+    assert dataset.is_test.tolist() == [False] * 5 + [True] * 3
+
+
 def test_emnist_transpose_puts_a_stored_column_into_a_row(tmp_path: Path) -> None:
     # Prepare: a stored image whose first column is bright must load with its first row bright
     written = write_idx_set(tmp_path, "emnist-byclass-", "test")
@@ -267,6 +279,15 @@ def test_cifar10_refuses_anything_but_a_python_batch(tmp_path: Path, payload: by
     assert message in str(caught.value) and "data_batch_3" in str(caught.value)
 
 
+def test_cifar10_marks_the_test_batch_as_official_test(tmp_path: Path) -> None:
+    # Prepare: five data batches and the test batch of 2 images each
+    write_cifar(tmp_path, per_batch=2)
+    # Execute
+    dataset = load_dataset("cifar10", data_dir=tmp_path)
+    # Assert
+    assert dataset.is_test.tolist() == [False] * 10 + [True] * 2
+
+
 def test_cifar10_missing_batch_is_named(tmp_path: Path) -> None:
     # Prepare
     write_cifar(tmp_path)
@@ -303,6 +324,15 @@ def test_omniglot_resizes_to_the_backbone_shape(tmp_path: Path) -> None:
     # Assert
     assert dataset.x.shape == (24, 1, 28, 28)
     assert 0.0 <= dataset.x.min() and dataset.x.max() <= 1.0
+
+
+def test_omniglot_has_no_official_test_split(tmp_path: Path) -> None:
+    # Prepare
+    write_omniglot(tmp_path)
+    # Execute
+    dataset = load_dataset("omniglot", data_dir=tmp_path)
+    # Assert: images_evaluation divides the alphabets; it is not a test split
+    assert dataset.is_test is None
 
 
 def test_group_partition_gives_each_client_one_alphabet(tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
-"""The partitioner: balanced class assignment, the round-robin deal of Appendix A.2, per-class train/test split."""
+"""The partitioner: balanced class assignment, the round-robin deal of Appendix A.2, per-class train/test split;
+the paper split: the reference code's class draw, the official test split dealt apart."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
+from test_data_files import write_idx
 
-from edgeprof.data import ClientData, Dataset, classes_for_degree, partition
+from edgeprof.data import ClientData, Dataset, classes_for_degree, draw_classes, load_dataset, partition
 from edgeprof.errors import ConfigError
 
 NUM_CLASSES = 10
@@ -185,3 +188,154 @@ def test_more_clients_than_groups_is_a_config_error() -> None:
 def test_degree_sets_k_as_in_the_paper(degree: str, num_classes: int, k: int) -> None:
     # Execute / Assert
     assert classes_for_degree(degree, num_classes) == k
+
+
+# --- the paper split: the reference code's class draw and official test split, dealt apart -------------------
+
+#: official train and test sizes per class of the IDX set below; some test classes are shorter than their holders
+TRAIN_SIZES = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]
+TEST_SIZES = [3, 4, 5, 6, 7, 3, 4, 5, 6, 7]
+
+
+def write_traced_mnist(folder: Path) -> None:
+    """MNIST train and t10k IDX files whose pixels (0, 0) and (0, 1) spell the sample's index in load order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(11)
+    start = 0
+    for stem, sizes in (("train", TRAIN_SIZES), ("t10k", TEST_SIZES)):
+        y = rng.permutation(np.concatenate([np.full(n, c) for c, n in enumerate(sizes)])).astype(np.uint8)
+        x = np.zeros((len(y), 28, 28), dtype=np.uint8)
+        index = start + np.arange(len(y))
+        x[:, 0, 0], x[:, 0, 1] = index // 256, index % 256
+        write_idx(folder / f"{stem}-images-idx3-ubyte", x)
+        write_idx(folder / f"{stem}-labels-idx1-ubyte", y)
+        start += len(y)
+
+
+def traced_ids(x: np.ndarray) -> np.ndarray:
+    pixels = np.rint(x[:, 0, 0, :2] * 255).astype(np.int64)
+    return pixels[:, 0] * 256 + pixels[:, 1]
+
+
+def round_robin_counts(n: int, holders: int) -> list[int]:
+    """Appendix A.2's deal computed directly: n samples to holders in turn, the first n % holders get one more."""
+    return [n // holders + (j < n % holders) for j in range(holders)]
+
+
+@pytest.mark.parametrize(("degree", "k"), DEGREE_K)
+def test_paper_split_deals_official_train_and_test_apart_round_robin(tmp_path: Path, degree: str, k: int) -> None:
+    # Prepare
+    write_traced_mnist(tmp_path)
+    dataset = load_dataset("mnist", data_dir=tmp_path)
+    # Execute
+    clients = partition(dataset, 9, degree, seed=12, split="paper")
+    # Assert: K distinct classes each, every class held
+    assert all(c.num_classes == k and len(set(c.classes.tolist())) == k for c in clients)
+    assert set(np.concatenate([c.classes for c in clients]).tolist()) == set(range(NUM_CLASSES))
+    # Assert: official train samples only in train sets, official test samples only in test sets, each once
+    train = np.concatenate([traced_ids(c.x_train) for c in clients])
+    test = np.concatenate([traced_ids(c.x_test) for c in clients])
+    assert sorted(train.tolist()) == np.flatnonzero(~dataset.is_test).tolist()
+    assert sorted(test.tolist()) == np.flatnonzero(dataset.is_test).tolist()
+    # Assert: each part of each class dealt round-robin over its holders in client order, labels local
+    for c in range(NUM_CLASSES):
+        holders = [cl for cl in clients if c in cl.classes]
+        for part, sizes in (("train", TRAIN_SIZES), ("test", TEST_SIZES)):
+            counts = [int(np.sum(cl.global_labels(getattr(cl, f"y_{part}")) == c)) for cl in holders]
+            assert counts == round_robin_counts(sizes[c], len(holders))
+    for client in clients:
+        np.testing.assert_array_equal(client.global_labels(client.y_train), dataset.y[traced_ids(client.x_train)])
+        np.testing.assert_array_equal(client.global_labels(client.y_test), dataset.y[traced_ids(client.x_test)])
+
+
+def test_paper_split_draws_each_clients_classes_independently_without_replacement() -> None:
+    # Prepare: the reference code's draw replayed; 40 clients x 5 of 10 classes hold every class with no patch
+    replay = np.random.default_rng(5)
+    raw = [replay.choice(NUM_CLASSES, 5, replace=False) for _ in range(40)]
+    assert set(np.concatenate(raw).tolist()) == set(range(NUM_CLASSES))
+    # Execute
+    held = draw_classes(NUM_CLASSES, 40, 5, np.random.default_rng(5))
+    # Assert
+    assert [h.tolist() for h in held] == [sorted(r.tolist()) for r in raw]
+
+
+def test_paper_split_patches_in_every_missing_class_from_a_class_held_twice() -> None:
+    patched_any = False
+    for seed in range(20):
+        # Prepare: 5 clients x 2 of 10 classes must hold every class once; the raw draw rarely does
+        replay = np.random.default_rng(seed)
+        raw = [set(replay.choice(NUM_CLASSES, 2, replace=False).tolist()) for _ in range(5)]
+        raw_holders = Counter(c for classes in raw for c in classes)
+        missing = set(range(NUM_CLASSES)) - set(raw_holders)
+        # Execute
+        held = [set(h.tolist()) for h in draw_classes(NUM_CLASSES, 5, 2, np.random.default_rng(seed))]
+        # Assert
+        assert all(len(h) == 2 for h in held)
+        assert set().union(*held) == set(range(NUM_CLASSES))
+        added = [h - r for h, r in zip(held, raw)]
+        removed = [r - h for h, r in zip(held, raw)]
+        assert sum(len(a) for a in added) == len(missing) and set().union(*added) == missing
+        assert all(raw_holders[c] >= 2 for r in removed for c in r)
+        patched_any |= bool(missing)
+    assert patched_any
+
+
+def test_paper_split_with_too_few_holdings_holds_as_many_classes_as_it_can() -> None:
+    # Execute: 3 clients x 2 classes cannot hold 10 classes
+    held = draw_classes(NUM_CLASSES, 3, 2, np.random.default_rng(0))
+    # Assert
+    assert all(len(set(h.tolist())) == 2 for h in held)
+    assert len(set(np.concatenate(held).tolist())) == 6
+
+
+def test_paper_split_without_an_official_test_split_holds_out_a_seeded_stratified_quarter() -> None:
+    # Prepare: the traced set has no is_test
+    dataset = make_dataset()
+    # Execute
+    first, again = (partition(dataset, 4, "none", seed=13, split="paper") for _ in range(2))
+    # Assert: the same hold-out for every client, test_fraction of each class rounded, disjoint from train
+    test = np.concatenate([sample_ids(c.x_test, len(dataset)) for c in first])
+    train = np.concatenate([sample_ids(c.x_train, len(dataset)) for c in first])
+    assert not set(test.tolist()) & set(train.tolist()) and len(test) + len(train) == len(dataset)
+    for c, n in enumerate(CLASS_SIZES):
+        assert int(np.sum(dataset.y[test] == c)) == int(np.floor(n * 0.25 + 0.5))
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a.x_test, b.x_test)
+
+
+def test_balanced_split_pools_the_official_test_split(tmp_path: Path) -> None:
+    # Prepare: the same samples with and without their official split marked
+    write_traced_mnist(tmp_path)
+    marked = load_dataset("mnist", data_dir=tmp_path)
+    unmarked = Dataset(marked.name, marked.x, marked.y, marked.num_classes)
+    # Execute
+    pairs = zip(partition(marked, 6, "high", seed=3), partition(unmarked, 6, "high", seed=3, split="balanced"))
+    # Assert
+    for a, b in pairs:
+        np.testing.assert_array_equal(a.x_train, b.x_train)
+        np.testing.assert_array_equal(a.x_test, b.x_test)
+
+
+def test_paper_split_leaves_the_group_degree_unchanged() -> None:
+    # Prepare
+    dataset = make_dataset(groups_of_class=[0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+    # Execute
+    pairs = zip(partition(dataset, 2, "group", seed=4), partition(dataset, 2, "group", seed=4, split="paper"))
+    # Assert
+    for a, b in pairs:
+        np.testing.assert_array_equal(a.classes, b.classes)
+        np.testing.assert_array_equal(a.x_train, b.x_train)
+        np.testing.assert_array_equal(a.x_test, b.x_test)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_clients": 2, "split": "reference"}, "unknown split 'reference'"),
+        ({"num_clients": 100, "degree": "none", "split": "paper"}, "too few training samples for 100 clients"),
+    ],
+)
+def test_impossible_paper_splits_are_config_errors(kwargs: dict, message: str) -> None:
+    # Execute / Assert
+    with pytest.raises(ConfigError, match=message):
+        partition(make_dataset(), **kwargs)

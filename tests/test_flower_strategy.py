@@ -179,6 +179,27 @@ def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
         assert all(m.content["config"]["scale"] == 2.0 for m in messages)
 
 
+@pytest.mark.parametrize(("split", "r"), [("balanced", 3), ("paper", 2)])
+def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(monkeypatch, split, r):
+    # Prepare: I=4, pi=0.65: round(2.6) = 3 clients, the reference code's int(2.6) = 2
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from edgeprof.participants import participant_rng, sample_participants
+
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    cfg = cfg_for(participation=0.65, split=split)
+    s = st.make_strategy(cfg, directory())
+    rng = participant_rng(cfg)
+    arrays = ArrayRecord([np.zeros(sh, np.float32) for sh in SHAPES])
+    for t in range(1, 4):
+        # Execute
+        messages = list(s.configure_train(t, arrays, ConfigRecord(), grid=None))
+        # Assert
+        assert s.sampled[t] == sample_participants(rng, 4, 0.65, "fixed", cfg.participant_rounding)
+        assert len(messages) == r and all(m.content["config"]["scale"] == pytest.approx(4 / r) for m in messages)
+
+
 def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_row(tmp_path, pflego_strategy):
     # Prepare
     from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
@@ -214,6 +235,16 @@ def test_run_config_round_trip():
     assert all(v is not None for v in run_config.values())
     back, settings = from_run_config(run_config)
     assert back == cfg and settings == FlowerSettings(round_timeout_s=9.0, total_samples=50)
+
+
+@pytest.mark.parametrize("split", ["balanced", "paper"])
+def test_the_split_survives_the_run_config(split):
+    from edgeprof.flower.config import from_run_config, to_run_config
+
+    cfg = cfg_for(split=split, progress=False).resolved()
+    run_config = to_run_config(cfg)
+    back, _ = from_run_config(run_config)
+    assert run_config["split"] == split and back.split == split and back == cfg
 
 
 @pytest.mark.parametrize("mu", [0.0, None, 0.1])

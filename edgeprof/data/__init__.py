@@ -13,7 +13,8 @@ from pathlib import Path
 from edgeprof.data.base import ClientData, Dataset, to_shape
 from edgeprof.data.bundled import load_digits, make_synthetic
 from edgeprof.data.files import load_cifar10, load_idx_dataset, load_omniglot, read_idx
-from edgeprof.data.partition import DEGREES, assign_classes, classes_for_degree, partition, round_robin
+from edgeprof.data.partition import (DEGREES, SPLITS, assign_classes, classes_for_degree, draw_classes, official_test,
+                                     partition, round_robin)
 from edgeprof.errors import ConfigError, DataError
 
 #: every dataset name :func:`load_dataset` accepts
@@ -25,16 +26,19 @@ __all__ = [
     "DATASETS",
     "DEGREES",
     "FILE_DATASETS",
+    "SPLITS",
     "ClientData",
     "Dataset",
     "assign_classes",
     "classes_for_degree",
+    "draw_classes",
     "load_cifar10",
     "load_dataset",
     "load_digits",
     "load_idx_dataset",
     "load_omniglot",
     "make_synthetic",
+    "official_test",
     "partition",
     "read_idx",
     "round_robin",

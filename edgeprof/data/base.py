@@ -26,7 +26,9 @@ class Dataset:
     """A labelled image set: ``x`` float32 ``(N, C, H, W)`` in ``[0, 1]``, ``y`` int64 global labels.
 
     ``groups`` (int64 ``(N,)``, optional) is a group id per sample, e.g. the Omniglot alphabet; the
-    ``"group"`` partition gives each client one group. Arrays are validated, never copied.
+    ``"group"`` partition gives each client one group. ``is_test`` (bool ``(N,)``, optional) marks the
+    samples that come from the set's official test files; None when the set has no official split. Only
+    the ``"paper"`` split reads it. Arrays are validated, never copied.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Dataset:
     y: np.ndarray = field(repr=False)
     num_classes: int
     groups: np.ndarray | None = field(default=None, repr=False)
+    is_test: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.x.ndim != 4 or self.x.dtype != np.float32:
@@ -44,6 +47,9 @@ class Dataset:
             raise ValueError(f"labels must lie in 0..{self.num_classes - 1}")
         if self.groups is not None and (self.groups.shape != self.y.shape or self.groups.dtype != np.int64):
             raise ValueError(f"groups must be int64 of shape ({len(self.x)},), got {self.groups.shape}")
+        if self.is_test is not None and (self.is_test.shape != self.y.shape or self.is_test.dtype != np.bool_):
+            raise ValueError(f"is_test must be bool of shape ({len(self.x)},), got {self.is_test.dtype} "
+                             f"{self.is_test.shape}")
 
     def __len__(self) -> int:
         return len(self.y)

@@ -1,9 +1,11 @@
 """Loaders for the paper's datasets from their official files: MNIST-family IDX, CIFAR-10 batches, Omniglot PNGs.
 
 Nothing is downloaded: the user points ``data_dir`` at files fetched once (``scripts/`` has how). Each
-loader concatenates the official train and test parts into one :class:`Dataset`, because the
-partitioner makes its own per-client train/test split (paper, Appendix A.2). Every problem with a
-file becomes a one-line :class:`DataError` that names the file and what is wrong with it.
+loader concatenates the official train and test parts into one :class:`Dataset`, because the default
+partitioner makes its own per-client train/test split (paper, Appendix A.2); the MNIST-family and
+CIFAR-10 loaders mark the official test samples in ``Dataset.is_test`` for the ``"paper"`` split, which
+keeps them apart. Every problem with a file becomes a one-line :class:`DataError` that names the file
+and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def load_idx_dataset(name: str, data_dir: Path, shape: tuple[int, int, int] | No
 
     Files are ``[prefix]{train,t10k|test}-{images-idx3,labels-idx1}-ubyte[.gz]`` in ``data_dir`` or
     one of the set's :class:`IdxSet` subfolders. EMNIST images are stored transposed and are
-    transposed back here. Pixels are scaled to ``[0, 1]``.
+    transposed back here. Pixels are scaled to ``[0, 1]``; ``is_test`` marks the ``t10k``/``test`` samples.
     """
     spec = IDX_SETS[name]
     images, labels = [], []
@@ -109,7 +111,8 @@ def load_idx_dataset(name: str, data_dir: Path, shape: tuple[int, int, int] | No
     if spec.transposed:
         x_u8 = x_u8.transpose(0, 1, 3, 2)
     y_all = np.concatenate(labels).astype(np.int64)
-    return Dataset(name=name, x=from_uint8(x_u8, shape), y=y_all, num_classes=spec.num_classes)
+    is_test = np.repeat(np.array([False, True]), [len(y) for y in labels])
+    return Dataset(name=name, x=from_uint8(x_u8, shape), y=y_all, num_classes=spec.num_classes, is_test=is_test)
 
 
 def _find_idx(spec: IdxSet, data_dir: Path, stems: tuple[str, ...], kind: str) -> Path:
@@ -168,6 +171,8 @@ class _CifarUnpickler(pickle.Unpickler):
 def load_cifar10(data_dir: Path, shape: tuple[int, int, int] | None = None) -> Dataset:
     """Load the CIFAR-10 python batches (``data_batch_1..5`` then ``test_batch``), native ``(3, 32, 32)``.
 
+    ``is_test`` marks the samples of ``test_batch``.
+
     The batches are read from ``data_dir/cifar-10-batches-py`` or ``data_dir``. They are pickles
     (``encoding="bytes"``), and unpickling an untrusted file can run arbitrary code: only load the
     official archive. As a safeguard the unpickler accepts no global but numpy array reconstruction,
@@ -181,7 +186,9 @@ def load_cifar10(data_dir: Path, shape: tuple[int, int, int] | None = None) -> D
         images.append(x)
         labels.append(y)
     x_u8 = np.concatenate(images).reshape(-1, 3, 32, 32)
-    return Dataset(name="cifar10", x=from_uint8(x_u8, shape), y=np.concatenate(labels), num_classes=10)
+    is_test = np.repeat([batch == "test_batch" for batch in CIFAR_BATCHES], [len(y) for y in labels])
+    return Dataset(name="cifar10", x=from_uint8(x_u8, shape), y=np.concatenate(labels), num_classes=10,
+                   is_test=is_test)
 
 
 def _cifar_folder(data_dir: Path) -> Path:
@@ -238,7 +245,8 @@ def load_omniglot(data_dir: Path, shape: tuple[int, int, int] | None = None) -> 
     Layout: ``<folder>/<alphabet>/<character>/*.png``, looked for in ``data_dir``, ``data_dir/omniglot``
     or torchvision's ``data_dir/omniglot-py``. Every character is a class and every alphabet a group
     (``Dataset.groups``), both numbered in sorted folder order, background before evaluation. Images
-    are inverted so strokes are 1 and background 0; native size is 105x105. Needs Pillow.
+    are inverted so strokes are 1 and background 0; native size is 105x105. ``is_test`` stays None: background
+    and evaluation divide the alphabets, they are not a test split. Needs Pillow.
     """
     folders = _omniglot_folders(data_dir)
     paths, labels, groups = _omniglot_index(folders)

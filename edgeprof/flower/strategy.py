@@ -225,7 +225,7 @@ class EdgeprofStrategy(Strategy):
                         grid: Grid) -> Iterable[Message]:
         self.theta = arrays.to_numpy_ndarrays()
         sampled = sample_participants(self.rng, self.cfg.clients, self.cfg.participation,
-                                      self.cfg.participation_mode)
+                                      self.cfg.participation_mode, self.cfg.participant_rounding)
         self.sampled[server_round] = sampled
         messages = []
         for pid in sampled:

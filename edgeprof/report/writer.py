@@ -166,7 +166,7 @@ class Report:
 
 
 #: columns every usable row has (a damaged report may lack others: they read as empty)
-REQUIRED_COLUMNS = ("run_id", "algo", "kind", "round")
+REQUIRED_COLUMNS = ("run_id", "algo", "kind")
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
 _TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol")
@@ -195,8 +195,6 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
             return f"{name} = {value!r} is not a number"
         if not math.isfinite(number) or (name in INTEGER_COLUMNS and number != int(number)):
             return f"{name} = {value!r} is not a {'whole' if name in INTEGER_COLUMNS else 'finite'} number"
-    if row.get("round", "") == "":
-        return "no round"
     return None
 
 
