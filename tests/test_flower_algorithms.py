@@ -144,3 +144,33 @@ def test_algorithm_on_flower_matches_the_in_process_run(algo, tmp_path, task_ide
         if pid in trained:
             for g, w in zip(state[key].to_numpy_ndarrays(), arrays[pid], strict=True):
                 np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("protocol", ["global", "paper"])
+@pytest.mark.parametrize("algo", ["pflego", "fedavg", "ditto"])
+def test_evaluation_on_flower_matches_in_process(algo, protocol, tmp_path, task_identity):
+    """Flower's eval rows (EVALUATE messages, or the local evaluation in training replies) equal the
+    in-process loop's under the same protocol."""
+    import dataclasses
+
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.config import FlowerSettings, to_run_config
+    from edgeprof.flower.server_app import run_server
+    from edgeprof.report import read_report
+    from edgeprof.simulate import run
+
+    cfg = dataclasses.replace(tiny_cfg(algo, tmp_path), evaluate=True, eval_protocol=protocol)
+    run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))
+    contexts = {1000 + 7 * pid: Context(run_id=1, node_id=1000 + 7 * pid, node_config={
+        "partition-id": pid, "num-partitions": CLIENTS}, state=RecordDict(), run_config=run_config)
+        for pid in range(CLIENTS)}
+
+    flower_report = read_report(tmp_path / f"{run_server(LoopbackGrid(make_client_app(), contexts), run_config)}.csv")
+    local_report = read_report(run(dataclasses.replace(cfg, run_name=f"{algo}-local")).csv_path)
+
+    got, want = (sorted(r.where(kind="eval"), key=lambda r: int(r["round"])) for r in (flower_report, local_report))
+    assert len(got) == len(want) == cfg.rounds
+    for g, w in zip(got, want):
+        assert g["eval_protocol"] == w["eval_protocol"] == protocol
+        assert float(g["test_accuracy"]) == pytest.approx(float(w["test_accuracy"]), abs=1e-6)
+        assert float(g["train_loss"]) == pytest.approx(float(w["train_loss"]), rel=1e-5)

@@ -42,7 +42,7 @@ def reply(node: int, content: RecordDict | Error, round_: int = 1) -> Message:
 
 
 def grad_reply(pid: int, arrays, *, n=None, node=None, metrics=None) -> Message:
-    m = MetricRecord(metrics if metrics is not None else {"partition-id": pid, "n-samples": n or N[pid],
+    m = MetricRecord(metrics if metrics is not None else {"partition-id": pid, "num-examples": n or N[pid],
                                                           "train-loss": 0.5})
     return reply(100 + pid if node is None else node, RecordDict({"arrays": ArrayRecord(list(arrays)), "metrics": m}))
 
@@ -79,8 +79,8 @@ def test_pflego_aggregation_is_equation_4_with_missing_clients_as_zero(pflego_st
     (lambda: grad_reply(0, [np.full((3, 2), np.inf, np.float32), np.zeros(3, np.float32)]), "NaN or infinite"),
     (lambda: grad_reply(0, [np.zeros((3, 2), np.int64), np.zeros(3, np.int64)]), "dtype"),
     (lambda: grad_reply(0, grads(0), node=101), "which is node 100"),  # node 101 claims partition 0
-    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0}), "'n-samples' missing"),
-    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0, "n-samples": -3}), "positive integer"),
+    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0}), "'num-examples' missing"),
+    (lambda: grad_reply(0, grads(0), metrics={"partition-id": 0, "num-examples": -3}), "positive integer"),
     (lambda: reply(100, RecordDict({"metrics": MetricRecord({"partition-id": 0, "n-samples": 10})})),
      "no ArrayRecord"),
     (lambda: reply(100, Error(code=1, reason="boom")), "client error: boom"),
@@ -271,3 +271,13 @@ def test_import_edgeprof_does_not_import_flower():
     code = "import sys, edgeprof, edgeprof.cli, edgeprof.simulate, edgeprof.flower.config; print('flwr' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("key", ["num-examples", "n-samples"])
+def test_replies_count_examples_under_flowers_key_and_the_old_one(pflego_strategy, key):
+    msg = grad_reply(1, grads(1), metrics={"partition-id": 1, key: 30, "train-loss": 0.5})
+
+    arrays, metrics = pflego_strategy.aggregate_train(1, [msg])
+
+    assert arrays is not None and metrics["replies-accepted"] == 1
+    assert pflego_strategy.directory.nodes[1].n_train == 30

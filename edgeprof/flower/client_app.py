@@ -17,11 +17,15 @@ per process (:func:`runtime_for`), for as long as the process serves messages.
 
 Handlers: ``query`` answers the server's roll call (partition id, N_i, K_i, device); ``train`` runs one
 round and replies with the client program's reply arrays and a MetricRecord ``metrics`` (partition-id,
-n-samples, train-loss). :mod:`edgeprof.flower.mod` profiles ``train``.
+num-examples (Flower's key for N_i), train-loss). :mod:`edgeprof.flower.mod` profiles ``train``. With
+``evaluate``, ``evaluate`` answers the server's EVALUATE messages (the ``global`` protocol: this client's
+declared evaluation under the new global arrays), and under the ``paper`` protocol the training reply also
+carries the evaluation of the model the client just trained, taken after the round's window.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Mapping, Optional
 
@@ -104,7 +108,35 @@ def train_round(cfg: RunConfig, client, arrays: list[np.ndarray], config, state:
     result = spec.client(rt, arrays, personal_state(spec, rt, client, state), client, settings)
     if result.personal is not None:
         state[PERSONAL_KEY] = ArrayRecord(list(result.personal))
+    _LAST_ROUND[client.client_id] = (arrays, result, settings.with_phase(lambda _: contextlib.nullcontext()))
     return result
+
+
+#: the last round each client ran in this process: (global arrays, ClientResult, settings), for the
+#: ``paper`` protocol's local evaluation after the round's window
+_LAST_ROUND: dict[int, tuple] = {}
+
+
+def eval_metrics(result) -> dict:
+    """An EvalResult as reply metrics (the keys :func:`edgeprof.flower.strategy.eval_result` reads)."""
+    return {"eval-train-loss": float(result.train_loss), "eval-test-accuracy": float(result.test_accuracy),
+            "eval-n-train": int(result.n_train), "eval-n-test": int(result.n_test)}
+
+
+def local_evaluation(cfg_of, msg: Message, context: Context, reply: Message) -> None:
+    """The ``paper`` protocol: score the model this client just trained (before the server step), add it to
+    the training reply; nothing under the ``global`` protocol (the server asks with EVALUATE messages)."""
+    from edgeprof.algorithms import ALGORITHMS
+
+    cfg = cfg_of(context)
+    if not (cfg.evaluate and cfg.eval_protocol == "paper"):
+        return
+    client = load_client(cfg, partition_id(context, cfg))
+    arrays, result, settings = _LAST_ROUND.pop(client.client_id)
+    spec = ALGORITHMS[cfg.algo]
+    rt = runtime_for(cfg, int(msg.content[CONFIG_KEY]["num-outputs"]))
+    shared = result.reply if spec.reply_is_model else arrays
+    reply.content[METRICS_KEY].update(eval_metrics(spec.evaluate(rt, shared, result.personal, client, settings)))
 
 
 def prepare_round(cfg_of, msg: Message, context: Context) -> None:
@@ -136,14 +168,15 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
 def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     """The ClientApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
     cfg_of = functools.partial(node_cfg, defaults=defaults)
-    app = ClientApp(mods=[make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of))])
+    app = ClientApp(mods=[make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of),
+                                           functools.partial(local_evaluation, cfg_of))])
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         cfg = cfg_of(context)
         pid = partition_id(context, cfg)
         client = load_client(cfg, pid)
-        info = MetricRecord({"partition-id": pid, "n-samples": client.n_train, "num-classes": client.num_classes})
+        info = MetricRecord({"partition-id": pid, "num-examples": client.n_train, "num-classes": client.num_classes})
         from flwr.app import ConfigRecord
 
         return Message(RecordDict({METRICS_KEY: info, "device": ConfigRecord(
@@ -155,10 +188,28 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
         pid = partition_id(context, cfg)
         arrays = msg.content[ARRAYS_KEY].to_numpy_ndarrays()
         result = train_round(cfg, load_client(cfg, pid), arrays, msg.content[CONFIG_KEY], context.state)
-        metrics = MetricRecord({"partition-id": pid, "n-samples": int(result.n_samples),
+        metrics = MetricRecord({"partition-id": pid, "num-examples": int(result.n_samples),
                                 "train-loss": float(result.loss)})
         return Message(RecordDict({ARRAYS_KEY: ArrayRecord(list(result.reply)), METRICS_KEY: metrics}),
                        reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        """The ``global`` protocol: this client's declared evaluation under the new global arrays."""
+        from edgeprof.algorithms import ALGORITHMS
+        from edgeprof.algorithms.contract import RoundSettings
+
+        cfg = cfg_of(context)
+        pid = partition_id(context, cfg)
+        client = load_client(cfg, pid)
+        config = msg.content[CONFIG_KEY]
+        spec = ALGORITHMS[cfg.algo]
+        rt = runtime_for(cfg, int(config["num-outputs"]))
+        result = spec.evaluate(rt, msg.content[ARRAYS_KEY].to_numpy_ndarrays(),
+                               personal_state(spec, rt, client, context.state), client,
+                               RoundSettings.of(cfg, scale=float(config["scale"])))
+        metrics = MetricRecord({"partition-id": pid, "num-examples": int(result.n_test), **eval_metrics(result)})
+        return Message(RecordDict({METRICS_KEY: metrics}), reply_to=msg)
 
     return app
 

@@ -20,7 +20,7 @@ from edgeprof.errors import ConfigError
 
 #: RunConfig fields that are not meaningful in a federation (each node profiles itself; the
 #: per-node meters options come from the node config, see :func:`node_overrides`)
-_SKIPPED = ("progress", "idle_seconds", "evaluate")
+_SKIPPED = ("progress", "idle_seconds")
 #: optional numeric fields, written as 0 when unset
 _OPTIONAL_NUMBERS = ("threads", "beta", "rho", "cpu_watts", "carbon_intensity")
 #: optional numeric fields for which 0 is a setting (a proximal mu = 0), written as "" when unset

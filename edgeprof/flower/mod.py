@@ -102,13 +102,15 @@ def _setup_cells(win) -> dict[str, float]:
 
 
 def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
-                     prepare: Optional[Callable[[Message, Context], None]] = None):
+                     prepare: Optional[Callable[[Message, Context], None]] = None,
+                     after: Optional[Callable[[Message, Context, Message], None]] = None):
     """The mod; ``cfg_of(context)`` gives the run settings of this node (meters options, carbon).
 
     ``prepare(msg, context)`` does the set-up a round needs (data, model, ONNX session, personal state) in
     its own ``setup`` window before the ``client`` window opens, so the round's ``wall_s`` and ``energy_j``
     cover the round alone; the set-up's wall, CPU and joules travel beside it (``setup_*`` columns), with the
-    process's own start-up (``startup_*``) when a SuperNode started it for this message.
+    process's own start-up (``startup_*``) when a SuperNode started it for this message. ``after(msg, context,
+    reply)`` runs once the round's window is closed (the ``paper`` protocol's local evaluation), unprofiled.
     """
 
     def profile_mod(msg: Message, context: Context, call_next) -> Message:
@@ -136,6 +138,8 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
             meters.close()
         if reply.has_error():
             return reply
+        if after is not None:
+            after(msg, context, reply)
         g_per_kwh, source = _carbon(cfg.country, cfg.region, cfg.carbon_intensity)
         numbers, strings = split_row(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
         numbers.update(_setup_cells(setup), **startup)

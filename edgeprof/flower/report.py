@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
-from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy
+from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy, num_examples_key
 from edgeprof.report.schema import _fmt
 from edgeprof.report.session import RunContext, base_row
 
@@ -63,7 +63,7 @@ class ReportingStrategy(Strategy):
         metrics = msg.content[METRICS_KEY] if METRICS_KEY in msg.content else MetricRecord()
         pid = self.inner.directory.partition_of(msg.metadata.src_node_id)
         row = base_row(self.ctx, self.cfg, server_round, "client", client=pid,
-                       n_samples=int(metrics.get("n-samples", 0)) or None,
+                       n_samples=int(metrics.get(num_examples_key(metrics), 0)) or None,
                        n_participants=len(self.inner.sampled.get(server_round, ())),
                        train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
         row = {k: "" if v is None else str(v) for k, v in row.items()}
@@ -88,13 +88,27 @@ class ReportingStrategy(Strategy):
         self.ctx.record(win, base_row(self.ctx, self.cfg, server_round, "server",
                                       n_participants=len(self.inner.sampled.get(server_round, ())),
                                       n_samples=n))
+        if self.cfg.evaluate and self.cfg.eval_protocol == "paper":
+            self._eval_row(server_round, self.inner.paper_score(server_round, replies))
         return result
+
+    def _eval_row(self, server_round: int, score) -> None:
+        """An ``eval`` row (the protocol's loss and accuracy), as the in-process loop writes it."""
+        if score is None:
+            return
+        loss, accuracy = score
+        self.ctx.writer.write(base_row(self.ctx, self.cfg, server_round, "eval", train_loss=f"{loss:.6g}",
+                                       test_accuracy=f"{accuracy:.6g}", eval_protocol=self.cfg.eval_protocol,
+                                       n_participants=len(self.inner.sampled.get(server_round, ()))))
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
         return self.inner.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]):
-        return self.inner.aggregate_evaluate(server_round, replies)
+        metrics = self.inner.aggregate_evaluate(server_round, replies)
+        if metrics is not None:
+            self._eval_row(server_round, (float(metrics["train-loss"]), float(metrics["test-accuracy"])))
+        return metrics
 
     def summary(self) -> None:
         self.inner.summary()

@@ -26,7 +26,8 @@ from flwr.serverapp import Grid, ServerApp
 from edgeprof.config import RunConfig
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ReportingStrategy
-from edgeprof.flower.strategy import METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy
+from edgeprof.flower.strategy import (METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy,
+                                      num_examples_key)
 from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
 
 log = logging.getLogger("edgeprof.flower")
@@ -50,7 +51,7 @@ def _forward_logs_to_flower() -> None:
 def _node_info(msg: Message) -> NodeInfo:
     metrics = msg.content[METRICS_KEY]
     device = msg.content["device"]["device"] if "device" in msg.content else ""
-    return NodeInfo(int(metrics["partition-id"]), msg.metadata.src_node_id, int(metrics["n-samples"]),
+    return NodeInfo(int(metrics["partition-id"]), msg.metadata.src_node_id, int(metrics[num_examples_key(metrics)]),
                     int(metrics.get("num-classes", 0)), str(device))
 
 

@@ -134,6 +134,18 @@ class ClientReply:
     arrays: list[np.ndarray] = field(repr=False)
 
 
+#: Flower's own key for a client's number of training examples (stock strategies and metric aggregation
+#: read it); ``n-samples`` is what edgeprof replies used before, still read
+NUM_EXAMPLES = "num-examples"
+OLD_NUM_EXAMPLES = "n-samples"
+
+
+def num_examples_key(metrics) -> str:
+    """``num-examples``, or the old ``n-samples`` of a reply from an earlier edgeprof (a missing key is
+    reported under Flower's name)."""
+    return OLD_NUM_EXAMPLES if NUM_EXAMPLES not in metrics and OLD_NUM_EXAMPLES in metrics else NUM_EXAMPLES
+
+
 def _metric(metrics: MetricRecord, key: str) -> float:
     if key not in metrics:
         raise RejectedReply(f"metric {key!r} missing")
@@ -175,9 +187,9 @@ def parse_reply(msg: Message, shapes: Sequence[tuple[int, ...]], directory: Dire
     pid = int(_metric(metrics, "partition-id"))
     if directory.node_of(pid) != node:
         raise RejectedReply(f"node {node} replied for partition {pid}, which is node {directory.node_of(pid)}'s")
-    n = _metric(metrics, "n-samples")
+    n = _metric(metrics, num_examples_key(metrics))
     if n < 1 or n != int(n):
-        raise RejectedReply(f"n-samples must be a positive integer, got {n}")
+        raise RejectedReply(f"num-examples must be a positive integer, got {n}")
     arrays = check_arrays(content.get(ARRAYS_KEY) if ARRAYS_KEY in content else None, shapes)
     loss = float(metrics["train-loss"]) if "train-loss" in metrics else float("nan")
     return ClientReply(pid, node, int(n), loss, arrays)
@@ -202,6 +214,7 @@ class EdgeprofStrategy(Strategy):
         self.sampled: dict[int, list[int]] = {}
         self.accepted: dict[int, list[int]] = {}
         self.rejected: dict[int, list[tuple[str, str]]] = {}
+        self.evaluated: dict[int, list] = {}
         self._runtime = None
         self._optimizer = None
 
@@ -294,14 +307,62 @@ class EdgeprofStrategy(Strategy):
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        return []
+        """With ``evaluate`` and the ``global`` protocol: one EVALUATE message to every known client with the
+        new global arrays (the ``paper`` protocol is scored inside the training replies)."""
+        if not (self.cfg.evaluate and self.cfg.eval_protocol == "global"):
+            return []
+        return [Message(content=RecordDict({ARRAYS_KEY: arrays, CONFIG_KEY: ConfigRecord(
+                    {**dict(config), **self.round_config(server_round), "partition-id": pid})}),
+                        dst_node_id=info.node_id, message_type=MessageType.EVALUATE, group_id=str(server_round))
+                for pid, info in sorted(self.directory.nodes.items())]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None
+        """The ``global`` protocol over the clients that answered (:func:`edgeprof.evaluation.global_score`)."""
+        from edgeprof.evaluation import global_score
+
+        results = [r for r in (eval_result(m, self.directory) for m in replies) if r is not None]
+        self.evaluated[server_round] = results
+        if not results:
+            return None
+        loss, accuracy = global_score(results)
+        return MetricRecord({"train-loss": loss, "test-accuracy": accuracy, "clients": len(results)})
+
+    def paper_score(self, server_round: int, replies: Sequence[Message]) -> tuple[float, float] | None:
+        """The ``paper`` protocol over the round's accepted training replies (their local evaluation)."""
+        from edgeprof.evaluation import paper_score
+
+        accepted = set(self.accepted.get(server_round, ()))
+        results = [r for r in (eval_result(m, self.directory) for m in replies)
+                   if r is not None and r.client_id in accepted]
+        return paper_score(results) if results else None
 
     def summary(self) -> None:
         log.info("%s (%s): %d clients, participation %s (%s), scale I/r = %.6g", type(self).__name__,
                  self.cfg.algo, self.cfg.clients, self.cfg.participation, self.cfg.participation_mode, self.scale)
+
+
+#: the metrics of a client's evaluation (an EVALUATE reply, or the local evaluation in a TRAIN reply)
+EVAL_KEYS = ("eval-train-loss", "eval-test-accuracy", "eval-n-train", "eval-n-test")
+
+
+def eval_result(msg: Message, directory: Directory):
+    """The EvalResult a reply carries, or None (an error, no evaluation metrics, not the node's partition)."""
+    from edgeprof.algorithms.contract import EvalResult
+
+    if msg.has_error() or METRICS_KEY not in msg.content:
+        return None
+    metrics = msg.content[METRICS_KEY]
+    if not isinstance(metrics, MetricRecord) or any(k not in metrics for k in (*EVAL_KEYS, "partition-id")):
+        return None
+    try:
+        values = [float(metrics[k]) for k in EVAL_KEYS]
+        pid = int(metrics["partition-id"])
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) for v in values) or directory.node_of(pid) != msg.metadata.src_node_id:
+        return None
+    loss, accuracy, n_train, n_test = values
+    return EvalResult(pid, loss, accuracy, int(n_train), int(n_test))
 
 
 def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
