@@ -476,3 +476,14 @@ def test_version_prints_the_package_version():
     result = CliRunner().invoke(app, ["--version"])
 
     assert result.exit_code == 0 and result.stdout.strip() == f"edgeprof {__version__}"
+
+
+@pytest.mark.parametrize("command,default", [("measure", "digits"), ("train", "digits"), ("sweep", "synthetic")])
+def test_help_states_each_commands_own_default_dataset(command, default):
+    from edgeprof.cli import _console  # noqa: F401 - the CLI module is importable without a terminal
+
+    result = CliRunner().invoke(app, [command, "--help"], terminal_width=200)
+
+    text = " ".join(result.stdout.split())
+    block = text[text.index("--dataset"):text.index("--dataset") + 400]
+    assert f"[default: {default}]" in block and "(embedded, default)" not in block
