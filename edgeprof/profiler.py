@@ -8,6 +8,12 @@ domain as the difference of two cumulative readings. Phases split the same quant
 Each sample reads the process CPU clock once and hands that value to the meter set, so a meter derived
 from CPU time (the estimate) yields exactly the window's and every phase's ``cpu_s`` times its watts.
 
+Implausible readings: a meter flags a domain whose step since its previous reading cannot be trusted
+(:class:`~edgeprof.meters.base.Reading`). Every sample carries, per domain, how many readings were flagged so
+far (and the latest reason), so a span between two samples knows whether a flagged step lies inside it: that
+domain is then in ``Span.invalid`` and its ``energy_j`` is NaN, never a number. Phases and windows are spans
+alike; a phase entered twice is invalid when either part is.
+
 Clocks and the meter set are injectable, so a test with fake clocks and fake counters can assert exact
 numbers. The profiler's own cost is its bookkeeping (meter reads, RSS reads) measured on the calling
 thread's CPU clock: ``overhead_s`` is thread CPU seconds, which time spent preempted by other processes
@@ -18,6 +24,7 @@ same bookkeeping, kept beside it. Work of a meter's own sampler thread is in nei
 from __future__ import annotations
 
 import contextlib
+import math
 import resource
 import sys
 import time
@@ -31,25 +38,37 @@ from edgeprof.meters.discovery import MeterSet
 
 @dataclass(frozen=True)
 class Sample:
-    """Everything read at one instant."""
+    """Everything read at one instant; ``flagged``: per domain, (readings flagged implausible so far, the
+    latest reason)."""
 
     wall_s: float
     cpu_s: float
     energy_j: Mapping[str, float]
+    flagged: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Span:
-    """Differences between two samples."""
+    """Differences between two samples; ``invalid``: domains with an implausible step inside (-> reason),
+    whose ``energy_j`` is NaN."""
 
     wall_s: float
     cpu_s: float
     energy_j: Mapping[str, float]
+    invalid: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def between(start: Sample, end: Sample) -> "Span":
+        invalid = {d: why for d, (n, why) in end.flagged.items() if n > start.flagged.get(d, (0, ""))[0]}
         return Span(end.wall_s - start.wall_s, end.cpu_s - start.cpu_s,
-                    {k: end.energy_j[k] - start.energy_j[k] for k in end.energy_j})
+                    {k: math.nan if k in invalid else end.energy_j[k] - start.energy_j[k] for k in end.energy_j},
+                    invalid)
+
+    def __add__(self, other: "Span") -> "Span":
+        """Two spans of one phase together (an invalid domain in either stays invalid)."""
+        return Span(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
+                    {k: self.energy_j[k] + other.energy_j[k] for k in other.energy_j},
+                    {**self.invalid, **other.invalid})
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,13 @@ class WindowResult:
 
     @property
     def energy_total_j(self) -> float:
+        """The sum over the counted domains; NaN when one of them is invalid in this window."""
         return float(sum(self.span.energy_j[d.name] for d in self.domains if d.in_total))
+
+    @property
+    def invalid(self) -> Mapping[str, str]:
+        """Domains with an implausible reading inside the window, and why."""
+        return self.span.invalid
 
 
 class PeakRss:
@@ -129,10 +154,7 @@ class Window:
         finally:
             span = Span.between(start, self._profiler._sample(self))
             previous = self.phases.get(name)
-            if previous is not None:  # a phase entered twice accumulates
-                span = Span(previous.wall_s + span.wall_s, previous.cpu_s + span.cpu_s,
-                            {k: previous.energy_j[k] + span.energy_j[k] for k in span.energy_j})
-            self.phases[name] = span
+            self.phases[name] = span if previous is None else previous + span  # a phase entered twice accumulates
 
 
 class Profiler:
@@ -151,6 +173,7 @@ class Profiler:
         self._cpu_clock = cpu_clock
         self._thread_clock = thread_clock
         self._rss = rss if rss is not None else PeakRss()
+        self._flagged: dict[str, tuple[int, str]] = {}  # per domain: readings flagged implausible, latest reason
 
     def _charge(self, window: Window, wall0_s: float, thread0_s: float) -> None:
         """Add the bookkeeping since ``(wall0_s, thread0_s)`` to the window's overhead."""
@@ -161,9 +184,35 @@ class Profiler:
         """Read the clocks and the meters, handing the meters this sample's CPU time; charged to overhead."""
         wall0, thread0 = self._clock(), self._thread_clock()
         cpu = self._cpu_clock()
-        energy = self.meters.read_j(cpu_s=cpu)
+        reading = self.meters.read(cpu_s=cpu)
+        for domain, why in reading.invalid.items():
+            self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
         self._charge(window, wall0, thread0)
-        return Sample(wall0, cpu, energy)
+        return Sample(wall0, cpu, reading.energy_j, dict(self._flagged))
+
+    # --- for callers that keep their own windows (edgeprof.windows: windows that nest or overlap) ----------
+    def sample(self, charge) -> Sample:
+        """One sample, as a window's edges and phases take it; its bookkeeping is added to ``charge``'s
+        ``overhead_s`` and ``overhead_wall_s``."""
+        return self._sample(charge)
+
+    @property
+    def peak_rss_per_window(self) -> bool:
+        """Whether the peak RSS can be reset (Linux); otherwise every read is the process's peak so far."""
+        return self._rss.per_window
+
+    def reset_peak_rss(self, charge) -> None:
+        """Start a new peak-RSS period; the bookkeeping is added to ``charge``."""
+        wall0, thread0 = self._clock(), self._thread_clock()
+        self._rss.reset()
+        self._charge(charge, wall0, thread0)
+
+    def read_peak_rss_mb(self, charge) -> float:
+        """The peak RSS since the last reset, MiB; the bookkeeping is added to ``charge``."""
+        wall0, thread0 = self._clock(), self._thread_clock()
+        peak = self._rss.read_mb()
+        self._charge(charge, wall0, thread0)
+        return peak
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[Window]:

@@ -26,6 +26,25 @@ def set_energy(root: Path, zone: str, energy_uj: int) -> None:
     (Path(root) / "class" / "powercap" / zone / "energy_uj").write_text(f"{energy_uj}\n")
 
 
+#: ways a label file (a RAPL zone's ``name``, a Jetson rail label) can be unusable. The tests run as root,
+#: which reads a chmod 000 file anyway, so "unreadable" is a dangling link (open() fails with ENOENT).
+BAD_LABELS = ("not_utf8", "directory", "dangling_link")
+
+
+def spoil_label(path: Path, how: str) -> None:
+    """Replace the label file at ``path`` by one that cannot be read as a label (see :data:`BAD_LABELS`)."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    if how == "not_utf8":
+        path.write_bytes(b"\xff\xfe")
+    elif how == "directory":
+        path.mkdir()
+    elif how == "dangling_link":
+        path.symlink_to(path.parent / "no-such-file")
+    else:
+        raise ValueError(how)
+
+
 #: layouts by scenario: (zone dir, kernel name)
 RAPL_LAYOUTS = {
     "one_socket": [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl:0:1", "uncore")],
@@ -58,7 +77,7 @@ JETSON_BOARDS = {
 }
 
 
-def _rail_dir(root: Path, board: str) -> Path:
+def rail_dir(root: Path, board: str) -> Path:
     layout, device, _ = JETSON_BOARDS[board]
     base = Path(root) / "bus" / "i2c" / "drivers" / device
     return base / ("hwmon/hwmon3" if layout == "hwmon" else "iio:device0")
@@ -67,7 +86,7 @@ def _rail_dir(root: Path, board: str) -> Path:
 def build_jetson(root: Path, board: str, extra_nc: bool = True) -> list[str]:
     """Write the rails of ``board`` (all at 0 W); an ``NC`` channel is added to hwmon boards."""
     layout, _, labels = JETSON_BOARDS[board]
-    d = _rail_dir(root, board)
+    d = rail_dir(root, board)
     d.mkdir(parents=True, exist_ok=True)
     for k, label in enumerate(labels, start=1 if layout == "hwmon" else 0):
         if layout == "hwmon":
@@ -85,7 +104,7 @@ def build_jetson(root: Path, board: str, extra_nc: bool = True) -> list[str]:
 def set_rails(root: Path, board: str, values: dict[str, tuple[int, int]]) -> None:
     """Set rails: hwmon takes (mV, mA); iio takes (mW, ignored)."""
     layout, _, labels = JETSON_BOARDS[board]
-    d = _rail_dir(root, board)
+    d = rail_dir(root, board)
     for label, (a, b) in values.items():
         k = labels.index(label) + (1 if layout == "hwmon" else 0)
         if layout == "hwmon":
@@ -115,7 +134,8 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
     """A module with pynvml's functions, ``NVMLError`` and error codes.
 
     Each GPU dict: ``energy_mj`` (int, or None when the counter is NOT_SUPPORTED), ``power_mw`` (int or
-    None) and ``name``; tests change the dicts between reads. ``module.calls`` records function names.
+    None), ``name`` and optionally ``limit_mw`` (the largest power limit; absent: NOT_SUPPORTED); tests
+    change the dicts between reads. ``module.calls`` records function names.
     """
     mod = types.ModuleType("pynvml")
     mod.NVML_ERROR_NOT_SUPPORTED = 3
@@ -158,4 +178,11 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
     mod.nvmlDeviceGetName = lambda h: gpus[h].get("name", "Fake GPU")
     mod.nvmlDeviceGetTotalEnergyConsumption = lambda h: _field(h, "energy_mj")
     mod.nvmlDeviceGetPowerUsage = lambda h: _field(h, "power_mw")
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(handle):
+        if gpus[handle].get("limit_mw") is None:
+            raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
+        return 100_000, gpus[handle]["limit_mw"]  # (min, max) in mW
+
+    mod.nvmlDeviceGetPowerManagementLimitConstraints = nvmlDeviceGetPowerManagementLimitConstraints
     return mod

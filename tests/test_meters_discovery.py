@@ -7,7 +7,7 @@ from typing import Mapping
 import pytest
 
 from edgeprof.errors import ConfigError, MeterError
-from edgeprof.meters import Domain, Meter, MeterSet, discover
+from edgeprof.meters import Backend, Domain, Meter, MeterSet, ProbeResult, discover, registry
 from edgeprof.meters.doctor import doctor_report, render_doctor
 from edgeprof.meters.estimate import (DEFAULT_WATTS_PER_CORE, CpuTimeEstimateMeter, detect_cpu_model,
                                       watts_per_core_for)
@@ -210,3 +210,25 @@ def test_doctor_lists_found_and_missing_meters_with_fixes(tmp_path):
     assert by_meter["nvml"]["status"] == "not found" and by_meter["nvml"]["fix"]
     assert by_meter["cpu_estimate"]["status"] == "not used"
     assert "RAPL" in text and "NOT FOUND" in text and "fix:" in text and "this board has no total input rail" in text
+
+
+def _broken(err: Exception):
+    def fail(ctx):
+        raise err
+    return fail
+
+
+@pytest.mark.parametrize("where", ["probe", "open"])
+@pytest.mark.parametrize("err", [OSError(5, "Input/output error"), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")],
+                         ids=["os-error", "not-utf8"])
+def test_a_backend_that_trips_over_a_strange_tree_is_a_reason_not_a_traceback(tmp_path, where, err):
+    fine = lambda ctx: ProbeResult("strange", True, domains=("strange",))  # noqa: E731
+    backend = Backend(name="strange", title="a strange meter", columns=("strange",),
+                      probe=_broken(err) if where == "probe" else fine, open=_broken(err))
+
+    with registry.registered(backend):
+        rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    row = {r["meter"]: r for r in rows}["strange"]
+
+    assert row["status"] == "not found" and type(err).__name__ in row["reason"]
+    assert row["reason"].startswith("probe failed" if where == "probe" else "probe passed but opening failed")

@@ -1,4 +1,5 @@
-"""Jetson INA3221 rails from real hwmon (JetPack 5+) and iio (JetPack 4) trees, with a fake clock."""
+"""Jetson INA3221 rails from real hwmon (JetPack 5+) and iio (JetPack 4) trees, with a fake clock; negative
+readings (never integrated: the window's rail is invalid) and rail labels that cannot be read."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ from fractions import Fraction
 
 import pytest
 
-from edgeprof.meters import jetson
+from edgeprof.meters import discover, jetson
 from edgeprof.meters.discovery import MeterSet
+from edgeprof.meters.doctor import doctor_report, render_doctor
 from edgeprof.profiler import PeakRss, Profiler
-from fixtures_sysfs import FakeClock, build_jetson, set_rails
+from edgeprof.report.schema import row_from_window
+from fixtures_sysfs import BAD_LABELS, FakeClock, rail_dir, build_jetson, fake_pynvml, set_rails, spoil_label
+
+NO_GPU = fake_pynvml([], init_error=9)
 
 # board -> {domain: (column, in_total)}
 EXPECTED = {
@@ -121,3 +126,97 @@ def test_sampler_thread_integrates_at_the_configured_rate(tmp_path):
     # constant power: energy = 4 W * elapsed, elapsed between 0.1 s and a generous bound
     assert 0.4 <= reading["board_total"] <= 4.0
     assert reading["board_total"] / reading["board_pom_5v_gpu"] == pytest.approx(4.0)
+
+
+# --- negative readings: never integrated, the window's rail is invalid --------------------------------------------
+
+
+def _steady(board: str, labels: list[str]) -> dict[str, tuple[int, int]]:
+    return {lab: (5000, 400) if jetson_layout(board) == "hwmon" else (2000, 0) for lab in labels}
+
+
+@pytest.mark.parametrize(
+    ("board", "rail", "bad"),
+    [("orin_nano", "VDD_CPU_GPU_CV", (5000, -3)),  # hwmon: a negative current on a sub-rail
+     ("orin_nano", "VDD_IN", (-5000, 3)),  # a negative voltage on the input rail (the total)
+     ("orin_nano", "VDD_IN", (-5000, -3)),  # both negative: the product is positive, the sample is not
+     ("xavier_nx", "VDD_SOC", (-700, 0))],  # iio: a negative power
+    ids=["negative-current", "negative-voltage", "both-negative", "iio-negative-power"],
+)
+def test_a_negative_reading_makes_the_windows_rail_invalid(tmp_path, board, rail, bad):
+    labels = build_jetson(tmp_path, board)
+    set_rails(tmp_path, board, _steady(board, labels))
+    clock = FakeClock()
+    meter = jetson.JetsonMeter(tmp_path, hz=10, clock_ns=clock, start_thread=False)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+
+    with profiler.window("client") as spoiled:  # the bad sample, with good ones on both sides
+        clock.advance_s(0.1)
+        set_rails(tmp_path, board, {rail: bad})
+        meter.sampler.sample()
+        clock.advance_s(0.1)
+        set_rails(tmp_path, board, _steady(board, labels))
+        meter.sampler.sample()
+        clock.advance_s(0.1)
+    with profiler.window("client") as clean:
+        clock.advance_s(0.2)
+    rows = [row_from_window(w.result, {"run_id": "r"}) for w in (spoiled, clean)]
+
+    domain = meter.domains()[labels.index(rail)]
+    assert (rows[0][f"{domain.column}_j"], rows[0][f"{domain.column}_method"]) == ("", "invalid")
+    assert "negative" in spoiled.result.invalid[domain.name] and set(spoiled.result.invalid) == {domain.name}
+    assert (rows[0]["energy_j"] == "") is domain.in_total  # a nested rail leaves the total as it is
+    assert rows[0]["energy_method"] == ("invalid" if domain.in_total else "integrated_power")
+    assert not clean.result.invalid and rows[1][f"{domain.column}_method"] == "integrated_power"
+    assert float(rows[1][f"{domain.column}_j"]) > 0
+
+
+def test_a_bad_sample_at_a_windows_edge_invalidates_both_windows_it_touches(tmp_path):
+    labels = build_jetson(tmp_path, "orin_nano")
+    set_rails(tmp_path, "orin_nano", _steady("orin_nano", labels))
+    clock = FakeClock()
+    meter = jetson.JetsonMeter(tmp_path, clock_ns=clock, start_thread=False)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+
+    with profiler.window("client") as first:  # its last reading samples the negative current
+        clock.advance_s(0.1)
+        set_rails(tmp_path, "orin_nano", {"VDD_IN": (5000, -1)})
+    with profiler.window("client") as second:  # its trapezoid from that sample is left out too
+        clock.advance_s(0.1)
+        set_rails(tmp_path, "orin_nano", _steady("orin_nano", labels))
+    with profiler.window("client") as third:
+        clock.advance_s(0.1)
+
+    assert [set(w.result.invalid) for w in (first, second, third)] == [{"board_total"}, {"board_total"}, set()]
+    assert third.result.span.energy_j["board_total"] == pytest.approx(0.2)  # 2 W for 0.1 s
+
+
+# --- rail labels that cannot be read: skipped with the reason, never a traceback -------------------------------
+
+
+@pytest.mark.parametrize("how", BAD_LABELS)
+@pytest.mark.parametrize(
+    ("board", "spoiled", "status", "domains"),
+    [("orin_nano", ["in2_label"], "found", ["board_total", "board_vdd_soc"]),
+     ("orin_nano", ["in1_label"], "found", ["board_vdd_cpu_gpu_cv", "board_vdd_soc"]),
+     ("xavier_nx", ["rail_name_0", "rail_name_1", "rail_name_2"], "not found", [])],
+    ids=["one-rail", "the-input-rail", "every-rail"],
+)
+def test_a_rail_whose_label_cannot_be_read_is_skipped_with_the_reason(tmp_path, how, board, spoiled, status, domains):
+    build_jetson(tmp_path, board)
+    for name in spoiled:
+        spoil_label(rail_dir(tmp_path, board) / name, how)
+
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    with discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU) as found:
+        names = [m.name for m in found.meters]
+    text = render_doctor(rows)
+
+    row = {r["meter"]: r for r in rows}["jetson"]
+    assert row["status"] == status and [d.split()[0] for d in row["domains"]] == domains
+    assert [s.split(" left out: ")[0] for s in row["skipped"]] == [f"rail {name}" for name in spoiled]
+    assert all(str(rail_dir(tmp_path, board)) in s for s in row["skipped"])
+    assert all(f"skipped:       rail {name} left out" in text for name in spoiled)
+    assert names == (["jetson"] if status == "found" else ["cpu_estimate"])
+    if status == "found" and "board_total" not in domains:  # the total is partial, and not said to be absent
+        assert "no total input rail among the readable rails (see skipped)" in row["notes"] and "partial" in row["notes"]

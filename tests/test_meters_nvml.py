@@ -1,4 +1,5 @@
-"""NVML through a fake ``pynvml`` module: energy counter, integrated power, errors, shutdown."""
+"""NVML through a fake ``pynvml`` module: energy counter, integrated power, errors, shutdown, implausible
+readings (a counter that resets or leaps, a negative power) and exceptions that are not ``NVMLError``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import types
 import pytest
 
 from edgeprof.errors import MeterError
-from edgeprof.meters import nvml
+from edgeprof.meters import discover, nvml
+from edgeprof.meters.discovery import MeterSet
+from edgeprof.meters.doctor import doctor_report
+from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import FakeClock, fake_pynvml
 
 
@@ -110,3 +115,116 @@ def test_sync_waits_for_cuda_only_when_torch_initialised_it(monkeypatch, initial
     meter.close()
 
     assert calls == (["sync"] if initialised else [])
+
+
+# --- implausible readings: never written as a measurement ------------------------------------------------------
+
+
+def test_a_counter_reset_is_an_invalid_window_not_negative_joules(tmp_path):
+    gpus = [{"energy_mj": 5_400_000, "power_mw": 1}, {"energy_mj": 0, "power_mw": 1}]
+    clock = FakeClock()
+    meters = MeterSet([nvml.NvmlMeter(fake_pynvml(gpus), clock_ns=clock)])
+    profiler = Profiler(meters, rss=PeakRss(tmp_path / "no-proc"))
+
+    with profiler.window("client") as reset:  # read naively: -5,400 J
+        clock.advance_s(1)
+        gpus[0]["energy_mj"], gpus[1]["energy_mj"] = 0, 100_000
+    with profiler.window("client") as after:
+        clock.advance_s(1)
+        gpus[0]["energy_mj"], gpus[1]["energy_mj"] = 250_000, 150_000
+    rows = [row_from_window(w.result, {"run_id": "r"}) for w in (reset, after)]
+    meters.close()
+
+    assert {k: rows[0][k] for k in ("gpu_j", "gpu_method", "energy_j", "energy_method")} == {
+        "gpu_j": "", "gpu_method": "invalid", "energy_j": "", "energy_method": "invalid"}
+    assert set(reset.result.invalid) == {"gpu_0"} and "back from 5400000 to 0 mJ" in reset.result.invalid["gpu_0"]
+    assert dict(after.result.span.energy_j) == {"gpu_0": 250.0, "gpu_1": 50.0} and rows[1]["energy_j"] == "300"
+    assert [e["kind"] for e in meters.describe()["invalid"]["gpu_0"]] == ["counter reset"]
+
+
+@pytest.mark.parametrize(
+    ("limit_mw", "rise_mj", "valid"),
+    [(300_000, 1_200_000, True), (300_000, 1_200_001, False),  # bound 2 x 300 W over (1 + 1) s: 1200 J
+     (None, 4_000_000, True), (None, 4_000_001, False)],  # no limit known: 2000 W over 2 s
+)
+def test_a_counter_rising_faster_than_the_gpu_can_draw_is_invalid(limit_mw, rise_mj, valid):
+    gpus = [{"energy_mj": 0, "power_mw": 1, "limit_mw": limit_mw}]
+    clock = FakeClock()
+    meter = nvml.NvmlMeter(fake_pynvml(gpus), clock_ns=clock)
+
+    clock.advance_s(1)
+    gpus[0]["energy_mj"] = rise_mj
+    reading, flags = meter.read_j(), meter.take_invalid()
+    meter.close()
+
+    assert reading == {"gpu_0": rise_mj / 1000 if valid else 0.0}
+    assert [f.kind for f in flags.values()] == ([] if valid else ["counter jump"])
+
+
+def test_a_negative_power_sample_is_not_integrated():
+    gpus = [{"energy_mj": None, "power_mw": 100_000}]
+    clock = FakeClock()
+    meter = nvml.NvmlMeter(fake_pynvml(gpus), clock_ns=clock, start_thread=False)
+
+    clock.advance_s(0.5)
+    gpus[0]["power_mw"] = -5
+    spoiled = meter.read_j(), meter.take_invalid()
+    clock.advance_s(0.5)
+    gpus[0]["power_mw"] = 100_000
+    still = meter.read_j(), meter.take_invalid()  # the trapezoid from the negative sample
+    clock.advance_s(0.5)
+    clean = meter.read_j(), meter.take_invalid()
+    meter.close()
+
+    assert [set(flags) for _, flags in (spoiled, still, clean)] == [{"gpu_0"}, {"gpu_0"}, set()]
+    assert "negative" in str(spoiled[1]["gpu_0"]) and clean[0] == {"gpu_0": 50.0}
+
+
+# --- exceptions that are not NVMLError: one line, never a traceback ---------------------------------------------
+
+
+def _raise(*args):
+    raise RuntimeError("driver gone\nsee dmesg")
+
+
+@pytest.mark.parametrize("function", ["nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"])
+def test_any_exception_of_the_binding_while_reading_is_a_one_line_meter_error(function):
+    mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1}, {"energy_mj": None, "power_mw": 1}])
+    meter = nvml.NvmlMeter(mod, clock_ns=FakeClock(), start_thread=False)
+    setattr(mod, function, _raise)
+
+    with pytest.raises(MeterError) as info:
+        meter.read_j()
+    meter.close()
+
+    assert "\n" not in str(info.value) and "RuntimeError: driver gone see dmesg" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+@pytest.mark.parametrize("function", ["nvmlInit", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
+                                      "nvmlDeviceGetTotalEnergyConsumption"])
+def test_any_exception_of_the_binding_while_probing_is_the_probes_reason(tmp_path, function):
+    mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
+    setattr(mod, function, _raise)
+
+    result = nvml.probe(mod)
+    with discover(sysfs_root=str(tmp_path), nvml_module=mod) as found:
+        names = [m.name for m in found.meters]
+    with pytest.raises(MeterError, match="RuntimeError: driver gone see dmesg"):
+        nvml.NvmlMeter(mod)
+    row = {r["meter"]: r for r in doctor_report(sysfs_root=str(tmp_path), nvml_module=mod)}["nvml"]
+
+    assert not result.available and "RuntimeError: driver gone see dmesg" in result.reason
+    assert names == ["cpu_estimate"] and row["status"] == "not found" and "RuntimeError" in row["reason"]
+
+
+def test_a_gpu_name_or_power_limit_that_fails_is_only_a_label():
+    mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
+    mod.nvmlDeviceGetName = _raise
+    mod.nvmlDeviceGetPowerManagementLimitConstraints = _raise
+
+    with nvml.NvmlMeter(mod) as meter:
+        [gpu] = meter.describe()["gpus"]
+
+    assert nvml.probe(mod).available
+    assert gpu["name"] == "unknown GPU" and gpu["max_power_w"] == nvml.DEFAULT_MAX_POWER_W

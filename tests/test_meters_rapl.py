@@ -1,4 +1,5 @@
-"""RAPL through real powercap trees: layouts, nesting, exact joules, counter wrap, permission denied."""
+"""RAPL through real powercap trees: layouts, nesting, exact joules, counter wrap, permission denied,
+implausible steps (a counter that jumps, a zone without a range) and zone names that cannot be read."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from edgeprof.config import RunConfig
 from edgeprof.errors import MeterError
-from edgeprof.meters import rapl
+from edgeprof.meters import discover, rapl
 from edgeprof.meters.discovery import MeterSet
+from edgeprof.meters.doctor import doctor_report, render_doctor
+from edgeprof.meters.idle import measure_idle
 from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.report import read_report
 from edgeprof.report.schema import row_from_window
-from fixtures_sysfs import build_rapl, rapl_zone, set_energy
+from edgeprof.report.session import base_row, open_run
+from fixtures_sysfs import (BAD_LABELS, MAX_RANGE_UJ, FakeClock, build_rapl, fake_pynvml, rapl_zone, set_energy,
+                            spoil_label)
+
+NO_GPU = fake_pynvml([], init_error=9)
 
 # layout -> {domain name: (column, in_total)}; core/uncore never reported
 EXPECTED = {
@@ -164,3 +173,178 @@ def test_root_only_energy_uj_is_reported_with_the_fix():
     assert result["available"] is False
     assert "not readable by this user" in result["reason"]
     assert "chmod" in result["fix"] and 'SUBSYSTEM=="powercap"' in result["fix"]
+
+
+# --- implausible steps: never written as a measurement ----------------------------------------------------------
+
+
+def test_a_counter_that_jumps_back_is_an_invalid_window_not_the_whole_range(tmp_path):
+    """Read as a wrap, a jump back by 1 mJ would be 262 kJ in one window; it is an invalid window instead,
+    and the next window counts from the new value."""
+    rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=5_000_000)
+    clock = FakeClock()
+    meters = MeterSet([rapl.RaplMeter(tmp_path, clock_ns=clock)])
+    profiler = Profiler(meters, rss=PeakRss(tmp_path / "no-proc"))
+
+    with profiler.window("client") as jumped:
+        clock.advance_s(0.5)
+        set_energy(tmp_path, "intel-rapl:0", 4_999_000)
+    with profiler.window("client") as after:
+        clock.advance_s(0.5)
+        set_energy(tmp_path, "intel-rapl:0", 6_999_000)  # 2 J in 0.5 s
+    rows = [row_from_window(w.result, {"run_id": "r"}, idle_power_w=1.0, carbon_g_per_kwh=100.0)
+            for w in (jumped, after)]
+
+    assert {k: rows[0][k] for k in ("cpu_package_j", "cpu_package_method", "energy_j", "energy_method",
+                                    "energy_net_j", "carbon_g")} == {
+        "cpu_package_j": "", "cpu_package_method": "invalid", "energy_j": "", "energy_method": "invalid",
+        "energy_net_j": "", "carbon_g": ""}
+    assert "fell from 5000000 to 4999000 uJ" in jumped.result.invalid["cpu_package_0"]
+    assert "not a plausible wrap" in jumped.result.invalid["cpu_package_0"]
+    assert rows[1]["energy_j"] == "2" and rows[1]["cpu_package_method"] == "counter" and not after.result.invalid
+    [seen] = meters.describe()["invalid"]["cpu_package_0"]
+    assert seen["kind"] == "counter jump" and seen["readings"] == 1 and "4999000" in seen["first"]
+
+
+RANGE_J = (MAX_RANGE_UJ + 1) / 10**6  # energy a full period of the counter stands for
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "limit_w", "elapsed_s", "joules"),
+    [
+        (MAX_RANGE_UJ - 1_000_000, 500_000, None, 0.001, 1.500001),  # a real wrap: 1.5 J, plausible at once
+        (5_000_000, 4_999_000, None, 200.0, None),  # 262 kJ in 201 s is 1.3 kW, above the 1000 W default
+        (5_000_000, 4_999_000, None, 300.0, RANGE_J - 0.001),  # 871 W over 301 s: a plausible wrap
+        (5_000_000, 4_999_000, 100, 300.0, None),  # the zone's limit 100 W -> bound 200 W
+        (5_000_000, 4_999_000, 100, 1400.0, RANGE_J - 0.001),  # 187 W over 1401 s
+        (0, 10**9, None, 0.0, 1000.0),  # 1 kJ in (0 + 1) s: at the bound
+        (0, 10**9 + 1, None, 0.0, None),  # a counter that leaps forward faster than any package draws
+    ],
+    ids=["wrap", "jump-back", "slow-wrap", "jump-back-under-limit", "slow-wrap-under-limit", "rise-at-bound",
+         "leap"],
+)
+def test_a_step_is_counted_only_when_its_power_is_plausible(tmp_path, last, now, limit_w, elapsed_s, joules):
+    zone = rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=last)
+    if limit_w is not None:  # the long-term limit; the short-term one unknown (0), as many zones show it
+        (zone / "constraint_0_max_power_uw").write_text(f"{limit_w * 10**6}\n")
+        (zone / "constraint_1_max_power_uw").write_text("0\n")
+    clock = FakeClock()
+    meter = rapl.RaplMeter(tmp_path, clock_ns=clock)
+
+    clock.advance_s(elapsed_s)
+    set_energy(tmp_path, "intel-rapl:0", now)
+    reading, flags = meter.read_j(), meter.take_invalid()
+
+    assert reading == {"cpu_package_0": 0.0 if joules is None else joules}
+    assert set(flags) == (set() if joules is not None else {"cpu_package_0"})
+    assert meter.describe()["zones"][0]["max_power_w"] == (1000.0 if limit_w is None else 2.0 * limit_w)
+
+
+@pytest.mark.parametrize("bad", [MAX_RANGE_UJ + 1, -5], ids=["above-range", "negative"])
+def test_a_counter_outside_its_range_is_invalid_and_so_is_the_step_after_it(tmp_path, bad):
+    rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=1000)
+    meter = rapl.RaplMeter(tmp_path, clock_ns=FakeClock())
+
+    steps = []
+    for value in (bad, 3000, 5000):
+        set_energy(tmp_path, "intel-rapl:0", value)
+        steps.append((meter.read_j()["cpu_package_0"], set(meter.take_invalid())))
+
+    assert steps == [(0.0, {"cpu_package_0"}), (0.0, {"cpu_package_0"}), (0.002, set())]
+
+
+@pytest.mark.parametrize("range_uj", [0, -1])
+@pytest.mark.parametrize(("layout", "zone", "status", "domains"),
+                         [("two_sockets", "intel-rapl:1", "found", ["cpu_package_0"]),
+                          ("one_socket", "intel-rapl:0", "not found", [])],
+                         ids=["one-of-two", "the-only-one"])
+def test_a_zone_without_a_counter_range_is_not_opened_and_doctor_says_why(tmp_path, range_uj, layout, zone,
+                                                                         status, domains):
+    build_rapl(tmp_path, layout)
+    rapl_zone(tmp_path, zone, f"package-{zone[-1]}", 1000, max_range_uj=range_uj)
+
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    with discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU) as found:
+        set_energy(tmp_path, zone, 500)
+        reading = found.read_j()
+        described = found.describe()
+
+    row = {r["meter"]: r for r in rows}["rapl"]
+    why = f"zone {zone} (package-{zone[-1]}) left out: max_energy_range_uj is {range_uj}"
+    assert row["status"] == status and row["domains"] == domains
+    assert len(row["skipped"]) == 1 and row["skipped"][0].startswith(why)
+    assert f"skipped:       {why}" in render_doctor(rows)
+    assert [k for k in reading if k.startswith("cpu_package")] == domains  # opened without it: no ZeroDivisionError
+    if status == "found":
+        rapl_info = described["meters"][0]
+        assert rapl_info["skipped"][0].startswith(why) and "partial" in rapl_info["total"]
+    else:
+        assert {"meter": "rapl"}.items() <= described["not_found"][0].items()
+        assert described["not_found"][0]["skipped"][0].startswith(why)
+
+
+# --- zone names that cannot be read: skipped with the reason, never a traceback --------------------------------
+
+NEEDLES = {"not_utf8": "is not UTF-8", "directory": "is a directory", "dangling_link": "is missing or a dangling link"}
+
+
+@pytest.mark.parametrize("how", BAD_LABELS)
+@pytest.mark.parametrize(("layout", "zone", "status", "domains"),
+                         [("two_sockets", "intel-rapl:1", "found", ["cpu_package_0"]),
+                          ("one_socket", "intel-rapl:0", "not found", [])],
+                         ids=["one-of-two", "the-only-one"])
+def test_a_zone_whose_name_cannot_be_read_is_skipped_with_the_reason(tmp_path, how, layout, zone, status, domains):
+    build_rapl(tmp_path, layout)
+    spoil_label(tmp_path / "class" / "powercap" / zone / "name", how)
+
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    with discover(sysfs_root=str(tmp_path), nvml_module=NO_GPU) as found:
+        names = [m.name for m in found.meters]
+
+    row = {r["meter"]: r for r in rows}["rapl"]
+    assert row["status"] == status and row["domains"] == domains
+    [skipped] = row["skipped"]
+    assert skipped.startswith(f"zone {zone} left out: {tmp_path / 'class/powercap' / zone / 'name'} {NEEDLES[how]}")
+    assert f"skipped:       zone {zone} left out" in render_doctor(rows)
+    assert names == (["rapl"] if status == "found" else ["cpu_estimate"])
+
+
+def test_with_psys_skipped_the_packages_are_the_total(tmp_path):
+    build_rapl(tmp_path, "psys")
+    spoil_label(tmp_path / "class/powercap/intel-rapl:1/name", "not_utf8")
+
+    with rapl.RaplMeter(tmp_path) as meter:
+        got = {d.name: d.in_total for d in meter.domains()}
+
+    assert got == {"cpu_package_0": True, "dram_0": True}
+
+
+# --- where the reasons go: the idle baseline refuses, the final sidecar records --------------------------------
+
+
+def test_an_implausible_step_during_the_idle_baseline_is_a_meter_error(tmp_path):
+    rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=5_000_000)
+    meters = MeterSet([rapl.RaplMeter(tmp_path)])
+
+    with pytest.raises(MeterError, match="idle baseline not measured: cpu_package_0 gave an implausible reading"):
+        measure_idle(meters, 1.0, sleep=lambda s: set_energy(tmp_path, "intel-rapl:0", 1_000))
+
+
+def test_the_reason_of_an_invalid_window_reaches_the_runs_final_sidecar(tmp_path, monkeypatch):
+    """The production session: real meters over a real tree, a counter that jumps back inside a window."""
+    build_rapl(tmp_path / "sys", "one_socket", energy_uj=5_000_000)
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path / "sys"))
+    cfg = RunConfig(out=tmp_path / "out", run_name="jump", progress=False, carbon_intensity=100.0)
+
+    with open_run(cfg, run_id="jump", phases=()) as session:
+        for round_index, energy_uj in enumerate((4_000_000, 6_000_000), start=1):  # a jump back, then 2 J
+            with session.ctx.profiler.window("server") as win:
+                set_energy(tmp_path / "sys", "intel-rapl:0", energy_uj)
+            session.ctx.record(win, base_row(session.ctx, cfg, round_index, "server"))
+    report = read_report(session.csv_path)
+
+    first, second = report.rows
+    assert (first["energy_j"], first["energy_method"], first["cpu_package_method"]) == ("", "invalid", "invalid")
+    assert (second["energy_j"], second["energy_method"]) == ("2", "counter")
+    [seen] = report.sidecar["meters"]["invalid"]["cpu_package_0"]
+    assert seen["kind"] == "counter jump" and seen["readings"] == 1 and "fell from 5000000 to 4000000" in seen["first"]

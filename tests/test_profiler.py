@@ -1,5 +1,6 @@
 """Profiler windows against fake clocks and fake cumulative counters, to the microjoule; its own overhead
-on a fake machine; the CPU estimate against the real process clock."""
+on a fake machine; the CPU estimate against the real process clock; implausible readings flagged by a meter
+invalidate exactly the windows and phases that span them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Mapping
 import numpy as np
 import pytest
 
-from edgeprof.meters.base import Domain, Meter
+from edgeprof.meters.base import Domain, Invalid, Meter
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.estimate import CpuTimeEstimateMeter
 from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.report.schema import row_from_window
 
 
 class ScriptedMeter(Meter):
@@ -213,3 +215,49 @@ def test_cpu_estimate_is_the_windows_own_cpu_seconds_times_the_watts(watts_per_c
         assert span.energy_j["cpu_estimate"] == pytest.approx(span.cpu_s * watts_per_core, rel=1e-9, abs=1e-12), name
     assert win.result.phases["joint_grad"].cpu_s > 0
     assert win.result.energy_total_j == pytest.approx(win.result.cpu_s * watts_per_core, rel=1e-9)
+
+
+class FlaggingMeter(ScriptedMeter):
+    """A scripted meter that flags domains as implausible on given reads: {read number: {domain: detail}}."""
+
+    def __init__(self, readings, domains, flags):
+        super().__init__(readings, domains)
+        self._flags, self._reads = flags, 0
+
+    def read_j(self) -> Mapping[str, float]:
+        self._reads += 1
+        for domain, detail in self._flags.get(self._reads, {}).items():
+            self.flag_invalid(domain, Invalid("counter jump", detail))
+        return super().read_j()
+
+
+def test_a_flagged_reading_invalidates_exactly_the_windows_and_phases_that_span_it():
+    # reads: 1 window start | 2-3 phase a | 4-5 phase b | 6-7 phase a again | 8 window end | 9, 10 next window
+    readings = [{"cpu_package_0": float(i), "dram_0": 10.0 * i, "psys": 100.0 * i} for i in range(10)]
+    flags = {1: {"cpu_package_0": "before the window"}, 5: {"cpu_package_0": "fell in b"},
+             7: {"psys": "fell in a"}, 9: {"dram_0": "at the next window's start"}}
+    meters = MeterSet([FlaggingMeter(readings, (PKG, DRAM, CORE), flags)])
+    prof = Profiler(meters, clock=Ticker(0.5), cpu_clock=Ticker(0.25), rss=NoRss())
+
+    with prof.window("client") as win:
+        for name in ("a", "b", "a"):
+            with win.phase(name):
+                pass
+    with prof.window("client") as after:
+        pass
+    res, row = win.result, row_from_window(win.result, {"run_id": "r"})
+
+    assert dict(res.invalid) == {"cpu_package_0": "counter jump: fell in b", "psys": "counter jump: fell in a"}
+    assert set(res.phases["a"].invalid) == {"psys"} and set(res.phases["b"].invalid) == {"cpu_package_0"}
+    assert res.span.energy_j["dram_0"] == 70.0 and np.isnan(res.span.energy_j["cpu_package_0"])
+    assert np.isnan(res.energy_total_j)
+    assert {k: row[k] for k in ("energy_j", "energy_method", "cpu_package_j", "cpu_package_method", "dram_j",
+                                "dram_method", "psys_j", "psys_method", "a_j", "b_j")} == {
+        "energy_j": "", "energy_method": "invalid", "cpu_package_j": "", "cpu_package_method": "invalid",
+        "dram_j": "70", "dram_method": "counter", "psys_j": "", "psys_method": "invalid",
+        "a_j": "22", "b_j": ""}  # a: (1 + 10) J twice; psys is not in the total, so a's total stands
+    assert not after.result.invalid and after.result.energy_total_j == 11.0  # a flag at its first reading is before it
+    assert meters.describe()["invalid"] == {
+        "cpu_package_0": [{"kind": "counter jump", "readings": 2, "first": "before the window"}],
+        "psys": [{"kind": "counter jump", "readings": 1, "first": "fell in a"}],
+        "dram_0": [{"kind": "counter jump", "readings": 1, "first": "at the next window's start"}]}

@@ -8,7 +8,8 @@ import their optional dependencies (``pynvml``) only when probed.
 
 from __future__ import annotations
 
-from edgeprof.meters.base import METHODS, Backend, Domain, Meter, MeterContext, ProbeResult
+from edgeprof.meters.base import INVALID, METHODS, Backend, Domain, Invalid, Meter, MeterContext, ProbeResult, Reading
 from edgeprof.meters.discovery import MeterSet, discover
 
-__all__ = ["METHODS", "Backend", "Domain", "Meter", "MeterContext", "ProbeResult", "MeterSet", "discover"]
+__all__ = ["INVALID", "METHODS", "Backend", "Domain", "Invalid", "Meter", "MeterContext", "ProbeResult", "Reading",
+           "MeterSet", "discover"]

@@ -9,6 +9,11 @@ Every domain carries its method (how its joules were obtained) and whether it co
 total: nested domains (RAPL core inside package inside psys, Jetson sub-rails inside the board's
 input rail) are reported but never summed into ``energy_j``.
 
+A back-end checks every reading against physical bounds it can justify (a counter that jumps, a negative
+current). A step it cannot trust is left out of its cumulative joules and flagged with
+:meth:`Meter.flag_invalid`; ``MeterSet.read`` hands the flags on in a :class:`Reading`, and every window or
+phase that spans a flagged step reports that domain as :data:`INVALID` (an empty cell), never as a number.
+
 Each back-end module also declares a :class:`Backend` (name, probe, opener, the report columns its
 domains add into, its role in discovery); :mod:`edgeprof.meters.registry` lists those declarations in
 discovery order, and the report header follows from them.
@@ -23,6 +28,8 @@ from typing import Any, Callable, ClassVar, Mapping
 
 #: how a figure was obtained, from most to least direct
 METHODS = ("counter", "integrated_power", "estimate")
+#: the method cell of a figure left empty because a reading inside its window was implausible (never a Domain's method)
+INVALID = "invalid"
 
 #: what a report column (``<column>_j``, ``<column>_method``) may be called
 _COLUMN_RE = re.compile(r"[a-z][a-z0-9_]*")
@@ -52,13 +59,38 @@ class Domain:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Whether a back-end can be used here; when not, why and how to fix it."""
+    """Whether a back-end can be used here; when not, why and how to fix it.
+
+    ``skipped`` says, one line each, which parts (a zone, a rail) were left out and why (a label that is
+    not UTF-8, a counter range of zero), whether or not the back-end is available with the rest.
+    """
 
     meter: str
     available: bool
     reason: str = ""
     fix: str = ""
     domains: tuple[str, ...] = field(default_factory=tuple)
+    skipped: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Why a domain's energy since its previous reading is not trustworthy: a short ``kind`` and the detail."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One cumulative reading: joules per domain, and the domains whose step since the previous reading is
+    not trustworthy (left out of ``energy_j``'s cumulative figure), with why."""
+
+    energy_j: Mapping[str, float]
+    invalid: Mapping[str, Invalid] = field(default_factory=dict)
 
 
 class Meter(ABC):
@@ -75,7 +107,10 @@ class Meter(ABC):
 
     @abstractmethod
     def read_j(self) -> Mapping[str, float]:
-        """Cumulative joules per domain name since the meter was opened (never decreasing)."""
+        """Cumulative joules per domain name since the meter was opened (never decreasing).
+
+        A step the back-end cannot trust adds nothing here and is flagged with :meth:`flag_invalid`.
+        """
 
     def read_at_cpu_j(self, cpu_s: float) -> Mapping[str, float]:
         """The reading that goes with a process CPU time ``cpu_s`` the caller has just sampled.
@@ -85,6 +120,18 @@ class Meter(ABC):
         other meter ignores ``cpu_s`` and reads as :meth:`read_j` does.
         """
         return self.read_j()
+
+    def flag_invalid(self, domain: str, why: Invalid) -> None:
+        """Say that ``domain``'s energy since its previous reading is not trustworthy (first reason kept).
+
+        Called by a back-end inside :meth:`read_j`; the flag waits for :meth:`take_invalid`, which the
+        meter set calls right after the reading, so it belongs to that reading.
+        """
+        self.__dict__.setdefault("_invalid_pending", {}).setdefault(domain, why)
+
+    def take_invalid(self) -> dict[str, Invalid]:
+        """The domains flagged since the last call, with why; forgets them."""
+        return self.__dict__.pop("_invalid_pending", {})
 
     def sync(self) -> None:
         """Wait for outstanding device work before a reading (e.g. CUDA kernels); default: nothing."""

@@ -13,7 +13,14 @@ was; otherwise it is recorded as "not needed", naming the back-end that measures
 
 The sysfs root is ``sysfs_root``, else the environment variable ``EDGEPROF_SYSFS_ROOT``, else ``/sys``
 (for containers that mount the host's sysfs elsewhere). Every meter that is not used leaves a
-:class:`ProbeResult` with the reason and the fix; ``MeterSet.describe()`` and ``edgeprof doctor`` list them.
+:class:`ProbeResult` with the reason and the fix; ``MeterSet.describe()`` and ``edgeprof doctor`` list them,
+and the parts a back-end left out (``ProbeResult.skipped``: a zone or rail whose label cannot be read, a
+counter without a range). A probe or opener that fails on a strange tree (``OSError``, ``ValueError``)
+is recorded like a failed probe, so discovery never ends in a traceback.
+
+``MeterSet.read`` returns a :class:`~edgeprof.meters.base.Reading`: the joules and the domains whose step
+since the previous reading a back-end flagged as implausible. The set keeps every such flag (per domain and
+kind: how many readings, the first detail) for ``describe()``, which the run's final sidecar records.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any, Sequence
 
 from edgeprof.errors import MeterError
 from edgeprof.meters import registry
-from edgeprof.meters.base import METHODS, Backend, Domain, Meter, MeterContext, ProbeResult
+from edgeprof.meters.base import METHODS, Backend, Domain, Invalid, Meter, MeterContext, ProbeResult, Reading
 
 SYSFS_ENV = "EDGEPROF_SYSFS_ROOT"
 #: reason prefix of a back-end that exists but is deliberately not opened (the estimate beside a counter)
@@ -42,6 +49,8 @@ class MeterSet:
 
     meters: Sequence[Meter]
     probes: Sequence[ProbeResult] = field(default_factory=tuple)
+    #: domain -> kind -> {"readings": how many readings were flagged, "first": the first detail}
+    _invalid_log: dict[str, dict[str, dict]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Reject two domains with one name (their readings would overwrite each other in one reading) and
@@ -63,8 +72,9 @@ class MeterSet:
     def domains(self) -> tuple[Domain, ...]:
         return tuple(d for m in self.meters for d in m.domains())
 
-    def read_j(self, *, cpu_s: float | None = None) -> dict[str, float]:
-        """One cumulative reading of every domain of every meter (devices synchronised first).
+    def read(self, *, cpu_s: float | None = None) -> Reading:
+        """One cumulative reading of every domain of every meter (devices synchronised first), with the
+        domains whose step since the previous reading is implausible (their joules left that step out).
 
         ``cpu_s`` is the process CPU time the caller (the profiler) sampled for this reading; meters
         derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`).
@@ -72,9 +82,18 @@ class MeterSet:
         for meter in self.meters:
             meter.sync()
         out: dict[str, float] = {}
+        invalid: dict[str, Invalid] = {}
         for meter in self.meters:
             out.update(meter.read_j() if cpu_s is None else meter.read_at_cpu_j(cpu_s))
-        return out
+            invalid.update(meter.take_invalid())
+        for domain, why in invalid.items():
+            entry = self._invalid_log.setdefault(domain, {}).setdefault(why.kind, {"readings": 0, "first": why.detail})
+            entry["readings"] += 1
+        return Reading(out, invalid)
+
+    def read_j(self, *, cpu_s: float | None = None) -> dict[str, float]:
+        """The joules of :meth:`read` (its flags are still recorded for ``describe()``)."""
+        return dict(self.read(cpu_s=cpu_s).energy_j)
 
     @property
     def update_period_s(self) -> float:
@@ -87,15 +106,20 @@ class MeterSet:
         return tuple(m for m in METHODS if m in used)
 
     def describe(self) -> dict:
+        """The meters, the back-ends not found (with the parts they left out) or not used, and ``invalid``:
+        per domain, each kind of implausible reading seen so far with how many readings and the first detail."""
         return {
             "meters": [m.describe() for m in self.meters],
             "not_found": [
-                {"meter": p.meter, "reason": p.reason, "fix": p.fix}
+                {"meter": p.meter, "reason": p.reason, "fix": p.fix,
+                 **({"skipped": list(p.skipped)} if p.skipped else {})}
                 for p in self.probes if not p.available and not p.reason.startswith(NOT_NEEDED)
             ],
             "not_used": [
                 {"meter": p.meter, "reason": p.reason} for p in self.probes if p.reason.startswith(NOT_NEEDED)
             ],
+            "invalid": {domain: [{"kind": kind, **dict(entry)} for kind, entry in kinds.items()]
+                        for domain, kinds in self._invalid_log.items()},
         }
 
     def close(self) -> None:
@@ -111,13 +135,19 @@ class MeterSet:
 
 def _open(backend: Backend, ctx: MeterContext) -> tuple[Meter | None, ProbeResult]:
     """Probe one back-end and open it when available: the meter (or None) and the probe to record."""
-    probe = backend.probe(ctx)
+    try:
+        probe = backend.probe(ctx)
+    except (OSError, ValueError) as err:  # a tree the back-end did not expect: a reason, not a traceback
+        return None, ProbeResult(backend.name, False, f"probe failed: {type(err).__name__}: {err}",
+                                 "check that the driver behind this meter is loaded and healthy (dmesg)")
     if not probe.available:
         return None, _declared(backend, probe, None)
     try:
         meter = backend.open(ctx)
-    except MeterError as err:
-        return None, ProbeResult(probe.meter, False, f"probe passed but opening failed: {err}", probe.fix)
+    except (MeterError, OSError, ValueError) as err:
+        why = str(err) if isinstance(err, MeterError) else f"{type(err).__name__}: {err}"
+        return None, ProbeResult(probe.meter, False, f"probe passed but opening failed: {why}", probe.fix,
+                                 skipped=probe.skipped)
     return meter, _declared(backend, probe, meter)
 
 

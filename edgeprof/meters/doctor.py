@@ -13,7 +13,8 @@ from edgeprof.meters.discovery import NOT_NEEDED, discover, resolve_sysfs_root
 
 
 def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dict]:
-    """One row per registered back-end: status, domains, methods, update period, sampling rate, reason, fix.
+    """One row per registered back-end: status, domains, methods, update period, sampling rate, reason, fix,
+    and ``skipped`` (the zones or rails it left out, and why).
 
     ``settings`` are ``discover()``'s (``cpu_watts``, ``nvml_module``, ... as the back-ends declare them).
     """
@@ -29,7 +30,7 @@ def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dic
             status = "not used" if probe.reason.startswith(NOT_NEEDED) else "not found"
             rows.append({"meter": probe.meter, "status": status, "domains": [], "methods": [],
                          "update_period_s": None, "sampling_hz": None, "resolution": "",
-                         "reason": probe.reason, "fix": probe.fix, "notes": ""})
+                         "reason": probe.reason, "fix": probe.fix, "notes": "", "skipped": list(probe.skipped)})
             continue
         domains = info["domains"]
         notes = [str(info[k]) for k in ("total", "model") if info.get(k)]
@@ -40,10 +41,12 @@ def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dic
             "update_period_s": info.get("update_period_s"), "sampling_hz": info.get("sampling_hz"),
             "resolution": info.get("resolution", ""), "reason": "", "fix": "", "notes": "; ".join(notes),
             "watts_per_core": info.get("watts_per_core"), "watts_source": info.get("watts_source", ""),
+            "skipped": list(probe.skipped),
         })
     rows.append({"meter": "sysfs", "status": "info", "domains": [], "methods": [], "update_period_s": None,
                  "sampling_hz": None, "resolution": "", "reason": f"sysfs root: {resolve_sysfs_root(sysfs_root)}",
-                 "fix": "set EDGEPROF_SYSFS_ROOT when the host's /sys is mounted elsewhere", "notes": ""})
+                 "fix": "set EDGEPROF_SYSFS_ROOT when the host's /sys is mounted elsewhere", "notes": "",
+                 "skipped": []})
     return rows
 
 
@@ -70,4 +73,6 @@ def render_doctor(rows: list[dict]) -> str:
             lines.append(f"  why:           {row['reason']}")
             if row["fix"]:
                 lines.append(f"  fix:           {row['fix']}")
+        for why in row.get("skipped", ()):
+            lines.append(f"  skipped:       {why}")
     return "\n".join(lines) + "\n"

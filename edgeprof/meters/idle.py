@@ -3,7 +3,9 @@
 ``measure_idle`` reads every meter, sleeps ``seconds`` and reads again; the power of a domain is its
 energy delta over the elapsed (clock) time. Net energy of a window, which the profiler computes, is
 ``gross_j - total_power_w * wall_s``. ``seconds=0`` turns the baseline off: all powers are zero and
-the baseline is flagged ``disabled`` so reports show net == gross and say why.
+the baseline is flagged ``disabled`` so reports show net == gross and say why. A meter that flags an
+implausible reading during the measurement (:class:`~edgeprof.meters.base.Reading`) leaves no baseline to
+trust: :class:`~edgeprof.errors.MeterError` names the domain and why, before the run starts.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from edgeprof.errors import ConfigError
+from edgeprof.errors import ConfigError, MeterError
 from edgeprof.meters.discovery import MeterSet
 
 
@@ -49,7 +51,12 @@ def measure_idle(
         return IdleBaseline(0.0, {d.name: 0.0 for d in domains}, 0.0, disabled=True)
     before, t0 = meters.read_j(), clock()
     sleep(seconds)
-    after, t1 = meters.read_j(), clock()
+    reading, t1 = meters.read(), clock()
+    if reading.invalid:
+        domain, why = next(iter(reading.invalid.items()))
+        raise MeterError(f"idle baseline not measured: {domain} gave an implausible reading ({why}); "
+                         "run again, or without --idle-seconds")
+    after = reading.energy_j
     elapsed = t1 - t0
     if elapsed <= 0:
         raise ConfigError("idle measurement took no measurable time; check the clock")

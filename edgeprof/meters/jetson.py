@@ -19,6 +19,12 @@ sub-rails are inside it and are reported with ``in_total=False`` (columns ``boar
 with ``in_total=True``: the total is then the sum of the listed rails, a *partial* figure that excludes
 regulator conversion losses, the carrier board and anything on an unmonitored rail; ``describe()`` says so.
 Rails that are neither CPU nor GPU (VDD_SOC, VIN_SYS_5V0, DDR rails) go to column ``board_soc``.
+
+Plausibility: voltage, current and power cannot be negative on these rails (the monitors measure the load
+side of each rail), so a sample with a negative ``in<k>_input``, ``curr<k>_input`` or ``in_power<k>_input``
+is :class:`~edgeprof.meters.sampler.Implausible`: never integrated, and the rail is invalid in every window
+that a trapezoid touching it falls in (``implausible power``). A rail whose label file is missing, a
+directory, unreadable or not UTF-8 is left out with the reason (``ProbeResult.skipped``, ``describe()``).
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Backend, Domain, Meter, ProbeResult
-from edgeprof.meters.sampler import PowerSampler
+from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
+from edgeprof.meters.sampler import Implausible, PowerSample, PowerSampler
+from edgeprof.meters.sysfs import read_label
 
 #: names of the board's input rail (the total), upper-cased
 TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN", "VDD_IN_TOTAL")
@@ -52,10 +59,14 @@ class Rail:
     power_file: Path  # in_power<k>_input (mW) or in<k>_input (mV)
     current_file: Path | None  # curr<k>_input (mA) for hwmon
 
-    def read_uw(self) -> int:
-        if self.current_file is None:
-            return _read_int(self.power_file) * 1000
-        return _read_int(self.power_file) * _read_int(self.current_file)
+    def read_uw(self) -> PowerSample:
+        """Microwatts now, or :class:`Implausible` (naming the file) when a reading is negative."""
+        files = (self.power_file,) if self.current_file is None else (self.power_file, self.current_file)
+        values = [_read_int(f) for f in files]
+        for path, value in zip(files, values):
+            if value < 0:
+                return Implausible(f"rail {self.label}: {path.name} reads {value} (negative)")
+        return values[0] * 1000 if self.current_file is None else values[0] * values[1]
 
 
 def _read_int(path: Path) -> int:
@@ -72,41 +83,54 @@ def _skip(label: str) -> bool:
     return not label or label.upper() == "NC" or label.lower().startswith("sum")
 
 
-def _hwmon_rails(root: Path) -> list[Rail]:
-    rails = []
+def _hwmon_rails(root: Path) -> tuple[list[Rail], list[str]]:
+    rails, skipped = [], []
     for hwmon in sorted(root.glob("bus/i2c/drivers/ina3221/*/hwmon/hwmon*")):
         for label_file in sorted(hwmon.glob("in*_label")):
             k = re.fullmatch(r"in(\d+)_label", label_file.name)
             if k is None:
                 continue
-            label = label_file.read_text().strip()
+            label, why = read_label(label_file)
+            if label is None:
+                skipped.append(f"rail {label_file.name} left out: {why}")
+                continue
             volt, curr = hwmon / f"in{k[1]}_input", hwmon / f"curr{k[1]}_input"
             if not _skip(label) and volt.exists() and curr.exists():
                 rails.append(Rail(label, "hwmon", volt, curr))
-    return rails
+    return rails, skipped
 
 
-def _iio_rails(root: Path) -> list[Rail]:
-    rails = []
+def _iio_rails(root: Path) -> tuple[list[Rail], list[str]]:
+    rails, skipped = [], []
     for dev in sorted(root.glob("bus/i2c/drivers/ina3221x/*/iio:device*")):
         for name_file in sorted(dev.glob("rail_name_*")):
             k = name_file.name.rsplit("_", 1)[1]
-            label = name_file.read_text().strip()
+            label, why = read_label(name_file)
+            if label is None:
+                skipped.append(f"rail {name_file.name} left out: {why}")
+                continue
             power = dev / f"in_power{k}_input"
             if not _skip(label) and power.exists():
                 rails.append(Rail(label, "iio", power, None))
-    return rails
+    return rails, skipped
+
+
+def scan_rails(sysfs_root: str | os.PathLike) -> tuple[list[Rail], list[str]]:
+    """Every connected INA3221 rail, hwmon layout first, labels made unique; and, one line each, the rails
+    left out because their label cannot be read."""
+    root = Path(sysfs_root)
+    (hwmon, hwmon_skipped), (iio, iio_skipped) = _hwmon_rails(root), _iio_rails(root)
+    rails, seen = [], set()
+    for rail in hwmon + iio:
+        if rail.label not in seen:
+            seen.add(rail.label)
+            rails.append(rail)
+    return rails, hwmon_skipped + iio_skipped
 
 
 def find_rails(sysfs_root: str | os.PathLike) -> list[Rail]:
     """Every connected INA3221 rail, hwmon layout first; labels made unique."""
-    root = Path(sysfs_root)
-    rails, seen = [], set()
-    for rail in _hwmon_rails(root) + _iio_rails(root):
-        if rail.label not in seen:
-            seen.add(rail.label)
-            rails.append(rail)
-    return rails
+    return scan_rails(sysfs_root)[0]
 
 
 def _column(label: str) -> str:
@@ -135,10 +159,15 @@ def rail_domains(labels: list[str]) -> tuple[Domain, ...]:
 
 def probe(sysfs_root: str | os.PathLike) -> ProbeResult:
     """Whether INA3221 rails exist here and can be read."""
-    rails = find_rails(sysfs_root)
+    rails, skipped = scan_rails(sysfs_root)
+    skipped = tuple(skipped)
+    drivers = Path(sysfs_root) / "bus/i2c/drivers"
+    if not rails and skipped:
+        return ProbeResult("jetson", False, f"no usable INA3221 rail under {drivers} (each one left out: see skipped)",
+                           "check the ina3221 driver (dmesg | grep ina3221)", skipped=skipped)
     if not rails:
         return ProbeResult(
-            "jetson", False, f"no INA3221 rails under {Path(sysfs_root) / 'bus/i2c/drivers'} (not a Jetson)",
+            "jetson", False, f"no INA3221 rails under {drivers} (not a Jetson)",
             "on a Jetson: check that the ina3221 driver is loaded (ls /sys/bus/i2c/drivers/ina3221*); "
             "in a container mount the host's /sys and set EDGEPROF_SYSFS_ROOT",
         )
@@ -146,10 +175,12 @@ def probe(sysfs_root: str | os.PathLike) -> ProbeResult:
         for rail in rails:
             rail.read_uw()
     except MeterPermissionError as err:
-        return ProbeResult("jetson", False, str(err), "sudo chmod a+r the rail files, or run as root")
+        return ProbeResult("jetson", False, str(err), "sudo chmod a+r the rail files, or run as root", skipped=skipped)
     except MeterError as err:
-        return ProbeResult("jetson", False, str(err), "check the ina3221 driver (dmesg | grep ina3221)")
-    return ProbeResult("jetson", True, domains=tuple(d.name for d in rail_domains([r.label for r in rails])))
+        return ProbeResult("jetson", False, str(err), "check the ina3221 driver (dmesg | grep ina3221)",
+                           skipped=skipped)
+    return ProbeResult("jetson", True, domains=tuple(d.name for d in rail_domains([r.label for r in rails])),
+                       skipped=skipped)
 
 
 class JetsonMeter(Meter):
@@ -160,9 +191,10 @@ class JetsonMeter(Meter):
     def __init__(self, sysfs_root: str | os.PathLike, *, hz: float = 10.0,
                  clock_ns: Callable[[], int] = time.monotonic_ns, start_thread: bool = True) -> None:
         self.sysfs_root = str(sysfs_root)
-        self._rails = tuple(find_rails(sysfs_root))
+        rails, skipped = scan_rails(sysfs_root)
+        self._rails, self._skipped = tuple(rails), tuple(skipped)
         if not self._rails:
-            raise MeterError(f"no INA3221 rails under {sysfs_root}")
+            raise MeterError(f"no INA3221 rails under {sysfs_root}" + (f" ({'; '.join(skipped)})" if skipped else ""))
         self._domains = rail_domains([r.label for r in self._rails])
         self.hz = float(hz)
         #: the INA3221 averages over a few ms; the effective period is the sampling period
@@ -187,7 +219,10 @@ class JetsonMeter(Meter):
         return self._domains
 
     def read_j(self) -> Mapping[str, float]:
-        return self._sampler.energy_j()
+        energy, invalid = self._sampler.read()
+        for name, why in invalid.items():
+            self.flag_invalid(name, Invalid("implausible power", why))
+        return energy
 
     def close(self) -> None:
         self._sampler.stop()
@@ -201,6 +236,11 @@ class JetsonMeter(Meter):
         info["total"] = ("board_total: the input rail (sub-rails are inside it and not added)"
                          if self.has_total_rail else NO_TOTAL_NOTE)
         info["partial_total"] = not self.has_total_rail
+        if self._skipped:
+            info["skipped"] = list(self._skipped)
+            if not self.has_total_rail:  # the input rail may be among those left out
+                info["total"] = info["total"].replace("this board has no total input rail",
+                                                      "no total input rail among the readable rails (see skipped)")
         return info
 
 

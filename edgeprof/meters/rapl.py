@@ -19,18 +19,33 @@ the all-ones 32-bit raw counter to microjoules), so the counter takes values ``0
 resolution. A counter that wraps more than once between two reads cannot be detected: at 200 W a
 262 kJ range lasts about 20 minutes, so read at least that often. Energy is accumulated in integer
 microjoules. Since Linux 5.10 ``energy_uj`` is readable by root only; the probe says so and names the fix.
+
+Plausibility (no implausible step is ever added): a step is accepted only when its implied power,
+``delta / (elapsed + 1 s)``, is at most the zone's bound; elapsed is the monotonic time since the previous
+reading (an injectable ``clock_ns``) and the second of slack absorbs the counter's update granularity and
+scheduling delays. The bound is twice the largest ``constraint_*_max_power_uw`` of the zone (the highest
+power limit its firmware accepts; twice, because short bursts may exceed a limit) when that file exists and
+is positive, else :data:`DEFAULT_MAX_POWER_W` (1000 W per package or psys, 500 W per DRAM zone: beyond any
+shipping part). So a decrease is taken as a wrap only when the energy it implies, ``max - last + now + 1``,
+could have been drawn in the elapsed time. Any other decrease (a counter that jumps back: about 262 kJ in one
+window if read as a wrap), an increase faster than the bound, and a value outside ``0..max`` (with the step
+after it) are flagged ``counter jump`` (:meth:`~edgeprof.meters.base.Meter.flag_invalid`) and add nothing.
+A zone whose ``max_energy_range_uj`` is zero or negative has no usable counter period: it is not opened, and
+the probe says why (``skipped``), as for a zone whose ``name`` is missing, a directory, unreadable or not UTF-8.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Backend, Domain, Meter, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
+from edgeprof.meters.sysfs import read_label
 
 _ZONE_RE = re.compile(r"^intel-rapl(?P<mmio>-mmio)?:(?P<top>\d+)(?::(?P<sub>\d+))?$")
 
@@ -41,14 +56,22 @@ PERMISSION_FIX = (
 )
 
 
+#: watts a zone of each kind is taken to stay below when its powercap files give no limit (generous on purpose)
+DEFAULT_MAX_POWER_W = {"package": 1000, "psys": 1000, "dram": 500}
+#: seconds added to the elapsed time before a step's implied power is compared with the bound
+SLACK_S = 1.0
+
+
 @dataclass(frozen=True)
 class RaplZone:
-    """One powercap zone that edgeprof reports."""
+    """One powercap zone that edgeprof reports, with the power bound its steps are checked against."""
 
     path: Path
     zone_name: str  # the kernel's name: package-0, dram, psys
     domain: Domain
     max_energy_range_uj: int
+    max_power_uw: int = DEFAULT_MAX_POWER_W["package"] * 10**6
+    max_power_source: str = "default"
 
 
 def powercap_dir(sysfs_root: str | os.PathLike) -> Path:
@@ -78,29 +101,67 @@ def _socket_label(zone_name: str, parent_name: str | None) -> str:
     return ""
 
 
-def find_zones(sysfs_root: str | os.PathLike) -> list[RaplZone]:
-    """The reportable zones under ``sysfs_root``, without the mmio duplicates; reads no counter."""
+def _kind(name: str) -> str | None:
+    """``package``, ``psys`` or ``dram`` for a zone edgeprof reports; None for core, uncore and the rest."""
+    if name.startswith("package-"):
+        return "package"
+    return name if name in ("psys", "dram") else None
+
+
+def _power_bound(path: Path, kind: str) -> tuple[int, str]:
+    """The zone's plausible-power bound in uW and where it comes from (see the module docstring)."""
+    limits = []
+    for limit_file in sorted(path.glob("constraint_*_max_power_uw")):
+        try:
+            limits.append(int(_read_text(limit_file)))
+        except (OSError, ValueError):
+            continue  # an unreadable limit gives no bound; the default applies
+    best = max((v for v in limits if v > 0), default=0)
+    if best:
+        return 2 * best, f"2 x constraint max_power_uw ({best} uW)"
+    return DEFAULT_MAX_POWER_W[kind] * 10**6, f"default {DEFAULT_MAX_POWER_W[kind]} W for a {kind} zone"
+
+
+def scan_zones(sysfs_root: str | os.PathLike) -> tuple[list[RaplZone], list[str]]:
+    """The reportable zones under ``sysfs_root`` (without the mmio duplicates) and, one line each, the
+    zones left out and why (an unusable ``name``, a ``max_energy_range_uj`` of zero or less); reads no counter."""
     base = powercap_dir(sysfs_root)
     if not base.is_dir():
-        return []
-    entries = []
+        return [], []
+    entries, skipped = [], []
     for entry in sorted(os.listdir(base)):
         match = _ZONE_RE.match(entry)
-        if match and (base / entry / "name").is_file():
-            entries.append((match, base / entry, _read_text(base / entry / "name")))
-    names = {(bool(m["mmio"]), m["top"], m["sub"]): name for m, _, name in entries}
-    msr_names = {name for m, _, name in entries if not m["mmio"]}
-    has_psys = any(name == "psys" for _, _, name in entries)
-    zones = []
-    for match, path, name in entries:
-        if match["mmio"] and name in msr_names:
-            continue  # same package counter as the MSR zone
-        parent = names.get((bool(match["mmio"]), match["top"], None)) if match["sub"] else None
-        domain = _domain_for(name, parent, has_psys, match["top"])
-        if domain is None:
+        if match is None:
             continue
-        zones.append(RaplZone(path, name, domain, _read_uj(path / "max_energy_range_uj")))
-    return zones
+        name, why = read_label(base / entry / "name")
+        if name is None:
+            skipped.append(f"zone {entry} left out: {why}")
+            continue
+        entries.append((match, base / entry, name))
+    names = {(bool(m["mmio"]), m["top"], m["sub"]): name for m, _, name in entries}
+    usable: list[tuple[re.Match, Path, str, int]] = []
+    for match, path, name in sorted(entries, key=lambda e: bool(e[0]["mmio"])):  # MSR zones first
+        if _kind(name) is None or (match["mmio"] and any(name == u[2] and not u[0]["mmio"] for u in usable)):
+            continue  # core/uncore (inside their package), or an mmio zone showing an MSR zone's counter again
+        range_uj = _read_uj(path / "max_energy_range_uj")
+        if range_uj <= 0:
+            skipped.append(f"zone {path.name} ({name}) left out: max_energy_range_uj is {range_uj}, so its "
+                           "counter has no period to read energy from (a driver or firmware fault)")
+            continue
+        usable.append((match, path, name, range_uj))
+    has_psys = any(name == "psys" for _, _, name, _ in usable)
+    zones = []
+    for match, path, name, range_uj in sorted(usable, key=lambda u: u[1].name):
+        parent = names.get((bool(match["mmio"]), match["top"], None)) if match["sub"] else None
+        bound_uw, source = _power_bound(path, _kind(name))
+        zones.append(RaplZone(path, name, _domain_for(name, parent, has_psys, match["top"]), range_uj,
+                              bound_uw, source))
+    return zones, skipped
+
+
+def find_zones(sysfs_root: str | os.PathLike) -> list[RaplZone]:
+    """The reportable zones under ``sysfs_root``, without the mmio duplicates; reads no counter."""
+    return scan_zones(sysfs_root)[0]
 
 
 def _domain_for(name: str, parent: str | None, has_psys: bool, top: str) -> Domain | None:
@@ -118,9 +179,14 @@ def probe(sysfs_root: str | os.PathLike) -> ProbeResult:
     """Whether RAPL counters exist here and this user can read every one of them."""
     base = powercap_dir(sysfs_root)
     try:
-        zones = find_zones(sysfs_root)
+        zones, skipped = scan_zones(sysfs_root)
     except MeterError as err:
         return ProbeResult("rapl", False, str(err), PERMISSION_FIX if isinstance(err, MeterPermissionError) else "")
+    skipped = tuple(skipped)
+    if not zones and skipped:
+        return ProbeResult("rapl", False, f"no usable intel-rapl zone under {base} (each one left out: see skipped)",
+                           "check the RAPL driver (dmesg | grep -i rapl); reload it: sudo modprobe -r "
+                           "intel_rapl_msr && sudo modprobe intel_rapl_msr", skipped=skipped)
     if not zones:
         return ProbeResult(
             "rapl", False, f"no intel-rapl package or psys zone under {base}",
@@ -134,49 +200,89 @@ def probe(sysfs_root: str | os.PathLike) -> ProbeResult:
         except MeterPermissionError:
             return ProbeResult(
                 "rapl", False,
-                f"{energy} is not readable by this user (root-only since Linux 5.10)", PERMISSION_FIX,
+                f"{energy} is not readable by this user (root-only since Linux 5.10)", PERMISSION_FIX, skipped=skipped,
             )
         except MeterError as err:
-            return ProbeResult("rapl", False, str(err), "check that the intel_rapl driver is loaded")
-    return ProbeResult("rapl", True, domains=tuple(z.domain.name for z in zones))
+            return ProbeResult("rapl", False, str(err), "check that the intel_rapl driver is loaded", skipped=skipped)
+    return ProbeResult("rapl", True, domains=tuple(z.domain.name for z in zones), skipped=skipped)
 
 
 class RaplMeter(Meter):
-    """Cumulative joules per RAPL zone since the meter was opened, wrap-corrected."""
+    """Cumulative joules per RAPL zone since the meter was opened, wrap-corrected, implausible steps left out.
+
+    ``clock_ns`` (default :func:`time.monotonic_ns`) times the steps between readings for the plausibility
+    check; tests pass a fake one.
+    """
 
     name = "rapl"
     #: RAPL counters update about every millisecond
     update_period_s = 0.001
 
-    def __init__(self, sysfs_root: str | os.PathLike) -> None:
+    def __init__(self, sysfs_root: str | os.PathLike, *, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.sysfs_root = str(sysfs_root)
-        self._zones = tuple(find_zones(sysfs_root))
+        zones, skipped = scan_zones(sysfs_root)
+        self._zones, self._skipped = tuple(zones), tuple(skipped)
         if not self._zones:
-            raise MeterError(f"no RAPL zones under {powercap_dir(sysfs_root)}")
-        self._last = {z.domain.name: _read_uj(z.path / "energy_uj") for z in self._zones}
+            raise MeterError(f"no RAPL zones under {powercap_dir(sysfs_root)}"
+                             + (f" ({'; '.join(skipped)})" if skipped else ""))
+        self._clock_ns = clock_ns
+        self._last_t_ns = clock_ns()
+        self._last: dict[str, int | None] = {z.domain.name: self._in_range(z, _read_uj(z.path / "energy_uj"))
+                                             for z in self._zones}
         self._total_uj = {z.domain.name: 0 for z in self._zones}
+
+    @staticmethod
+    def _in_range(zone: RaplZone, value: int) -> int | None:
+        return value if 0 <= value <= zone.max_energy_range_uj else None
 
     def domains(self) -> tuple[Domain, ...]:
         return tuple(z.domain for z in self._zones)
 
     def read_j(self) -> Mapping[str, float]:
+        t_ns = self._clock_ns()
+        elapsed_s = max(t_ns - self._last_t_ns, 0) / 1e9
         for zone in self._zones:
             key = zone.domain.name
             now = _read_uj(zone.path / "energy_uj")
-            self._total_uj[key] += (now - self._last[key]) % (zone.max_energy_range_uj + 1)
-            self._last[key] = now
+            problem = self._problem(zone, self._last[key], now, elapsed_s)
+            if problem:
+                self.flag_invalid(key, Invalid("counter jump", problem))
+            else:
+                self._total_uj[key] += (now - self._last[key]) % (zone.max_energy_range_uj + 1)
+            self._last[key] = self._in_range(zone, now)
+        self._last_t_ns = t_ns
         return {k: v / 10**6 for k, v in self._total_uj.items()}
+
+    @staticmethod
+    def _problem(zone: RaplZone, last: int | None, now: int, elapsed_s: float) -> str:
+        """Why the step from ``last`` to ``now`` cannot be trusted ('' when it can)."""
+        counter = f"{zone.path.name}/energy_uj"
+        if not 0 <= now <= zone.max_energy_range_uj:
+            return f"{counter} reads {now}, outside 0..max_energy_range_uj ({zone.max_energy_range_uj})"
+        if last is None:
+            return f"{counter}: the previous reading was outside 0..{zone.max_energy_range_uj}, so this step is unknown"
+        delta = (now - last) % (zone.max_energy_range_uj + 1)
+        if delta <= zone.max_power_uw * (elapsed_s + SLACK_S):  # uJ <= uW * s
+            return ""
+        what = "fell" if now < last else "rose"
+        return (f"{counter} {what} from {last} to {now} uJ in {elapsed_s:.3g} s: {delta / 1e6:.6g} J, over "
+                f"{zone.max_power_uw / 1e6:g} W ({zone.max_power_source}) x (elapsed + {SLACK_S:g} s)"
+                + ("; not a plausible wrap" if now < last else ""))
 
     def describe(self) -> dict:
         info = super().describe()
         info["zones"] = [
             {"domain": z.domain.name, "zone": z.zone_name, "path": str(z.path),
-             "max_energy_range_uj": z.max_energy_range_uj}
+             "max_energy_range_uj": z.max_energy_range_uj, "max_power_w": z.max_power_uw / 1e6,
+             "max_power_source": z.max_power_source}
             for z in self._zones
         ]
         info["resolution"] = "1 uJ readout (hardware unit 15.3-61 uJ)"
         info["total"] = ("psys (packages and DRAM are inside it)" if any(z.zone_name == "psys" for z in self._zones)
                          else "sum of packages and DRAM")
+        if self._skipped:
+            info["skipped"] = list(self._skipped)
+            info["total"] += " (partial: zones left out, see skipped)"
         return info
 
 

@@ -4,7 +4,12 @@ Core columns come first and are the same in every report; then one ``<column>_j`
 pair per energy report column that a registered meter back-end declares (in the order of
 :mod:`edgeprof.meters.registry`, so a new back-end's columns join the header with no change here); then,
 for every phase of the run's algorithms, ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``. Empty cells
-mean "not measured here" (never zero).
+mean "not measured here" (never zero), or, beside a ``_method`` of ``invalid``, "a reading was implausible".
+
+Reports of :func:`edgeprof.monitor` (a user's own code, a user's own Flower app) also have the
+:data:`GENERIC_COLUMNS` right after the core ones: ``window`` (the window's name) and ``labels`` (the labels
+that name no report column, as compact JSON); their rows are of kind ``window`` unless the code says
+``client``, ``server`` or ``eval``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from edgeprof.meters import registry
+from edgeprof.meters.base import INVALID
 from edgeprof.profiler import Span, WindowResult
 
 CORE_COLUMNS = (
@@ -25,8 +31,11 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
-#: kinds of row
-KINDS = ("client", "server", "eval")
+#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.monitoring`)
+KINDS = ("client", "server", "eval", "window")
+
+#: columns of the reports that :func:`edgeprof.monitor` writes, after the core ones
+GENERIC_COLUMNS = ("window", "labels")
 
 
 def domain_columns() -> tuple[str, ...]:
@@ -38,9 +47,10 @@ def phase_columns(phases: Sequence[str]) -> tuple[str, ...]:
     return tuple(c for p in phases for c in (f"{p}_s", f"{p}_cpu_s", f"{p}_j"))
 
 
-def columns_for(phases: Sequence[str]) -> tuple[str, ...]:
-    """The full header of a report whose algorithms have these client phases."""
-    return CORE_COLUMNS + domain_columns() + phase_columns(phases)
+def columns_for(phases: Sequence[str], *, generic: bool = False) -> tuple[str, ...]:
+    """The full header of a report whose algorithms have these client phases (``generic``: with the
+    :data:`GENERIC_COLUMNS` of a monitor's report)."""
+    return CORE_COLUMNS + (GENERIC_COLUMNS if generic else ()) + domain_columns() + phase_columns(phases)
 
 
 def _fmt(value: float) -> str:
@@ -55,14 +65,29 @@ def _span_total_j(span: Span, win: WindowResult) -> float:
     return float(sum(span.energy_j[d.name] for d in win.domains if d.in_total))
 
 
+def _total_is_valid(span: Span, win: WindowResult) -> bool:
+    return not any(d.in_total and d.name in span.invalid for d in win.domains)
+
+
 def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power_w: float | None = None,
                     carbon_g_per_kwh: float | None = None) -> dict[str, str]:
-    """A report row for one finished window; ``base`` holds run id, algo, round, client, loss..."""
+    """A report row for one finished window; ``base`` holds run id, algo, round, client, loss...
+
+    A domain with an implausible reading inside the window (``win.invalid``) is never written as a number:
+    its column's ``<column>_j`` is empty and ``<column>_method`` is ``invalid`` (a column summed over several
+    domains is invalid when any of them is). When a domain that counts towards the total is invalid,
+    ``energy_j``, ``energy_net_j``, ``carbon_g`` and the phases' ``<phase>_j`` spanning it are empty too and
+    ``energy_method`` is ``invalid``: a total without one of its parts is an undercount that summaries and
+    the dashboard would average as if it were whole. A nested domain (not in the total) being invalid leaves
+    the total as it is. The reasons are in the sidecar (``meters.invalid``).
+    """
     total = win.energy_total_j
     row: dict[str, str] = {k: "" if v is None else str(v) for k, v in base.items()}
     row.update(wall_s=_fmt(win.wall_s), cpu_s=_fmt(win.cpu_s), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
                profiler_overhead_s=_fmt(win.overhead_s), short_window=str(int(win.short_window)))
-    if win.domains:
+    if win.domains and not _total_is_valid(win.span, win):
+        row.update(energy_j="", energy_method=INVALID, energy_net_j="", carbon_g="")
+    elif win.domains:
         row["energy_j"] = _fmt(total)
         row["energy_method"] = _methods([d.method for d in win.domains if d.in_total])
         if idle_power_w is not None:
@@ -71,11 +96,14 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
             row["carbon_g"] = _fmt(total / 3.6e6 * carbon_g_per_kwh)
     for col in dict.fromkeys(d.column for d in win.domains):  # each one registered: MeterSet checks it
         members = [d for d in win.domains if d.column == col]
+        if any(d.name in win.span.invalid for d in members):
+            row[f"{col}_j"], row[f"{col}_method"] = "", INVALID
+            continue
         row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members))
         row[f"{col}_method"] = _methods([d.method for d in members])
     for name, span in win.phases.items():
         row[f"{name}_s"] = _fmt(span.wall_s)
         row[f"{name}_cpu_s"] = _fmt(span.cpu_s)
         if win.domains:
-            row[f"{name}_j"] = _fmt(_span_total_j(span, win))
+            row[f"{name}_j"] = _fmt(_span_total_j(span, win)) if _total_is_valid(span, win) else ""
     return row
