@@ -162,11 +162,15 @@ def _console():
 
 def _print_summary(csv_path: Path) -> None:
 
-    from edgeprof.report.summary import carbon_total, overhead_fraction, render, summarize
+    from edgeprof.report.summary import carbon_total, invalid_rows, overhead_fraction, render, summarize
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
     _console().print(render(summarize(report)))
+    invalid, rows = invalid_rows(report)
+    if invalid:
+        typer.echo(f"energy: {invalid} of {rows} rows have an implausible reading (method invalid, no joules; "
+                   f"the sidecar's meters.invalid says why); medians and totals leave them out")
     carbon = carbon_total(report)
     if carbon is not None:
         source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(

@@ -110,3 +110,19 @@ def test_labels_are_printed_literally(good, tmp_path, label):
 
     assert result.exit_code == 0, result.output
     assert label in result.stdout
+
+
+def test_summary_counts_rows_whose_energy_is_invalid(good, tmp_path):
+    path = _copy(good, tmp_path / "r", _set_cell(_set_cell_file(good, tmp_path), "energy_method", "invalid"))
+
+    result = CliRunner().invoke(app, ["summary", str(path)])
+
+    assert result.exit_code == 0, result.output
+    assert "energy: 1 of " in result.stdout and "implausible reading" in result.stdout
+
+
+def _set_cell_file(good: Path, tmp_path: Path) -> Path:
+    """A copy of the report whose first row has no energy, as the writer leaves an invalid window."""
+    copy = tmp_path / "blank.csv"
+    copy.write_bytes(_set_cell(good, "energy_j", ""))
+    return copy

@@ -538,7 +538,9 @@ def _method_section(reports: Sequence[Report]) -> str:
     explain = ("<p>Each row of a report says how its energy was obtained: <b>counter</b> (a hardware energy "
                "counter, e.g. RAPL), <b>integrated_power</b> (power samples integrated over the window, e.g. "
                "Jetson rails, NVML), <b>estimate</b> (process CPU seconds times an assumed watts per core: an "
-               "estimate, never shown as a measurement). Wall seconds come from a monotonic clock, CPU seconds "
+               "estimate, never shown as a measurement), <b>invalid</b> (a reading inside the window was "
+               "implausible, e.g. a counter that jumped back: no number is shown, the sidecar's meters.invalid "
+               "says why; totals and medians leave such rows out). Wall seconds come from a monotonic clock, CPU seconds "
                "from the process's CPU time, peak memory from the kernel's per-window high-water mark.</p>")
     return explain + _table(("report", "energy method", "meters used", "meters not found", "carbon intensity"),
                             body)

@@ -81,6 +81,12 @@ def render(lines: Sequence[SummaryLine]):
     return table
 
 
+def invalid_rows(report: Report) -> tuple[int, int]:
+    """(client and server rows whose energy is invalid, all client and server rows)."""
+    rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
+    return sum("invalid" in (r.get("energy_method") or "") for r in rows), len(rows)
+
+
 def carbon_total(report: Report) -> tuple[float, int] | None:
     """Grams CO2e of every client round and server step with a carbon figure, and how many rows that is."""
     rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
