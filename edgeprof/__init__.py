@@ -1,7 +1,9 @@
 """edgeprof: on-device energy profiling for personalized federated learning.
 
 The public API is re-exported lazily from :mod:`edgeprof.api` so that ``import edgeprof`` stays fast
-(torch, onnxruntime and the optional back-ends are imported only by the modules that use them).
+(torch, onnxruntime and the optional back-ends are imported only by the modules that use them). Profiling
+your own code: ``edgeprof.monitor`` and ``edgeprof.phase`` (:mod:`edgeprof.monitoring`, which imports
+neither torch nor Flower).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-__all__ = ["RunConfig", "run", "read_report", "__version__"]
+__all__ = ["RunConfig", "run", "read_report", "monitor", "Monitor", "Measurement", "phase", "__version__"]
+
+_MONITORING = ("monitor", "Monitor", "Measurement", "phase")
 
 
 def __getattr__(name: str):
@@ -26,4 +30,8 @@ def __getattr__(name: str):
         from edgeprof import api
 
         return getattr(api, name)
+    if name in _MONITORING:
+        from edgeprof import monitoring
+
+        return getattr(monitoring, name)
     raise AttributeError(f"module 'edgeprof' has no attribute {name!r}")

@@ -5,6 +5,14 @@
 >>> report = read_report(result.csv_path)                                       # doctest: +SKIP
 >>> [r["wall_s"] for r in report.where(kind="client")]                          # doctest: +SKIP
 
+Your own code, profiled with the same meters and method labels (:mod:`edgeprof.monitoring`):
+
+>>> import edgeprof
+>>> with edgeprof.monitor(out="profiles", name="mine") as mon:                  # doctest: +SKIP
+...     with mon.window("epoch", round=1):
+...         with mon.phase("forward"):
+...             ...
+
 The algorithms' client rounds and server steps are plain functions on arrays:
 :func:`edgeprof.algorithms.pflego.client_round`, :func:`edgeprof.algorithms.pflego.server_step`,
 :func:`edgeprof.algorithms.fedavg.client_round`, :func:`edgeprof.algorithms.fedavg.server_step`.
@@ -15,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeprof.config import RunConfig
+from edgeprof.monitoring import Measurement, Monitor, monitor, phase
 from edgeprof.report.writer import Report, read_report
 from edgeprof.simulate import RunResult
 from edgeprof.simulate import run as _run
@@ -29,4 +38,4 @@ def run(cfg: RunConfig, **kwargs) -> RunResult:
     return _run(cfg, **kwargs)
 
 
-__all__ = ["RunConfig", "run", "read_report", "Report", "RunResult"]
+__all__ = ["RunConfig", "run", "read_report", "Report", "RunResult", "monitor", "Monitor", "Measurement", "phase"]

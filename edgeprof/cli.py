@@ -224,14 +224,16 @@ def measure(
 
 
 @app.command()
-def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, out: o.ModelOut = Path("models")) -> None:
-    """Export a backbone to ONNX (dynamic batch axis) under models/."""
+def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, dataset: o.ShapeDataset = "digits",
+           out: o.ModelOut = Path("models")) -> None:
+    """Export a backbone to ONNX (dynamic batch axis) under models/, checked against torch first."""
     with guard():
-        from edgeprof.nn.backbones import build_backbone
+        from edgeprof.nn.backbones import build_backbone, file_stem, input_shape_for
         from edgeprof.nn.ort import export_backbone
 
-        path = export_backbone(build_backbone(backbone, seed=seed), out / f"{backbone}.onnx")
-        typer.echo(f"wrote {path}")
+        module = build_backbone(backbone, input_shape_for(backbone, dataset), seed=seed)
+        path = export_backbone(module, out / f"{file_stem(backbone)}.onnx")
+        typer.echo(f"wrote {path} (input {'x'.join(map(str, module.input_shape))}, {module.feature_dim} features)")
 
 
 @app.command()

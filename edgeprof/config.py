@@ -17,7 +17,16 @@ from typing import Optional
 from edgeprof.errors import ConfigError
 
 DATASETS = ("digits", "synthetic", "mnist", "fashion-mnist", "emnist", "cifar10", "omniglot")
-BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
+#: the backbones of the paper's Table 4, built in
+TABLE4_BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
+#: standard edge models from torchvision (the ``vision`` extra), adapted to the data, randomly initialised
+VISION_BACKBONES = ("mobilenet_v3_small", "resnet18", "efficientnet_b0")
+#: every named backbone ``--backbone`` offers; any other value must be your own, as a :func:`factory_spec`
+BACKBONES = TABLE4_BACKBONES + VISION_BACKBONES
+#: how your own backbone is named (README, "Your own backbone")
+FACTORY_FORM = "module:factory"
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_FACTORY = re.compile(rf"(?P<module>{_DOTTED}|[^:]*\.py):(?P<factory>{_DOTTED})")
 DEGREES = ("high", "medium", "none", "group")
 PARTICIPATION_MODES = ("fixed", "bernoulli")
 SERVER_OPTIMIZERS = ("adam", "sgd")
@@ -31,6 +40,22 @@ EVAL_PROTOCOLS = ("global", "paper")
 #: classes drawn per client independently, the official test split dealt to test sets, r = int(I*pi));
 #: see :mod:`edgeprof.data.partition` and :func:`edgeprof.participants.clients_per_round`
 SPLITS = ("balanced", "paper")
+
+
+def factory_spec(value: str) -> Optional[tuple[str, str]]:
+    """``(module, factory)`` of ``package.module:factory`` or ``path/to/file.py:factory``; None for anything else.
+
+    Only the form is checked here; :mod:`edgeprof.nn.custom` imports the module and calls the factory.
+    """
+    match = _FACTORY.fullmatch(value) if isinstance(value, str) else None
+    return (match["module"], match["factory"]) if match else None
+
+
+def check_backbone(value: str) -> None:
+    """ConfigError unless ``value`` is a named backbone (:data:`BACKBONES`) or a factory spec."""
+    _check(value in BACKBONES or factory_spec(value) is not None,
+           f"unknown backbone {value!r}; choose one of: {', '.join(BACKBONES)}, or your own as {FACTORY_FORM} "
+           "(package.module:factory or path/to/file.py:factory)")
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -175,7 +200,7 @@ def validate(cfg: RunConfig) -> None:
     """Raise ConfigError with one clear line for the first invalid setting."""
     _choice("algorithm", cfg.algo, algorithm_names())
     _choice("dataset", cfg.dataset, DATASETS)
-    _choice("backbone", cfg.backbone, BACKBONES)
+    check_backbone(cfg.backbone)
     _choice("degree of personalization", cfg.degree, DEGREES)
     _choice("split", cfg.split, SPLITS)
     _choice("participation mode", cfg.participation_mode, PARTICIPATION_MODES)

@@ -19,6 +19,11 @@ class ConfigError(EdgeprofError):
     exit_code = 2
 
 
+class MonitorError(ConfigError):
+    """The monitor API used in a way it cannot measure: phases that overlap inside one window, a window ended
+    twice or never begun, a label that would overwrite a measured column, a monitor that is not running."""
+
+
 class DataError(EdgeprofError):
     """A data file is missing, unreadable or not in the format its loader expects."""
 

@@ -37,9 +37,9 @@ class ClientUpdate:
 def build_runtime(cfg, clients, backbone=None) -> Runtime:
     """The runtime of ``cfg`` over ``clients``: a freshly seeded backbone, max_i K_i outputs."""
     if backbone is None:
-        from edgeprof.nn.backbones import build_backbone, default_input_shape
+        from edgeprof.nn.backbones import build_backbone, input_shape_for
 
-        backbone = build_backbone(cfg.backbone, default_input_shape(cfg.backbone), seed=cfg.seed)
+        backbone = build_backbone(cfg.backbone, input_shape_for(cfg.backbone, cfg.dataset), seed=cfg.seed)
     return Runtime(backbone, seed=cfg.seed, num_outputs=max(c.num_classes for c in clients), engine=cfg.engine,
                    threads=cfg.threads, server_optimizer=cfg.server_optimizer)
 

@@ -88,11 +88,37 @@ class RegistryChoice(click.ParamType):
         return [CompletionItem(c) for c in self.choices() if c.startswith(incomplete)]
 
 
+class BackboneChoice(RegistryChoice):
+    """A named backbone from the registry, or your own as ``package.module:factory`` / ``path/to/file.py:factory``.
+
+    Only the form of a factory spec is checked while parsing; importing it and building the model is the run's
+    set-up (ConfigError, exit 2, when it names nothing importable; ModelError, exit 6, when the model is refused).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("backbone", _config("BACKBONES"))
+
+    def get_metavar(self, param: click.Parameter, ctx: Optional[click.Context] = None) -> str:
+        from edgeprof.config import FACTORY_FORM
+
+        return f"[{' | '.join((*self.choices(), FACTORY_FORM))}]"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        from edgeprof.config import check_backbone
+        from edgeprof.errors import ConfigError
+
+        try:
+            check_backbone(value)
+        except ConfigError as err:
+            self.fail(str(err), param, ctx)
+        return value
+
+
 ALGORITHM = RegistryChoice("algorithm", _algorithms)
 ALGORITHM_LIST = RegistryChoice("algorithm", _algorithms, many=True)
 VARIANT_LIST = RegistryChoice("algorithm", _algorithms, many=True, key=lambda item: item.partition(":")[0])
 DATASET = RegistryChoice("dataset", _config("DATASETS"))
-BACKBONE = RegistryChoice("backbone", _config("BACKBONES"))
+BACKBONE = BackboneChoice()
 DEGREE = RegistryChoice("degree of personalization", _config("DEGREES"))
 PARTICIPATION_MODE = RegistryChoice("participation mode", _config("PARTICIPATION_MODES"))
 SERVER_OPTIMIZER = RegistryChoice("server optimizer", _config("SERVER_OPTIMIZERS"))
@@ -117,7 +143,9 @@ Engines = Annotated[str, _opt(panel=MODEL, help="Comma-separated engines to run 
 Engine = Annotated[Optional[str], _opt(panel=MODEL, help="Client engine, one of the algorithm's (`edgeprof algos`; "
                                                       "default: its first).")]
 Tau = Annotated[int, _opt(panel=MODEL, help="Local steps per client round (tau >= 1).")]
-Backbone = Annotated[str, _opt(panel=MODEL, click_type=BACKBONE, help="Backbone from Table 4.")]
+Backbone = Annotated[str, _opt(panel=MODEL, click_type=BACKBONE,
+                               help="Backbone: Table 4's, a torchvision model (extra 'vision'), or your own as "
+                                    "package.module:factory or path/to/file.py:factory (README: Your own backbone).")]
 Beta = Annotated[Optional[float], _opt(panel=MODEL, help="Client step size (default: the paper's Tables 6-7).")]
 Rho = Annotated[Optional[float], _opt(panel=MODEL, help="Server step size of algorithms with a server optimizer (default: Tables 6-7).")]
 Mu = Annotated[Optional[float], _opt(panel=MODEL, help="Proximal / regularisation coefficient: FedProx's mu, Ditto's lambda (default: Table 6).")]
@@ -142,6 +170,9 @@ SweepClients = Annotated[int, _opt("--clients", panel=FEDERATION,
 Dataset = Annotated[str, _opt(panel=DATA, click_type=DATASET,
                               help="Data set: digits is embedded (scikit-learn), synthetic is generated, the "
                                    "others are read from --data-dir.")]
+ShapeDataset = Annotated[str, _opt("--dataset", panel=DATA, click_type=DATASET,
+                                   help="Data set whose image shape a backbone outside Table 4 is built for "
+                                        "(nothing is read).")]
 Degree = Annotated[str, _opt(panel=DATA, click_type=DEGREE,
                              help="Degree of personalization, classes per client: high K=2, medium K=C/2, "
                                   "none all, group by omniglot alphabet.")]

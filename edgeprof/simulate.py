@@ -36,9 +36,11 @@ class RunResult:
 
 
 def input_shape(cfg: RunConfig) -> tuple[int, int, int]:
-    from edgeprof.nn.backbones import default_input_shape
+    """The (C, H, W) the data is loaded in: Table 4's shape for its backbones, else the data's own
+    (:func:`edgeprof.nn.backbones.input_shape_for`)."""
+    from edgeprof.nn.backbones import input_shape_for
 
-    return default_input_shape(cfg.backbone)
+    return input_shape_for(cfg.backbone, cfg.dataset)
 
 
 def load_clients(cfg: RunConfig):
@@ -64,7 +66,11 @@ def build_federation(cfg: RunConfig, clients) -> Federation:
 
 
 def set_threads(threads: Optional[int]) -> None:
-    """Limit torch's (and through FeatureRunner, ONNX Runtime's) intra-op threads."""
+    """Limit torch's (and through FeatureRunner, ONNX Runtime's) intra-op threads.
+
+    numpy's BLAS is not governed by it: the numpy head always runs it on one thread (:mod:`edgeprof.nn.head`).
+    A seed's run is bitwise reproducible for a given thread count and machine, not promised across either.
+    """
     if threads:
         import torch
 

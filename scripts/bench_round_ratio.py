@@ -7,7 +7,10 @@ interleaved (PFLEGO, FedAvg, PFLEGO, ...) after a warm-up, each inside the same 
 ``measure`` command uses; the script prints the per-round medians, the per-phase split and the ratio.
 A ratio is what this script reports: absolute seconds depend on the machine and its load.
 
-    python scripts/bench_round_ratio.py [--tau 50] [--repeats 3] [--samples 600] [--threads 2]
+    python scripts/bench_round_ratio.py [--tau 50] [--repeats 3] [--samples 600] [--threads 2] [--backbone NAME]
+
+``--backbone`` takes anything ``edgeprof measure --backbone`` does (a torchvision name, ``module:factory``);
+the images then come in that backbone's shape (README, "Your own backbone").
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import time
 import numpy as np
 
 
-def make_client(samples: int, seed: int):
+def make_client(samples: int, seed: int, backbone: str = "cnn-omniglot"):
     from edgeprof.data import ClientData, load_dataset
+    from edgeprof.nn.backbones import input_shape_for
 
-    data = load_dataset("synthetic", shape=(1, 28, 28), seed=seed, synthetic_classes=5,
+    data = load_dataset("synthetic", shape=input_shape_for(backbone, "synthetic"), seed=seed, synthetic_classes=5,
                         synthetic_samples=samples)
     x = data.x
     classes = np.unique(data.y)
@@ -31,12 +35,12 @@ def make_client(samples: int, seed: int):
     return ClientData(0, classes, x, local, x[:5], local[:5])
 
 
-def build(algo: str, client, tau: int, threads: int):
+def build(algo: str, client, tau: int, threads: int, backbone: str = "cnn-omniglot"):
     from edgeprof.config import RunConfig
     from edgeprof.simulate import build_federation
 
     cfg = RunConfig(algo=algo, tau=tau, clients=1, participation=1.0, dataset="synthetic",
-                    backbone="cnn-omniglot", threads=threads, progress=False).resolved()
+                    backbone=backbone, threads=threads, progress=False).resolved()
     return build_federation(cfg, [client])
 
 
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--samples", type=int, default=600)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--backbone", default="cnn-omniglot")
     args = parser.parse_args()
 
     import torch
@@ -61,8 +66,8 @@ def main() -> None:
     from edgeprof.profiler import Profiler
 
     torch.set_num_threads(args.threads)
-    client = make_client(args.samples, seed=0)
-    algos = {name: build(name, client, args.tau, args.threads) for name in ("pflego", "fedavg")}
+    client = make_client(args.samples, seed=0, backbone=args.backbone)
+    algos = {name: build(name, client, args.tau, args.threads, args.backbone) for name in ("pflego", "fedavg")}
     profiler = Profiler(discover())
     for algorithm in algos.values():  # warm-up at tau=1: first ONNX session, first torch kernels
         timed_round(profiler, algorithm, dataclasses.replace(algorithm.settings, tau=1))
@@ -77,7 +82,8 @@ def main() -> None:
             overheads[name].append(overhead)
             phases[name].append(split)
     med = {n: statistics.median(w) for n, w in walls.items()}
-    print(f"cnn-omniglot, {args.samples} local samples 28x28, tau={args.tau}, {args.threads} threads, "
+    shape = "x".join(map(str, client.x_train.shape[1:]))
+    print(f"{args.backbone}, {args.samples} local samples {shape}, tau={args.tau}, {args.threads} threads, "
           f"{args.repeats} interleaved repeats ({time.perf_counter() - start:.0f} s)")
     for name in algos:
         split = {k: statistics.median(p[k] for p in phases[name]) for k in phases[name][0]}

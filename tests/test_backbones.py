@@ -109,7 +109,7 @@ def test_set_params_rejects_wrong_count_or_shape_without_changing_anything(mutat
 
 @pytest.mark.parametrize(
     "name, input_shape",
-    [("resnet18", None), ("MLP", None), ("mlp", (28, 28)), ("mlp", (1, 0, 28)), ("cnn-omniglot", (1, 8, 8))],
+    [("vgg", None), ("MLP", None), ("mlp", (28, 28)), ("mlp", (1, 0, 28)), ("cnn-omniglot", (1, 8, 8))],
 )
 def test_unknown_backbone_or_bad_shape_is_a_config_error(name, input_shape):
     # Execute / Assert

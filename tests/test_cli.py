@@ -94,8 +94,7 @@ def test_every_command_fails_with_one_line_and_its_documented_code(tmp_path, mon
                                         ("MeterError", 5), ("MeterPermissionError", 5), ("ModelError", 6),
                                         ("ReportError", 7), ("ClaimNotShown", 8)])
 def test_each_error_class_has_its_documented_exit_code(error, code):
-    """The table the README documents; 6 (model) has no CLI path today (backbones are built in), so it is
-    checked here at the class, where the Python API and the Flower client raise it."""
+    """The table the README documents (6, a refused backbone, also through the CLI in test_custom_backbone.py)."""
     from edgeprof import analysis, errors
 
     cls = getattr(errors, error, None) or getattr(analysis, error)
@@ -270,7 +269,7 @@ CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms
 
 @pytest.mark.parametrize("command,option,registry", CHOICES)
 def test_help_shows_the_choices_of_the_registry(command, option, registry):
-    names = _registry(registry)
+    names = (*_registry(registry), config.FACTORY_FORM) if registry == "backbones" else _registry(registry)
 
     result = CliRunner().invoke(app, [command, "--help"], env=WIDE)
 
@@ -287,7 +286,7 @@ def test_a_name_added_to_a_registry_is_offered_and_accepted(monkeypatch, tmp_pat
     shown = CliRunner().invoke(app, ["measure", "--help"], env=WIDE)
     result = CliRunner().invoke(app, ["measure", "--backbone", "tiny-net", "--out", str(tmp_path)])
 
-    assert "cnn-omniglot | tiny-net]" in shown.stdout
+    assert "efficientnet_b0 | tiny-net | module:factory]" in shown.stdout
     assert result.exit_code == 0, result.output
     assert received[0].backbone == "tiny-net"
 

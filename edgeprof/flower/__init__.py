@@ -13,4 +13,20 @@ algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this 
 - :mod:`.report`      the reporting wrapper: one report for the federation, written by the server
 - :mod:`.server_app`  the ServerApp: roll call, strategy, report, final theta
 - :mod:`.simulation`  Flower's simulation engine for many clients on one machine
+
+For a user's own Flower app (any ClientApp, Flower's stock strategies), importable from here:
+
+- :mod:`.energy`      ``energy_mod()``: the mod that profiles every message a ClientApp handles
+- :mod:`.profiled`    ``ProfiledStrategy``: wraps a strategy, writes one report for the federation
 """
+
+_EXPORTS = {"energy_mod": "edgeprof.flower.energy", "ProfiledStrategy": "edgeprof.flower.profiled"}
+
+
+def __getattr__(name: str):
+    """``energy_mod`` and ``ProfiledStrategy``, imported (with flwr) only when asked for."""
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'edgeprof.flower' has no attribute {name!r}")

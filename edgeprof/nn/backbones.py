@@ -11,10 +11,15 @@ input: the same theta gives the same features in torch and in ONNX Runtime.
   as Table 4 states.
 * ``cnn-omniglot`` (Omniglot): four [Conv 3x3 64, ReLU, MaxPool 2x2] blocks, flatten; M = 64 for
   28x28 inputs (28 -> 14 -> 7 -> 3 -> 1).
+
+Any other ``--backbone`` (a torchvision model by name, or your own ``package.module:factory``) is built by
+:mod:`edgeprof.nn.custom` behind the same interface (``backbone_name``, ``input_shape``, ``feature_dim``,
+``forward``); :func:`build_backbone` dispatches to it, and :func:`input_shape_for` says which shape it gets.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +35,10 @@ _DEFAULT_INPUT_SHAPES = {
     "cnn-cifar": (3, 32, 32),
     "cnn-omniglot": (1, 28, 28),
 }
+#: the (C, H, W) a backbone outside Table 4 is given: the data set's own channels, at 32x32 for cifar10 and
+#: 28x28 for every grey set (digits and synthetic included, as the Table 4 backbones take them)
+DATA_SHAPES = {"cifar10": (3, 32, 32)}
+GREY_SHAPE = (1, 28, 28)
 
 
 class Backbone(nn.Module):
@@ -47,9 +56,26 @@ class Backbone(nn.Module):
 
 
 def default_input_shape(name: str) -> tuple[int, int, int]:
-    """The (C, H, W) of the paper's dataset for this backbone."""
+    """The (C, H, W) of the paper's dataset for a Table 4 backbone; :data:`GREY_SHAPE` for any other."""
+    return input_shape_for(name, "digits")
+
+
+def input_shape_for(name: str, dataset: str) -> tuple[int, int, int]:
+    """The (C, H, W) images of ``dataset`` are converted to for backbone ``name``.
+
+    Table 4's backbones take their paper's shape whatever the data (it is resized and its channels
+    converted); a torchvision or your own backbone takes the data's own: :data:`DATA_SHAPES`, else
+    :data:`GREY_SHAPE`. ConfigError for a name that is neither a backbone nor a factory spec.
+    """
+    if name in BACKBONES:
+        return _DEFAULT_INPUT_SHAPES[name]
     _check_name(name)
-    return _DEFAULT_INPUT_SHAPES[name]
+    return DATA_SHAPES.get(dataset, GREY_SHAPE)
+
+
+def file_stem(name: str) -> str:
+    """``name`` as a file name (a factory spec's ``:`` and ``/`` become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "backbone"
 
 
 def build_backbone(name: str, input_shape: tuple[int, int, int] | None = None, seed: int = 0) -> Backbone:
@@ -57,9 +83,15 @@ def build_backbone(name: str, input_shape: tuple[int, int, int] | None = None, s
 
     Initialisation is torch's default for each layer, drawn inside a forked RNG so the global torch
     seed is neither used nor disturbed. Raises :class:`ConfigError` for an unknown name or an input
-    shape the architecture cannot take (e.g. smaller than 16x16 for ``cnn-omniglot``).
+    shape the architecture cannot take (e.g. smaller than 16x16 for ``cnn-omniglot``). A name outside
+    Table 4 (torchvision's, or ``package.module:factory``) is built by :func:`edgeprof.nn.custom.build_custom`.
     """
     _check_name(name)
+    if name not in BACKBONES:
+        from edgeprof.nn.custom import build_custom
+
+        shape = _check_shape(input_shape if input_shape is not None else default_input_shape(name))
+        return build_custom(name, shape, seed)
     shape = _check_shape(input_shape if input_shape is not None else _DEFAULT_INPUT_SHAPES[name])
     builders = {"mlp": _mlp, "cnn-cifar": _cnn_cifar, "cnn-omniglot": _cnn_omniglot}
     with torch.random.fork_rng(devices=[]):
@@ -102,8 +134,10 @@ def param_count(module: nn.Module) -> int:
 
 
 def _check_name(name: str) -> None:
+    from edgeprof.config import check_backbone
+
     if name not in BACKBONES:
-        raise ConfigError(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
+        check_backbone(name)
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, int, int]:

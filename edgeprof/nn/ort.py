@@ -13,6 +13,11 @@ whole local set, so what a round costs is "get the fresh weights into ONNX Runti
 * ``inputs``: the weights are graph inputs of one session built once and fed with every run; nothing
   is rebuilt, but ONNX Runtime cannot pre-pack or constant-fold them.
 
+Every runner checks its export before its first use (:mod:`edgeprof.nn.verify`): ONNX Runtime
+must give torch's features, within a float32 tolerance, for a perturbed theta fed through the runner's
+own strategy; otherwise a one-line :class:`ModelError` names the first layer that differs. The export
+keeps every parameter and buffer a tensor of its own (no de-duplication of equal initial values).
+
 The rebuilding strategy keeps its session while theta is unchanged (several clients of one round
 share it); "unchanged" is decided by comparing the values with a private copy, never by object
 identity, so weights updated in place are picked up too.
@@ -39,26 +44,31 @@ import onnxruntime as ort
 import torch
 
 from edgeprof.errors import ConfigError, ModelError, OutputError
-from edgeprof.nn.backbones import Backbone, check_params
+from edgeprof.nn.backbones import Backbone, check_params, file_stem
+from edgeprof.nn.verify import check_export
 
 STRATEGIES = ("initializers-rebuild", "inputs")
 DEFAULT_STRATEGY = "initializers-rebuild"
 INPUT_NAME = "x"
 OUTPUT_NAME = "features"
 
-#: exported model bytes, per (backbone name, input shape, opset, model folder): the graph depends only
-#: on the architecture, because every parameter is replaced before any run
+#: exported model bytes, per (backbone name, input shape, opset, model folder, buffers): the graph depends
+#: only on the architecture and the buffers' values, because every parameter is replaced before any run
 _EXPORTS: dict[tuple, bytes] = {}
 
 
 def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) -> Path:
     """Write the backbone as an ONNX file with input ``x``, output ``features`` and a dynamic ``batch`` axis.
 
-    The weights are stored as initializers. Creates the parent folder (:class:`OutputError` if it
-    cannot); an export failure is a :class:`ModelError`.
+    The weights are stored as initializers. The export is checked against torch first
+    (:func:`edgeprof.nn.verify.check_export`). Creates the parent folder (:class:`OutputError` if it
+    cannot); an export failure or a mismatch is a :class:`ModelError`.
     """
     path = Path(path)
     data = _export_bytes(module, opset)
+    model = onnx.load_from_string(data)
+    names = _param_names(model, module)
+    check_export(module, model, names, _RebuildFeed(model, names, threads=1).run)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -68,7 +78,13 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
 
 
 def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
-    """Export with the TorchScript-based exporter (the dynamo one needs onnxscript and is slower)."""
+    """Export with the TorchScript-based exporter (the dynamo one needs onnxscript and is slower).
+
+    ``keep_initializers_as_inputs=True`` turns off the exporter's de-duplication of initializers with equal
+    values (it would serve batch-norm's running variance from its weight, both ones at initialisation, so a
+    new weight would change the variance too); the initializers are then taken out of the graph's inputs
+    again, so ONNX Runtime treats them as constants.
+    """
     input_shape = getattr(module, "input_shape", None)
     if input_shape is None:
         raise ModelError("cannot export a module without an .input_shape (build it with build_backbone)")
@@ -82,13 +98,27 @@ def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
                 module, (torch.zeros((1, *input_shape), dtype=torch.float32),), buffer,
                 input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                 dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-                opset_version=opset, do_constant_folding=False, dynamo=False,
+                opset_version=opset, do_constant_folding=False, dynamo=False, keep_initializers_as_inputs=True,
             )  # fmt: skip
     except Exception as err:  # torch raises many unrelated types here
         raise ModelError(f"ONNX export failed: {type(err).__name__}: {err}".splitlines()[0]) from err
     finally:
         module.train(was_training)
-    return buffer.getvalue()
+    model = onnx.load_from_string(buffer.getvalue())
+    constants = {init.name for init in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in constants]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    return model.SerializeToString()
+
+
+def _buffers_digest(module: torch.nn.Module) -> str:
+    """A hash of the module's buffers (batch-norm's running statistics, ...): constants of the export."""
+    digest = hashlib.sha256()
+    for name, buf in module.named_buffers():
+        digest.update(name.encode())
+        digest.update(buf.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_dir() -> Path | None:
@@ -102,27 +132,30 @@ def cache_dir() -> Path | None:
 
 def cache_key(module: torch.nn.Module, opset: int) -> str:
     """File name of ``module``'s export: backbone, input shape, opset and a hash of its weights' layout
-    (parameter names and shapes; the weights themselves arrive with every round)."""
-    name = getattr(module, "backbone_name", type(module).__name__)
+    (parameter names and shapes; the weights themselves arrive with every round) and of its buffers."""
+    name = file_stem(getattr(module, "backbone_name", type(module).__name__))
     layout = repr([(n, tuple(p.shape)) for n, p in module.named_parameters()])
-    digest = hashlib.sha256(f"{layout}|{tuple(getattr(module, 'input_shape', ()))}|{torch.__version__}".encode())
+    shape = tuple(getattr(module, "input_shape", ()))
+    digest = hashlib.sha256(f"{layout}|{shape}|{_buffers_digest(module)}|{torch.__version__}".encode())
     return f"{name}-opset{opset}-{digest.hexdigest()[:16]}.onnx"
 
 
-def _cached_export(module: torch.nn.Module, opset: int) -> bytes:
-    """The export from the per-node disk cache when present and loadable, else a fresh export stored there.
+def _cached_export(module: torch.nn.Module, opset: int, fresh: bool = False) -> tuple[bytes, bool]:
+    """The export from the per-node disk cache when present and loadable (and not ``fresh``), else a fresh
+    export stored there; and whether it was exported just now.
 
     A process that serves one message (a Flower ClientApp) pays the ONNX export once per node, not per round.
     Writing is best effort (atomic rename); a damaged file is replaced.
     """
     folder = cache_dir()
     if folder is None:
-        return _export_bytes(module, opset)
+        return _export_bytes(module, opset), True
     path = folder / cache_key(module, opset)
     try:
-        data = path.read_bytes()
-        onnx.load_from_string(data)
-        return data
+        if not fresh:
+            data = path.read_bytes()
+            onnx.load_from_string(data)
+            return data, False
     except Exception:  # noqa: BLE001 - missing, unreadable or damaged: export again
         pass
     data = _export_bytes(module, opset)
@@ -133,24 +166,36 @@ def _cached_export(module: torch.nn.Module, opset: int) -> bytes:
         os.replace(tmp, path)
     except OSError:
         pass
-    return data
+    return data, True
 
 
-def _exported_model(module: torch.nn.Module, model_dir: Path | None, opset: int) -> onnx.ModelProto:
+def _export_key(module: torch.nn.Module, model_dir: Path | None, opset: int) -> tuple | None:
+    """What the export of a :class:`Backbone` depends on (None for any other module: never reused)."""
+    if not isinstance(module, Backbone):
+        return None
+    return (module.backbone_name, tuple(module.input_shape), opset, model_dir, _buffers_digest(module))
+
+
+def _exported_model(module: torch.nn.Module, model_dir: Path | None, opset: int,
+                    fresh: bool = False) -> tuple[onnx.ModelProto, bool]:
     """The exported model, exported at most once per process per architecture (and model folder), and
-    read from the per-node disk cache (:func:`cache_dir`) when another process exported it already."""
+    read from the per-node disk cache (:func:`cache_dir`) when another process exported it already;
+    ``fresh`` exports again whatever the caches hold. Also says whether it was exported just now."""
     name = getattr(module, "backbone_name", "backbone")
-    key = (name, tuple(getattr(module, "input_shape", ())), opset, model_dir)
-    data = _EXPORTS.get(key) if isinstance(module, Backbone) else None
+    key = _export_key(module, model_dir, opset)
+    data = None if fresh or key is None else _EXPORTS.get(key)
+    new = data is None
     if data is None:
-        if model_dir is None:
-            data = _cached_export(module, opset) if isinstance(module, Backbone) else _export_bytes(module, opset)
+        if model_dir is not None:
+            data = export_backbone(module, Path(model_dir) / f"{file_stem(name)}.onnx", opset).read_bytes()
+        elif key is not None:
+            data, new = _cached_export(module, opset, fresh)
         else:
-            data = export_backbone(module, Path(model_dir) / f"{name}.onnx", opset).read_bytes()
-        if isinstance(module, Backbone):
+            data = _export_bytes(module, opset)
+        if key is not None:
             _EXPORTS[key] = data
     try:
-        return onnx.load_from_string(data)
+        return onnx.load_from_string(data), new
     except Exception as err:
         raise ModelError(f"cannot load the exported ONNX model: {err}".splitlines()[0]) from err
 
@@ -161,7 +206,9 @@ def _param_names(model: onnx.ModelProto, module: torch.nn.Module) -> list[str]:
     names = [name for name, _ in module.named_parameters()]
     for name, param in module.named_parameters():
         if initializers.get(name) != tuple(param.shape):
-            raise ModelError(f"parameter {name!r} is not an initializer of the exported model")
+            raise ModelError(f"parameter {name!r} is not a tensor of the exported model (the export baked it in as a "
+                             "constant: a .item() or a Python number made of it in forward?), so ONNX Runtime "
+                             "would never see its new values (README: Your own backbone)")
     return names
 
 
@@ -296,8 +343,22 @@ class FeatureRunner:
         self.input_shape = tuple(getattr(module, "input_shape", ()))
         self.feature_dim = getattr(module, "feature_dim", None)
         self._param_shapes = [tuple(p.shape) for p in module.parameters()]
-        model = _exported_model(module, None if model_dir is None else Path(model_dir), opset)
-        self._feed = _FEEDS[strategy](model, _param_names(model, module), threads)
+        folder = None if model_dir is None else Path(model_dir)
+        model, new = _exported_model(module, folder, opset)
+        try:
+            self._feed = self._checked_feed(module, model)
+        except ModelError:
+            if new:
+                raise
+            # a cached export (this process's, or the node's disk cache) may predate a change to the model's code
+            self._feed = self._checked_feed(module, _exported_model(module, folder, opset, fresh=True)[0])
+
+    def _checked_feed(self, module: torch.nn.Module, model: onnx.ModelProto):
+        """The strategy's feed of ``model``, once the export has been checked against torch through it."""
+        names = _param_names(model, module)
+        feed = _FEEDS[self.strategy](model, names, self.threads)
+        check_export(module, model, names, feed.run)
+        return feed
 
     def features(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
         """(N, M) float32 features of the images ``x`` (N, C, H, W) under theta = ``params``.

@@ -5,7 +5,8 @@ page. The page needs no network and no server: plotly.js comes from the installe
 (:func:`plotly.offline.get_plotlyjs`, inlined once) and every figure is a JSON object in one
 ``application/json`` script, drawn by a few lines of JavaScript.
 
-Sections: runs and devices, verdicts (fits, growth, ratios), cost versus tau with fitted lines and
+Sections: runs and devices, the windows of a user's own code (reports of ``edgeprof.monitor``), verdicts
+(fits, growth, ratios), cost versus tau with fitted lines and
 95% bands, per-phase breakdown, per-round time series, energy and carbon totals, accuracy against
 cumulative energy (reports with ``kind=eval`` rows), measurement methods. Reports from several devices
 (the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
@@ -32,7 +33,8 @@ from edgeprof.errors import ConfigError, OutputError
 from edgeprof.report.schema import BESIDE_ROUND
 from edgeprof.report.writer import Report, read_report
 
-SECTIONS = (("runs", "Runs and devices"), ("verdicts", "Verdicts"), ("cost-vs-tau", "Cost per client round vs tau"),
+SECTIONS = (("runs", "Runs and devices"), ("windows", "Windows of your own code"), ("verdicts", "Verdicts"),
+            ("cost-vs-tau", "Cost per client round vs tau"),
             ("phases", "Per-phase breakdown"), ("timeseries", "Per-round time series"),
             ("energy", "Energy and carbon totals"), ("accuracy", "Accuracy against cumulative energy"),
             ("methods", "How the figures were measured"))
@@ -524,6 +526,59 @@ def _accuracy(page: _Page, devices: Mapping[str, list[Row]]) -> str:
     return _grid(cells)
 
 
+def _window_table(device: str, groups: Mapping[tuple[str, str], list[Row]], phases: Sequence[str]) -> str:
+    body = []
+    for (variant, name), members in groups.items():
+        med = lambda col: _median([x for x in (r.num(col) for r in members) if x is not None])  # noqa: E731
+        estimate = "estimate" in _methods(members)
+        parts = "; ".join(f"{p} {med(f'{p}_s'):.3g} s" for p in phases if med(f"{p}_s") is not None)
+        body.append((device, variant, name, len(members), _fmt(med("wall_s")), _fmt(med("cpu_s")),
+                     _marked(_fmt(med("energy_j")), estimate and med("energy_j") is not None),
+                     _marked(_fmt(med("carbon_g")), estimate and med("carbon_g") is not None),
+                     "+".join(sorted(_methods(members))) or "none", parts or "-"))
+    return _table(("device", "algorithm", "window", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method",
+                   "phases (median s)"), body, "windows")
+
+
+def _window_plot(page: _Page, device: str, groups: Mapping[tuple[str, str], list[Row]]) -> str:
+    """Each window's energy (its wall seconds where no energy was measured), in the order the rows were written."""
+    metric = "energy_j" if any(r.num("energy_j") is not None for m in groups.values() for r in m) else "wall_s"
+    data = []
+    for (variant, name), members in groups.items():
+        label = f"{variant} {name}" if variant else name
+        data.append({"type": "scatter", "mode": "markers+lines", "name": esc(label),
+                     "x": list(range(1, len(members) + 1)), "y": [r.num(metric) for r in members],
+                     "marker": {"color": page.color(label)}, "line": {"width": 1}})
+    estimate = metric == "energy_j" and "estimate" in _methods(r for m in groups.values() for r in m)
+    return page.figure(data, _marked(f"{device}: {METRIC_LABELS[metric]} of each window", estimate),
+                       {"title": {"text": "occurrence of the window"}}, {"title": {"text": METRIC_LABELS[metric]}},
+                       log_toggle=True)
+
+
+def _windows(page: _Page, reports: Sequence[Report], devices: Mapping[str, list[Row]]) -> str:
+    """Reports of edgeprof.monitor: medians per window name, and every window's cost in order."""
+    cells, tables = [], []
+    for device, rows in devices.items():
+        groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+        for r in rows:
+            if r.data.get("kind") == "window":
+                groups[(r.variant, r.data.get("window", ""))].append(r)
+        if groups:
+            tables.append(_window_table(device, groups, _phase_names(reports)))
+            cells.append(_window_plot(page, device, groups))
+    if not tables:
+        return ('<p class="note">No window rows (reports written by <code>edgeprof.monitor</code> around your own '
+                "code have them).</p>")
+    notes: list[str] = []
+    for rep in reports:
+        section = rep.sidecar.get("monitor")
+        if isinstance(section, dict) and isinstance(section.get("notes"), list):
+            notes += [str(n) for n in section["notes"]]
+    return (_energy_note([r for rs in devices.values() for r in rs if r.data.get("kind") == "window"])
+            + "".join(f'<p class="note">{esc(n)}</p>' for n in dict.fromkeys(notes))
+            + "".join(tables) + _grid(cells))
+
+
 def _method_section(reports: Sequence[Report]) -> str:
     body = []
     for rep in reports:
@@ -580,6 +635,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
     page = _Page()
     bodies = {
         "runs": _runs(reports, rows),
+        "windows": _windows(page, reports, devices),
         "verdicts": _verdicts(analysis, rows),
         "cost-vs-tau": _one_tau(analysis) or _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
         "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])

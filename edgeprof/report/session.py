@@ -157,16 +157,19 @@ def _finish_sidecar(session: ReportSession, write: Callable[[], None]) -> None:
 
 @contextlib.contextmanager
 def open_run(cfg, *, run_id: str, phases: Sequence[str],
-             finish: Callable[[dict], dict] = lambda data: data) -> Iterator[ReportSession]:
+             finish: Callable[[dict], dict] = lambda data: data, profiler: Optional[Profiler] = None,
+             columns: Optional[Sequence[str]] = None) -> Iterator[ReportSession]:
     """Open meters, energy, the CSV and a ``running`` sidecar; yield the session; always close them.
 
     ``finish(data)`` adds the caller's sections to the sidecar (written at the start and at the end). The
     final sidecar says ``complete``, ``interrupted`` (a signal) or ``failed`` with the ``reason``.
+    ``profiler``: a ready one over the caller's meters (tests: fake clocks and meters), closed with the run
+    like meters opened here; ``columns``: the header, when not :func:`columns_for` ``(phases)``.
     """
     from edgeprof.device import device_label
 
     out = check_writable(cfg.out)
-    meters = open_meters(cfg)
+    meters = open_meters(cfg) if profiler is None else profiler.meters
     try:
         energy = open_energy(cfg, meters)
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
@@ -174,14 +177,14 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
         def sidecar(**status) -> dict:
             return finish(sidecar_data(cfg, run_id, meters, energy, phases, **status))
 
-        with ReportWriter(csv_path, columns_for(phases)) as writer:
+        with ReportWriter(csv_path, columns or columns_for(phases)) as writer:
             try:
                 write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
             except OutputError:
                 writer.close()
                 csv_path.unlink(missing_ok=True)  # nothing recorded: leave no report at all
                 raise
-            ctx = RunContext(run_id, device_label(), writer, Profiler(meters), energy)
+            ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters), energy)
             session = ReportSession(ctx, csv_path, sidecar_path, meters)
             error: BaseException | None = None
             try:

@@ -28,25 +28,49 @@ def _median(report: Report, column: str, rows) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(report: Report) -> list[SummaryLine]:
-    """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm."""
-    lines: list[SummaryLine] = []
+def _phase_names(report: Report) -> list[str]:
     from edgeprof.report.schema import BESIDE_ROUND
 
-    phases = [c[:-len("_cpu_s")] for c in report.columns
-              if c.endswith("_cpu_s") and c != "cpu_s" and c[:-len("_cpu_s")] not in BESIDE_ROUND]
+    return [c[:-len("_cpu_s")] for c in report.columns
+            if c.endswith("_cpu_s") and c != "cpu_s" and c[:-len("_cpu_s")] not in BESIDE_ROUND]
+
+
+def _method(rows) -> str:
+    return "+".join(sorted({r["energy_method"] for r in rows if r.get("energy_method")})) or "none"
+
+
+def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str], method: str) -> list[SummaryLine]:
+    """The line of one part (a client round, a window) and the lines of its phases."""
+    lines = [SummaryLine(algo, part, len(rows), _median(report, "wall_s", rows), _median(report, "cpu_s", rows),
+                         _median(report, "energy_j", rows), method, _median(report, "carbon_g", rows))]
+    for phase in phases:
+        if report.values(f"{phase}_s", rows):
+            lines.append(SummaryLine(algo, f"  {phase}", len(rows), _median(report, f"{phase}_s", rows),
+                                     _median(report, f"{phase}_cpu_s", rows), _median(report, f"{phase}_j", rows),
+                                     method))
+    return lines
+
+
+def _windows(report: Report, algo: str, phases: Sequence[str]) -> list[SummaryLine]:
+    """One part per window name of the ``window`` rows (edgeprof.monitor), with its phases."""
+    rows = report.where(algo=algo, kind="window")
+    lines: list[SummaryLine] = []
+    for name in dict.fromkeys(r.get("window", "") for r in rows):
+        members = [r for r in rows if r.get("window", "") == name]
+        lines += _part(report, algo, f"window {name}", members, phases, _method(members))
+    return lines
+
+
+def summarize(report: Report) -> list[SummaryLine]:
+    """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm; per window
+    name for the windows of a monitor's report."""
+    lines: list[SummaryLine] = []
+    phases = _phase_names(report)
     for algo in dict.fromkeys(r["algo"] for r in report.rows):
         clients = report.where(algo=algo, kind="client")
-        method = "+".join(sorted({r["energy_method"] for r in clients if r["energy_method"]})) or "none"
+        method = _method(clients)
         if clients:
-            lines.append(SummaryLine(algo, "client round", len(clients), _median(report, "wall_s", clients),
-                                     _median(report, "cpu_s", clients), _median(report, "energy_j", clients),
-                                     method, _median(report, "carbon_g", clients)))
-        for phase in phases:
-            if report.values(f"{phase}_s", clients):
-                lines.append(SummaryLine(algo, f"  {phase}", len(clients), _median(report, f"{phase}_s", clients),
-                                         _median(report, f"{phase}_cpu_s", clients),
-                                         _median(report, f"{phase}_j", clients), method))
+            lines += _part(report, algo, "client round", clients, phases, method)
         if report.values("setup_s", clients):  # Flower: set-up measured beside the round, not in it
             lines.append(SummaryLine(algo, "set-up, beside the round", len(clients), _median(report, "setup_s", clients),
                                      _median(report, "setup_cpu_s", clients), _median(report, "setup_j", clients),
@@ -59,7 +83,19 @@ def summarize(report: Report) -> list[SummaryLine]:
             lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
                                      _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
                                      method, _median(report, "carbon_g", servers)))
+        measured_evals = [r for r in report.where(algo=algo, kind="eval") if r.get("wall_s")]
+        if measured_evals:  # a Flower app's evaluate messages, profiled on the clients
+            lines += _part(report, algo, "evaluate message", measured_evals, phases, _method(measured_evals))
+        lines += _windows(report, algo, phases)
     return lines
+
+
+def title(lines: Sequence[SummaryLine]) -> str:
+    """``median per client round``, ``median per window``, or both, after what the lines hold."""
+    windows = any(ln.part.startswith("window ") for ln in lines)
+    others = any(not ln.part.startswith(("window ", "  ")) for ln in lines)
+    return ("median per client round and per window" if windows and others else
+            "median per window" if windows else "median per client round")
 
 
 def _cell(value: float | None, digits: int = 4) -> str:
@@ -71,7 +107,7 @@ def render(lines: Sequence[SummaryLine]):
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="median per client round")
+    table = Table(title=title(lines))
     for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method"):
         table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
                          no_wrap=name in ("algo", "part"))

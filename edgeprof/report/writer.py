@@ -88,6 +88,40 @@ class ReportWriter:
         self._append(self._line(row))
         self.rows_written += 1
 
+    def add_columns(self, names: Sequence[str]) -> None:
+        """Extend the header with those of ``names`` it lacks, keeping every row written so far.
+
+        For a monitor's report, whose phases are known only once the code enters them. The file is rewritten
+        beside itself (the rows get empty cells in the new columns) and put in place atomically with
+        ``os.replace``: an interrupted extension leaves the report as it was. OutputError when it fails.
+        """
+        new = tuple(dict.fromkeys(n for n in names if n not in self.columns))
+        if not new:
+            return
+        columns = self.columns + new
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with open(self.path, "rb") as f:
+                old = f.read(self._good).decode("utf-8")
+            buffer = io.StringIO()
+            out = csv.writer(buffer)
+            out.writerow(columns)
+            out.writerows(r + [""] * len(new) for r in list(csv.reader(io.StringIO(old, newline="")))[1:])
+            data = buffer.getvalue().encode("utf-8")
+            with open(tmp, "wb", buffering=0) as f:
+                _write_all(f.fileno(), data)
+            os.replace(tmp, self.path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"cannot add columns to report {self.path}: {err.strerror or err} (every complete "
+                              f"row is kept)") from err
+        self.close()
+        try:
+            self._file = open(self.path, "ab", buffering=0)
+        except OSError as err:
+            raise OutputError(f"cannot reopen report {self.path}: {err.strerror or err}") from err
+        self.columns, self._good = columns, len(data)
+
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
@@ -169,8 +203,9 @@ class Report:
 REQUIRED_COLUMNS = ("run_id", "algo", "kind")
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
-_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol")
-KINDS = ("client", "server", "eval")
+_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
+                 "labels")
+KINDS = ("client", "server", "eval", "window")
 
 
 def _is_numeric_column(name: str) -> bool:

@@ -1,0 +1,137 @@
+"""A Flower mod for any ClientApp: every message it handles is profiled, and the reply says what it cost.
+
+One line in a user's own ClientApp, which needs to know nothing else of edgeprof::
+
+    from edgeprof.flower import energy_mod
+
+    app = ClientApp(mods=[energy_mod()])
+
+For every message (train, evaluate, query, ...) the mod opens this device's meters as ``edgeprof measure``
+does (:func:`edgeprof.meters.discovery.discover`), runs the rest of the ClientApp inside one window named
+after the message type (:mod:`edgeprof.windows`), and adds to every reply that carries no error:
+
+* a ConfigRecord :data:`PROFILE_RECORD` (``edgeprof.message-profile``) with every non-empty cell of the
+  window's report row, exactly as ``edgeprof measure`` would write it (``wall_s``, ``cpu_s``, ``peak_rss_mb``,
+  ``energy_j`` and its ``energy_method``, ``carbon_g``, each meter's ``<column>_j`` / ``<column>_method``, the
+  phases' ``<phase>_s`` / ``<phase>_cpu_s`` / ``<phase>_j``, ``profiler_overhead_s``, ``short_window``), plus
+  ``device``, ``carbon_source`` and ``message_type``. The method labels (``counter``, ``integrated_power``,
+  ``estimate``, ``invalid``) travel here, since a MetricRecord holds numbers only; stock strategies ignore
+  ConfigRecords in replies;
+* in the reply's MetricRecord, when it has exactly one (the app's ``metrics``): ``edgeprof.wall_s``,
+  ``edgeprof.cpu_s``, ``edgeprof.energy_j`` and ``edgeprof.carbon_g`` (:data:`METRIC_KEYS`). Always these four,
+  NaN where nothing was measured (no meter, an implausible reading, no carbon data), never 0: a stock
+  strategy needs the same keys in every reply, and without the server piece it averages them like the app's
+  own metrics.
+
+The server piece, :class:`edgeprof.flower.profiled.ProfiledStrategy`, writes these as one report and takes
+them out of the replies (:func:`take_profile`) before the wrapped strategy aggregates.
+
+Phases: code inside the ClientApp marks them with ``with edgeprof.phase("train"): ...``, which does nothing
+where the mod is absent. Shared machines: the mod measures the machine it runs on; clients that run at the
+same time on one machine (Flower's simulation engine) count each other's work in their windows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Mapping, Optional
+
+from flwr.app import ConfigRecord, Context, Message
+
+from edgeprof.device import device_label
+
+PROFILE_RECORD = "edgeprof.message-profile"
+#: prefix of the keys the mod adds to the reply's MetricRecord
+METRIC_PREFIX = "edgeprof."
+#: report columns copied into the reply's MetricRecord as ``edgeprof.<column>``
+METRIC_KEYS = ("wall_s", "cpu_s", "energy_j", "carbon_g")
+
+
+def profile_cells(row: Mapping[str, str]) -> dict[str, float | str]:
+    """The non-empty cells of a report row, numbers as floats and labels as strings."""
+    cells: dict[str, float | str] = {}
+    for key, value in row.items():
+        if value == "":
+            continue
+        try:
+            cells[key] = float(value)
+        except ValueError:
+            cells[key] = value
+    return cells
+
+
+def attach_profile(reply: Message, cells: Mapping[str, float | str], *, metrics: bool = True) -> None:
+    """Add the profile record (and, with ``metrics``, the :data:`METRIC_KEYS`) to ``reply``."""
+    reply.content[PROFILE_RECORD] = ConfigRecord(dict(cells))
+    records = reply.content.metric_records
+    if metrics and len(records) == 1:
+        record = next(iter(records.values()))
+        for column in METRIC_KEYS:
+            value = cells.get(column)
+            record[METRIC_PREFIX + column] = float(value) if isinstance(value, float) else math.nan
+
+
+def take_profile(msg: Message) -> Optional[dict[str, float | str]]:
+    """The profile the mod attached to ``msg`` (None if none), removed from it with the metric keys, so that
+    the reply is exactly what the ClientApp returned."""
+    content = msg.content
+    profile = None
+    if PROFILE_RECORD in content:
+        record = content[PROFILE_RECORD]
+        profile = dict(record) if isinstance(record, ConfigRecord) else None
+        del content[PROFILE_RECORD]
+    for record in content.metric_records.values():
+        for key in [k for k in record if k.startswith(METRIC_PREFIX)]:
+            del record[key]
+    return profile
+
+
+@functools.lru_cache(maxsize=8)
+def _carbon(country: Optional[str], region: Optional[str], override: Optional[float]) -> tuple[Optional[float], str]:
+    """(g CO2e per kWh or None, where it comes from or why there is none); a bad country is a ConfigError."""
+    from edgeprof.meters.carbon import carbon_or_note
+
+    intensity, note = carbon_or_note(country, region=region, override_g_per_kwh=override)
+    return (None, note or "") if intensity is None else (intensity.g_per_kwh, intensity.source)
+
+
+def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0, country: Optional[str] = None,
+               region: Optional[str] = None, carbon_intensity: Optional[float] = None,
+               device: Optional[str] = None, metrics: bool = True,
+               meters: Optional[Callable[[], object]] = None) -> Callable[[Message, Context, Callable], Message]:
+    """The mod. Settings as the options of ``edgeprof measure`` (checked now: a bad one fails at import).
+
+    ``device`` names this device in the report's ``device`` column (``EDGEPROF_DEVICE`` wins; default: the node
+    config's ``device``, else the host name); ``metrics=False`` leaves the reply's MetricRecord alone;
+    ``meters`` opens the meter set for one message (default: :func:`~edgeprof.meters.discovery.discover` with these settings; tests pass
+    fake meters).
+    """
+    from edgeprof.config import check_meter_options, check_positive
+
+    check_meter_options(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
+    check_positive(carbon_intensity=carbon_intensity)
+    g_per_kwh, source = _carbon(country, region, carbon_intensity)
+
+    def edgeprof_energy_mod(msg: Message, context: Context, call_next) -> Message:
+        from edgeprof.meters.discovery import discover
+        from edgeprof.profiler import Profiler
+        from edgeprof.report.schema import row_from_window
+        from edgeprof.windows import Windows
+
+        kind = str(msg.metadata.message_type)
+        meter_set = meters() if meters is not None else discover(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
+        try:
+            with Windows(Profiler(meter_set)).window(kind) as win:
+                reply = call_next(msg, context)
+        finally:
+            meter_set.close()
+        if reply.has_error():
+            return reply
+        cells = profile_cells(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
+        cells.update(device=device_label(device or str(context.node_config.get("device", "")) or None),
+                     carbon_source=source, message_type=kind)
+        attach_profile(reply, cells, metrics=metrics)
+        return reply
+
+    return edgeprof_energy_mod

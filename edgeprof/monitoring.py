@@ -1,0 +1,455 @@
+"""Profile your own code: :func:`monitor` runs windows with phases inside and writes an edgeprof report.
+
+The shapes are those people know: Zeus's ``begin_window`` / ``end_window``, codecarbon's tracker (``start`` /
+``stop`` or a ``with`` block) and its decorator; edgeprof adds phases, one report row per window, labels, and
+the method of every figure::
+
+    import edgeprof
+
+    with edgeprof.monitor(out="profiles", name="mlp", labels={"model": "mlp"}) as mon:
+        for epoch in range(1, 4):
+            with mon.window("epoch", round=epoch):
+                for x, y in batches:
+                    with mon.phase("forward"):
+                        loss = loss_fn(model(x), y)
+                    with mon.phase("backward"):
+                        loss.backward()
+    # profiles/mlp-<time>-<random>.csv and .json, read by `edgeprof summary` and `edgeprof dashboard`
+
+Meters are this machine's, opened as ``edgeprof measure`` opens them
+(:func:`edgeprof.meters.discovery.discover`): every figure is ``counter``, ``integrated_power`` or
+``estimate`` exactly as there, an estimate always labelled ``estimate``. The report goes through the
+machinery of every run (:func:`edgeprof.report.session.open_run`): the same CSV schema plus the ``window``
+and ``labels`` columns, rows flushed as their windows end, a sidecar that says ``running`` and finally
+``complete``, ``interrupted`` or ``failed``. Phase columns join the header when a phase is first entered
+(:meth:`~edgeprof.report.writer.ReportWriter.add_columns`); ``phases=`` declares them up front.
+
+Rows and labels. Every window ends as one row of kind ``window`` (or the ``kind`` given: ``client``,
+``server`` and ``eval`` rows are read as federated client rounds, server steps and evaluations), with its
+name in ``window``. Labels (the monitor's, then the window's) are :mod:`edgeprof.row_labels`: one that names a
+report column fills it, every other goes into ``labels`` as compact JSON, one named after a column the monitor
+fills itself (``wall_s``, ``kind``, ...) is refused.
+
+Nesting and overlap (:mod:`edgeprof.windows`): windows may nest and overlap freely, each with its own start
+sample of the shared meters; but each sees all the machine's energy, so overlapping windows double count
+(the sidecar's ``monitor`` section says how many overlapped); a window opened while another is open has no
+peak RSS of its own (its ``peak_rss_mb`` is empty); the phases of one window never overlap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+from edgeprof.errors import MonitorError
+from edgeprof.profiler import Profiler, Span, WindowResult
+from edgeprof.row_labels import labels_cell, split_labels
+from edgeprof.windows import OpenWindow, Windows, check_phase_name, current_window, phase
+
+__all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement", "phase"]
+
+#: cells a row measured elsewhere may bring (:meth:`Monitor.record`), besides domain and phase columns
+MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
+                    "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s")
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
+
+OVERLAP_NOTE = ("{n} window(s) overlapped another window: each window's energy and CPU seconds are everything the "
+                "machine (the process) spent while it was open, so the rows of overlapping windows double count; "
+                "never add them up")
+PEAK_NOTE = ("{n} window(s) opened while another was open have no peak RSS of their own (peak_rss_mb empty): the "
+             "kernel's high-water mark is reset for the whole process, only when no window is open")
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Settings of one monitor run; validated on construction (MonitorError / ConfigError, one line).
+
+    ``name`` prefixes the run id (``<name>-<time>-<random>``) unless ``run_name`` gives it whole; the meter
+    and carbon settings are those of ``edgeprof measure`` (``--cpu-watts``, ``--country``, ...).
+    """
+
+    out: Path = Path("profiles")
+    name: str = "monitor"
+    run_name: Optional[str] = None
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    phases: tuple[str, ...] = ()
+    cpu_watts: Optional[float] = None
+    jetson_hz: float = 10.0
+    idle_seconds: float = 0.0
+    country: Optional[str] = None
+    region: Optional[str] = None
+    carbon_intensity: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        from edgeprof.config import MAX_IDLE_SECONDS, check_meter_options, check_positive
+
+        object.__setattr__(self, "out", Path(self.out))
+        object.__setattr__(self, "phases", tuple(self.phases))
+        object.__setattr__(self, "labels", dict(self.labels))
+        for what, value in (("name", self.name), ("run name", self.run_name)):
+            if value is not None and not (isinstance(value, str) and _RUN_NAME.fullmatch(value)):
+                raise MonitorError(f"{what} {value!r} may use only letters, digits, '.', '_' and '-' (it names files)")
+        split_labels(self.labels)
+        for p in self.phases:
+            check_phase_name(p)
+        check_meter_options(cpu_watts=self.cpu_watts, jetson_hz=self.jetson_hz)
+        check_positive(carbon_intensity=self.carbon_intensity)
+        if not (math.isfinite(self.idle_seconds) and 0 <= self.idle_seconds <= MAX_IDLE_SECONDS):
+            raise MonitorError(f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {self.idle_seconds}")
+
+    def to_dict(self) -> dict:
+        return {"out": str(self.out), "name": self.name, "run_name": self.run_name, "labels": dict(self.labels),
+                "phases": list(self.phases), "cpu_watts": self.cpu_watts, "jetson_hz": self.jetson_hz,
+                "idle_seconds": self.idle_seconds, "country": self.country, "region": self.region,
+                "carbon_intensity": self.carbon_intensity}
+
+
+def _number(cell: str) -> Optional[float]:
+    return float(cell) if cell not in ("", None) else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One finished window: its figures, as written in its report row, and the profiler's result.
+
+    ``energy_j`` and ``carbon_g`` are None where the row's cell is empty (no meter, an implausible reading:
+    ``energy_method`` then says ``invalid``); ``energy_method`` is the row's, e.g. ``counter`` or ``estimate``.
+    """
+
+    name: str
+    kind: str
+    labels: Mapping[str, Any]
+    result: WindowResult
+    row: Mapping[str, str]
+    overlapped: bool
+
+    @property
+    def wall_s(self) -> float:
+        return self.result.wall_s
+
+    @property
+    def cpu_s(self) -> float:
+        return self.result.cpu_s
+
+    @property
+    def energy_j(self) -> Optional[float]:
+        return _number(self.row.get("energy_j", ""))
+
+    @property
+    def energy_method(self) -> str:
+        return self.row.get("energy_method", "")
+
+    @property
+    def carbon_g(self) -> Optional[float]:
+        return _number(self.row.get("carbon_g", ""))
+
+    @property
+    def phases(self) -> Mapping[str, Span]:
+        return self.result.phases
+
+
+class MonitorWindow:
+    """An open window of a :class:`Monitor`; ``phase(name)`` marks a part of it, ``measurement`` once ended."""
+
+    def __init__(self, win: OpenWindow, kind: str, labels: Mapping[str, Any], cells: Mapping[str, str],
+                 other: Mapping[str, Any]) -> None:
+        self._win = win
+        self.kind = kind
+        self.labels = dict(labels)
+        self._cells = dict(cells)
+        self._other = dict(other)
+        self.measurement: Optional[Measurement] = None
+
+    @property
+    def name(self) -> str:
+        return self._win.name
+
+    @property
+    def is_open(self) -> bool:
+        return self._win.is_open
+
+    def phase(self, name: str):
+        """A context manager: the body is phase ``name`` of this window."""
+        return self._win.phase(name)
+
+    def __repr__(self) -> str:
+        return f"<MonitorWindow {self.name!r} {'open' if self.is_open else 'ended'}>"
+
+
+class Monitor:
+    """A run of windows written as one report; start it with ``with`` or :meth:`start` / :meth:`stop`.
+
+    Construct it with :func:`monitor`; constructing opens nothing (meters and files open at :meth:`start`),
+    so functions can be decorated with :meth:`measure` before the run starts. A monitor runs once.
+    """
+
+    def __init__(self, config: MonitorConfig, *, profiler: Optional[Profiler] = None) -> None:
+        self.config = config
+        self._profiler = profiler
+        self._stack: Optional[contextlib.ExitStack] = None
+        self._session = None
+        self._windows: Optional[Windows] = None
+        self._named: dict[str, MonitorWindow] = {}
+        self._lock = threading.RLock()
+        self._state = "new"
+        self._counts: dict[str, int] = {}
+        self._overlapped = 0
+        self._no_peak = 0
+        self._unclosed: list[str] = []
+        #: extra sidecar sections (name -> JSON-able data), written with the final sidecar
+        self.sidecar_sections: dict[str, Any] = {}
+
+    # --- the run --------------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    @property
+    def run_id(self) -> Optional[str]:
+        return self._session.ctx.run_id if self._session else None
+
+    @property
+    def csv_path(self) -> Optional[Path]:
+        return self._session.csv_path if self._session else None
+
+    @property
+    def sidecar_path(self) -> Optional[Path]:
+        return self._session.sidecar_path if self._session else None
+
+    def start(self) -> "Monitor":
+        """Open the meters, the CSV and a ``running`` sidecar (ConfigError for a bad country, OutputError ...)."""
+        from edgeprof.report.schema import columns_for
+        from edgeprof.report.session import make_run_id, open_run
+
+        if self._state != "new":
+            raise MonitorError("a monitor runs once; open a new one with edgeprof.monitor(...)")
+        cfg = self.config
+        stack = contextlib.ExitStack()
+        self._session = stack.enter_context(open_run(
+            cfg, run_id=make_run_id(cfg, prefix=cfg.name), phases=cfg.phases, finish=self._finish,
+            profiler=self._profiler, columns=columns_for(cfg.phases, generic=True)))
+        self._windows = Windows(self._session.ctx.profiler)
+        self._stack, self._state = stack, "running"
+        return self
+
+    def stop(self, error: Optional[BaseException] = None) -> None:
+        """Close the report: the final sidecar says ``complete`` (or, given the ``error`` that ended the run,
+        ``interrupted`` or ``failed``). Windows still open are not recorded; the sidecar names them."""
+        if self._state != "running":
+            return
+        with self._lock:
+            for win in self._windows.open_windows:
+                self._unclosed.append(win.name)
+                self._windows.discard(win)
+            self._named.clear()
+            self._state = "stopped"
+        if error is None:
+            self._stack.close()
+        else:
+            self._stack.__exit__(type(error), error, error.__traceback__)
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop(exc)
+        return False
+
+    def _finish(self, data: dict) -> dict:
+        """The sidecar's ``phases`` (as in the header now) and ``monitor`` sections, and the callers' own."""
+        from edgeprof.report.schema import BESIDE_ROUND
+
+        columns = self._session.ctx.writer.columns if self._session else ()
+        phases = [c[: -len("_cpu_s")] for c in columns
+                  if c.endswith("_cpu_s") and c[: -len("_cpu_s")] not in BESIDE_ROUND] or list(self.config.phases)
+        notes = ([OVERLAP_NOTE.format(n=self._overlapped)] if self._overlapped else []) + (
+            [PEAK_NOTE.format(n=self._no_peak)] if self._no_peak else [])
+        section = {"name": self.config.name, "labels": dict(self.config.labels), "windows": dict(self._counts),
+                   "overlapping_windows": self._overlapped, "windows_without_peak_rss": self._no_peak,
+                   "unclosed_windows": list(self._unclosed), "notes": notes}
+        return {**data, "phases": phases, "monitor": section, **self.sidecar_sections}
+
+    # --- windows --------------------------------------------------------------------------------------------
+    def _check(self, name: str, kind: str) -> None:
+        from edgeprof.report.schema import KINDS
+
+        if self._state != "running":
+            raise MonitorError("the monitor is not running: use `with edgeprof.monitor(...) as mon:` or mon.start()")
+        if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
+            raise MonitorError(f"a window name is printable text of 1 to 200 characters, got {name!r}")
+        if kind not in KINDS:
+            raise MonitorError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+
+    def _begin(self, name: str, kind: str, labels: Mapping[str, Any]) -> MonitorWindow:
+        self._check(name, kind)
+        merged = {**self.config.labels, **labels}
+        cells, other = split_labels(merged)
+        return MonitorWindow(self._windows.begin(name), kind, merged, cells, other)
+
+    def _end(self, mw: MonitorWindow) -> Measurement:
+        result = self._windows.end(mw._win)
+        with self._lock:
+            row = self._row(mw, result)
+            self._write(row)
+            self._session.done += 1  # the sidecar's rounds_completed: windows measured here (Flower: rounds)
+            self._counts[mw.name] = self._counts.get(mw.name, 0) + 1
+            self._overlapped += mw._win.overlapped
+            self._no_peak += not mw._win.peak_rss_exact
+        mw.measurement = Measurement(mw.name, mw.kind, mw.labels, result, row, mw._win.overlapped)
+        return mw.measurement
+
+    def _base(self, name: str, kind: str, cells: Mapping[str, str], other: Mapping[str, Any]) -> dict:
+        ctx = self._session.ctx
+        return {"run_id": ctx.run_id, "device": ctx.device, **cells, "kind": kind, "window": name,
+                "labels": labels_cell(other), "timestamp_s": f"{time.time():.3f}"}
+
+    def _row(self, mw: MonitorWindow, result: WindowResult) -> dict[str, str]:
+        from edgeprof.report.schema import row_from_window
+
+        energy = self._session.ctx.energy
+        row = row_from_window(result, self._base(mw.name, mw.kind, mw._cells, mw._other),
+                              idle_power_w=energy.idle_power_w, carbon_g_per_kwh=energy.carbon_g_per_kwh)
+        if not mw._win.peak_rss_exact:
+            row["peak_rss_mb"] = ""
+        return row
+
+    def _write(self, row: Mapping[str, str]) -> None:
+        writer = self._session.ctx.writer
+        missing = [c for c in row if c not in writer.columns]
+        if missing:
+            writer.add_columns(missing)
+        writer.write(row)
+
+    @contextlib.contextmanager
+    def window(self, name: str, /, *, kind: str = "window", **labels: Any) -> Iterator[MonitorWindow]:
+        """Measure the body as one window (one report row); ``labels`` as described in the module docstring.
+
+        The window ends, and its row is written, also when the body raises.
+        """
+        mw = self._begin(name, kind, labels)
+        try:
+            yield mw
+        finally:
+            if mw.is_open:
+                self._end(mw)
+
+    def begin_window(self, name: str, /, *, kind: str = "window", **labels: Any) -> MonitorWindow:
+        """Open window ``name`` for callback-style code; :meth:`end_window` with the same name closes it.
+
+        A name can be open only once through ``begin_window`` at a time (``end_window`` finds it by name).
+        """
+        with self._lock:
+            if name in self._named:
+                raise MonitorError(f"window {name!r} is already open; end it with end_window({name!r}) first, "
+                                   "or begin another name")
+            mw = self._begin(name, kind, labels)
+            self._named[name] = mw
+        return mw
+
+    def end_window(self, name: str, /) -> Measurement:
+        """Close the window that :meth:`begin_window` opened as ``name``; write its row; return its figures."""
+        with self._lock:
+            mw = self._named.pop(name, None)
+        if mw is None:
+            raise MonitorError(f"no window {name!r} is open: begin it with begin_window({name!r}) first")
+        return self._end(mw)
+
+    def phase(self, name: str):
+        """A context manager: the body is phase ``name`` of this monitor's innermost window open here."""
+        win = current_window(self._windows) if self._windows is not None else None
+        if win is None:
+            raise MonitorError(f"phase {name!r} outside any window of this monitor: a phase is a part of a "
+                               "window; open one with mon.window(...) or mon.begin_window(...)")
+        return win.phase(name)
+
+    def measure(self, fn: Optional[Callable] = None, /, *, name: Optional[str] = None, kind: str = "window",
+                **labels: Any):
+        """Decorator: every call of the function is a window, named after it (its qualified name without an
+        enclosing function's ``<locals>``) unless ``name`` is given.
+
+        ``@mon.measure`` or ``@mon.measure(name="step", model="mlp")``; coroutine functions are awaited inside
+        their window. A call that recurses opens a window inside the caller's (and double counts, as nested
+        windows do). Calling the function while the monitor is not running is a MonitorError.
+        """
+        split_labels({**self.config.labels, **labels})  # a bad label fails here, not at the first call
+
+        def wrap(func: Callable) -> Callable:
+            window_name = name or re.sub(r".*<locals>\.", "", func.__qualname__)
+            if inspect.iscoroutinefunction(func):
+                @functools.wraps(func)
+                async def measured_async(*args, **kwargs):
+                    with self.window(window_name, kind=kind, **labels):
+                        return await func(*args, **kwargs)
+
+                return measured_async
+
+            @functools.wraps(func)
+            def measured(*args, **kwargs):
+                with self.window(window_name, kind=kind, **labels):
+                    return func(*args, **kwargs)
+
+            return measured
+
+        return wrap if fn is None else wrap(fn)
+
+    # --- rows measured elsewhere ----------------------------------------------------------------------------
+    def record(self, name: str, cells: Mapping[str, Any], /, *, kind: str = "window", **labels: Any) -> dict:
+        """Write a row measured elsewhere (a Flower client's profile), as window ``name``: ``cells`` are report
+        cells (numbers or strings) of the measured columns, the meter columns and ``<phase>_*`` columns;
+        others are left out. Returns the row written."""
+        from edgeprof.report.schema import _fmt, domain_columns
+
+        self._check(name, kind)
+        label_cells, other = split_labels({**self.config.labels, **labels})
+        allowed = set(MEASURED_COLUMNS) | set(domain_columns()) | _phase_columns(cells)
+        row = self._base(name, kind, label_cells, other)
+        for key, value in cells.items():
+            if key in allowed and value not in (None, ""):
+                row[key] = (value if isinstance(value, str) else str(int(value)) if key == "short_window"
+                            else f"{float(value):.1f}" if key == "peak_rss_mb" else _fmt(float(value)))
+        with self._lock:
+            self._write(row)
+            self._counts[name] = self._counts.get(name, 0) + 1
+        return row
+
+
+def _phase_columns(cells: Mapping[str, Any]) -> set[str]:
+    """The ``<phase>_s``, ``_cpu_s``, ``_j`` keys of ``cells`` whose phase is a valid, unclashing name."""
+    out: set[str] = set()
+    for key in cells:
+        if key.endswith("_cpu_s"):
+            p = key[: -len("_cpu_s")]
+            try:
+                check_phase_name(p)
+            except MonitorError:
+                continue
+            out |= {f"{p}_s", f"{p}_cpu_s", f"{p}_j"}
+    return out
+
+
+def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Optional[Mapping[str, Any]] = None,
+            *, run_id: Optional[str] = None, phases: Sequence[str] = (), cpu_watts: Optional[float] = None,
+            jetson_hz: float = 10.0, idle_seconds: float = 0.0, country: Optional[str] = None,
+            region: Optional[str] = None, carbon_intensity: Optional[float] = None,
+            profiler: Optional[Profiler] = None) -> Monitor:
+    """A :class:`Monitor` writing ``<out>/<run id>.csv`` and ``.json``; use it in ``with`` or start it.
+
+    ``name`` prefixes the run id (default ``monitor``: ``monitor-<time>-<random>``); ``run_id`` gives the id
+    whole. ``labels`` go on every row (module docstring). ``phases`` declares phase columns up front (others
+    join the header when first entered). ``cpu_watts``, ``jetson_hz``, ``idle_seconds``, ``country``,
+    ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``. ``profiler``: a ready
+    :class:`~edgeprof.profiler.Profiler` over its own meters and clocks (tests: fake ones).
+    """
+    config = MonitorConfig(out=Path(out), name=name or "monitor", run_name=run_id, labels=dict(labels or {}),
+                           phases=tuple(phases), cpu_watts=cpu_watts, jetson_hz=jetson_hz,
+                           idle_seconds=idle_seconds, country=country, region=region,
+                           carbon_intensity=carbon_intensity)
+    return Monitor(config, profiler=profiler)

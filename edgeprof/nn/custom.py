@@ -1,0 +1,259 @@
+"""Your own backbone: a torchvision model by name, or any ``package.module:factory``, behind edgeprof's interface.
+
+``--backbone`` takes, besides Table 4's names (:mod:`edgeprof.nn.backbones`):
+
+* ``package.module:factory``: the module is imported (the current folder is searched too, as ``python -m``
+  does), or ``path/to/file.py:factory``: the file is loaded (relative to the current folder). ``factory`` is a
+  callable (a function, or a ``torch.nn.Module`` class), called as ``factory(input_shape)`` with the data's
+  ``(C, H, W)`` when it takes a positional argument, else as ``factory()``; it returns a ``torch.nn.Module``
+  that maps float32 images ``(N, C, H, W)`` to features ``(N, M)``.
+* ``mobilenet_v3_small``, ``resnet18``, ``efficientnet_b0`` from torchvision (``pip install 'edgeprof[vision]'``),
+  built with ``weights=None`` (randomly initialised, nothing downloaded), the first convolution rebuilt for the
+  data's channels and the classifier replaced by ``nn.Identity()``: features are the pooled last feature map.
+
+The factory runs inside a forked torch RNG seeded with the run's seed (the same seed gives the same theta on
+every node). :func:`wrap` then checks the module and wraps it in a :class:`CustomBackbone`: it is cast to
+float32 and pinned to eval mode (batch-norm uses its running statistics, which training never changes;
+dropout is off), so a round's frozen-theta features and its joint gradient see one and the same function;
+every parameter must be trainable and used by the features; M is found by a dry forward pass on a zero batch
+``(1, C, H, W)``; and the features must be deterministic and each image's independent of the rest of its
+batch. A refusal is one line: :class:`ConfigError` when the spec names nothing usable, :class:`ModelError`
+when the model is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from edgeprof.config import VISION_BACKBONES, factory_spec
+from edgeprof.errors import ConfigError, EdgeprofError, ModelError
+from edgeprof.nn.backbones import Backbone
+
+SEE = "(README: Your own backbone)"
+VISION_INSTALL = "pip install 'edgeprof[vision]'"
+
+
+class CustomBackbone(Backbone):
+    """A torchvision or your own module as an edgeprof backbone, pinned to eval mode.
+
+    ``train(True)`` is ignored: PFLEGO's round computes the features once with theta frozen and then the
+    joint gradient, and both must see the same function (batch-norm on its running statistics, dropout off).
+    """
+
+    def train(self, mode: bool = True) -> "CustomBackbone":
+        return super().train(False)
+
+
+def build_custom(spec: str, input_shape: tuple[int, int, int], seed: int = 0) -> CustomBackbone:
+    """The backbone ``spec`` (a torchvision name or a factory spec) for ``input_shape`` images, seeded."""
+    factory = vision_factory(spec) if spec in VISION_BACKBONES else resolve_factory(spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = _call(factory, spec, input_shape)
+        return wrap(spec, net, input_shape)
+
+
+def resolve_factory(spec: str) -> Callable[..., Any]:
+    """The callable a ``package.module:factory`` or ``path/to/file.py:factory`` spec names."""
+    parts = factory_spec(spec)
+    if parts is None:
+        raise ConfigError(f"unknown backbone {spec!r}: give a name or package.module:factory {SEE}")
+    module_name, attr = parts
+    module = _load_file(module_name) if module_name.endswith(".py") or "/" in module_name else _import(module_name)
+    target: Any = module
+    for name in attr.split("."):
+        if not hasattr(target, name):
+            raise ConfigError(f"backbone {spec!r}: {module_name} has no {attr!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ConfigError(f"backbone {spec!r}: {attr!r} is a {type(target).__name__}, not a callable factory")
+    return target
+
+
+def _import(name: str):
+    """Import ``name`` as Python would, with the current folder searched last (as ``python -m`` does first)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            raise ConfigError(f"cannot import backbone module {name!r}: no module named {err.name!r} (is its folder "
+                              f"on PYTHONPATH, or the current folder?)") from err
+        raise ModelError(f"importing backbone module {name!r} failed: {type(err).__name__}: {err}") from err
+    except Exception as err:  # the user's module raised while being imported
+        raise ModelError(f"importing backbone module {name!r} failed: {type(err).__name__}: {err}".splitlines()[0]) \
+            from err
+
+
+def _load_file(path_text: str):
+    """Load a backbone file as a module of its own (named after its resolved path, so loaded once)."""
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"backbone file {path_text} does not exist")
+    name = f"edgeprof_backbone_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"backbone file {path_text} cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise ModelError(f"loading backbone file {path_text} failed: {type(err).__name__}: {err}".splitlines()[0]) \
+            from err
+    return module
+
+
+def _takes_shape(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` takes a positional argument (then it gets the input shape)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): offer the shape
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                  inspect.Parameter.VAR_POSITIONAL)
+    return any(p.kind in positional for p in params)
+
+
+def _call(factory: Callable[..., Any], spec: str, shape: tuple[int, int, int]) -> Any:
+    try:
+        return factory(shape) if _takes_shape(factory) else factory()
+    except EdgeprofError:
+        raise
+    except Exception as err:
+        raise ModelError(f"backbone {spec!r}: the factory failed for input shape {shape}: "
+                         f"{type(err).__name__}: {err}".splitlines()[0]) from err
+
+
+def wrap(name: str, net: Any, input_shape: tuple[int, int, int]) -> CustomBackbone:
+    """``net`` as a checked, eval-pinned float32 :class:`CustomBackbone` (see the module docstring)."""
+    if not isinstance(net, nn.Module):
+        raise ModelError(f"backbone {name!r}: the factory returned a {type(net).__name__}, not a torch.nn.Module")
+    net.float()
+    _check_parameters(name, net)
+    module = CustomBackbone(name, net, tuple(input_shape), 0)
+    module.eval()
+    stuck = [(n, m) for n, m in net.named_modules() if m.training]
+    if stuck:
+        layer, kind = stuck[0][0] or "(the module)", type(stuck[0][1]).__name__
+        raise ModelError(f"backbone {name!r}: layer {layer!r} ({kind}) stays in training mode after .eval(); "
+                         f"edgeprof runs a backbone in eval mode (batch-norm on its running statistics, dropout "
+                         f"off) {SEE}")
+    module.feature_dim = _feature_dim(name, net, input_shape)
+    _check_batch_independent(name, module)
+    return module
+
+
+def _check_parameters(name: str, net: nn.Module) -> None:
+    params = list(net.named_parameters())
+    if not params:
+        raise ModelError(f"backbone {name!r} has no parameters to train")
+    for pname, p in params:
+        if not p.requires_grad:
+            raise ModelError(f"backbone {name!r}: parameter {pname!r} does not require gradients; every parameter of "
+                             f"a backbone is trained (theta): register a fixed tensor as a buffer {SEE}")
+
+
+def _feature_dim(name: str, net: nn.Module, shape: tuple[int, int, int]) -> int:
+    """M from a dry forward (and backward) pass on a zero batch; every parameter must reach the features."""
+    batch = (1, *shape)
+    try:
+        out = net(torch.zeros(batch))
+    except Exception as err:
+        raise ModelError(f"backbone {name!r} fails on a {batch} batch of zeros: "
+                         f"{type(err).__name__}: {err}".splitlines()[0]) from err
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 1 or out.shape[1] < 1:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+        raise ModelError(f"backbone {name!r} must map (N, C, H, W) images to (N, M) features; on a {batch} batch "
+                         f"it returned {got} (end it with a pooling layer and nn.Flatten()) {SEE}")
+    if out.dtype != torch.float32:
+        raise ModelError(f"backbone {name!r} returned {out.dtype} features; edgeprof needs float32")
+    if not out.requires_grad:
+        raise ModelError(f"backbone {name!r}: its features do not depend on its parameters (detached?)")
+    params = list(net.named_parameters())
+    grads = torch.autograd.grad(out.sum(), [p for _, p in params], allow_unused=True)
+    unused = [pname for (pname, _), g in zip(params, grads) if g is None]
+    if unused:
+        raise ModelError(f"backbone {name!r}: parameter {unused[0]!r} is not used to compute the features; remove it "
+                         f"(a classifier left in the module? replace it by nn.Identity()) {SEE}")
+    return int(out.shape[1])
+
+
+def _check_batch_independent(name: str, module: CustomBackbone) -> None:
+    """Two passes over the same seeded batch agree, and the first image alone gives its features in the batch."""
+    from edgeprof.nn.verify import difference, probe_images
+
+    x = torch.from_numpy(probe_images(module.input_shape, batch=3))
+    with torch.no_grad():
+        first, again, alone = (module(x).numpy(), module(x).numpy(), module(x[:1]).numpy())
+    diff, tol = difference(module, first, again)
+    if diff > tol:
+        raise ModelError(f"backbone {name!r} gives other features for the same images in a second pass (dropout or "
+                         f"another random layer still active?): it must be deterministic in eval mode {SEE}")
+    diff, tol = difference(module, first[:1], alone)
+    if diff > tol:
+        raise ModelError(f"backbone {name!r}: an image's features depend on the other images of its batch "
+                         f"(batch-norm on batch statistics?), max |difference| {diff:.3g} > tolerance {tol:.3g} {SEE}")
+
+
+# --- torchvision ------------------------------------------------------------------------------------------
+def vision_factory(name: str) -> Callable[[tuple[int, int, int]], nn.Module]:
+    """A factory of torchvision's ``name`` adapted to the data (ConfigError when torchvision cannot be used)."""
+    models = _torchvision_models()
+    build = getattr(models, name, None)
+    if build is None:
+        raise ConfigError(f"this torchvision has no model {name!r}; update it ({VISION_INSTALL})")
+    return lambda shape: adapt_vision_model(build(weights=None), shape[0])
+
+
+def _torchvision_models():
+    try:
+        from torchvision import models
+    except ModuleNotFoundError as err:
+        raise ConfigError(f"torchvision is not installed: {VISION_INSTALL} (a torchvision built for torch "
+                          f"{torch.__version__.split('+')[0]})") from err
+    except Exception as err:  # a build for another torch fails in its own way when imported
+        raise ConfigError(f"torchvision cannot be imported ({type(err).__name__}: {err}".splitlines()[0] +
+                          f"): install the torchvision built for torch {torch.__version__}") from err
+    return models
+
+
+def adapt_vision_model(model: nn.Module, channels: int) -> nn.Module:
+    """The model with its first convolution taking ``channels`` channels and its classifier removed.
+
+    The new convolution keeps every setting of the old one and is initialised as torchvision initialises
+    these models' convolutions (Kaiming normal, fan-out); ``fc`` (ResNet) or ``classifier`` (MobileNet,
+    EfficientNet) becomes ``nn.Identity()``.
+    """
+    first = next(((n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
+    if first is None:
+        raise ModelError(f"{type(model).__name__} has no convolution to adapt to {channels} channels")
+    path, conv = first
+    if conv.in_channels != channels:
+        new = nn.Conv2d(channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                        bias=conv.bias is not None, padding_mode=conv.padding_mode)
+        nn.init.kaiming_normal_(new.weight, mode="fan_out")
+        if new.bias is not None:
+            nn.init.zeros_(new.bias)
+        parent_path, _, attr = path.rpartition(".")
+        setattr(model.get_submodule(parent_path) if parent_path else model, attr, new)
+    for head in ("fc", "classifier"):
+        if isinstance(getattr(model, head, None), nn.Module):
+            setattr(model, head, nn.Identity())
+    return model
+

@@ -1,0 +1,70 @@
+"""Labels on the rows of a monitor's report: those that name a report column fill it, the others are JSON.
+
+``edgeprof.monitor(labels={...})`` and ``mon.window(name, **labels)`` take any labels. One named after a report
+column in :data:`LABEL_COLUMNS` fills that column (checked against the column's type: ``round=3`` is a whole
+number), so ``summary`` and the dashboard read it as they read ``edgeprof measure``'s rows; every other label
+goes into the ``labels`` column as compact JSON; a label named after a column the monitor fills itself
+(``wall_s``, ``kind``, ``window``, a meter's ``<column>_j``) is refused, since it would overwrite a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from typing import Any, Mapping
+
+from edgeprof.errors import MonitorError
+
+#: labels that fill the report column of their name, and the type of its cells
+LABEL_COLUMNS: Mapping[str, type] = {
+    "algo": str, "engine": str, "dataset": str, "backbone": str, "device": str,
+    "tau": int, "round": int, "client": int, "n_samples": int, "n_participants": int,
+    "train_loss": float, "test_accuracy": float,
+}
+
+
+def _label_cell(key: str, value: Any) -> str:
+    kind = LABEL_COLUMNS[key]
+    try:
+        if kind is str:
+            if not isinstance(value, str) or not value:
+                raise TypeError
+            return value
+        if isinstance(value, bool):
+            raise TypeError
+        if kind is int:
+            return str(operator.index(value))
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError
+        return f"{number:.6g}"
+    except (TypeError, ValueError):
+        what = {str: "a non-empty string", int: "a whole number", float: "a finite number"}[kind]
+        raise MonitorError(f"label {key}={value!r} fills the report column {key!r}: it must be {what}") from None
+
+
+def split_labels(labels: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """(cells of the report columns the labels name, the other labels); MonitorError for a bad label."""
+    from edgeprof.report.schema import CORE_COLUMNS, GENERIC_COLUMNS, domain_columns
+
+    reserved = (set(CORE_COLUMNS) | set(GENERIC_COLUMNS) | set(domain_columns())) - set(LABEL_COLUMNS)
+    cells, other = {}, {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not key:
+            raise MonitorError(f"label names are non-empty strings, got {key!r}")
+        if key in LABEL_COLUMNS:
+            cells[key] = _label_cell(key, value)
+        elif key in reserved:
+            raise MonitorError(f"label {key!r} names a column the monitor fills itself; choose another name")
+        elif value is not None and not isinstance(value, (str, int, float, bool)) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            raise MonitorError(f"label {key}={value!r}: label values are strings, numbers, booleans or None")
+        else:
+            other[key] = value
+    return cells, other
+
+
+def labels_cell(other: Mapping[str, Any]) -> str:
+    """The ``labels`` cell: the labels that name no column, as compact JSON with sorted keys ('' for none)."""
+    return json.dumps(dict(other), sort_keys=True, separators=(",", ":")) if other else ""

@@ -1,0 +1,391 @@
+"""Your own backbone (README, "Your own backbone"): factory specs and torchvision names behind edgeprof's
+interface, the checks on the way in, and the ONNX export checked against torch, through every algorithm and
+the command line. The backbones themselves are in ``tests/custom_backbones.py``, outside the package."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+from edgeprof.algorithms import ALGORITHMS, pflego
+from edgeprof.cli import app
+from edgeprof.config import RunConfig, check_backbone, factory_spec
+from edgeprof.errors import ConfigError, ModelError
+from edgeprof.nn import ort
+from edgeprof.nn.backbones import build_backbone, get_params, input_shape_for, set_params
+from edgeprof.nn.custom import CustomBackbone
+from edgeprof.nn.ort import STRATEGIES, FeatureRunner
+from edgeprof.nn.verify import check_export, perturbed
+from edgeprof.report import read_report
+from edgeprof.simulate import build_federation
+
+from conftest import make_clients
+from tolerances import float32_atol
+
+HERE = Path(__file__).resolve().parent
+SPEC = "custom_backbones:small_cnn"
+FILE_SPEC = f"{HERE / 'custom_backbones.py'}:small_cnn"
+SHAPE = (1, 8, 8)
+FAST = ["--dataset", "synthetic", "--synthetic-samples", "48", "--synthetic-classes", "4", "--clients", "2",
+        "--participation", "1", "--rounds", "1", "--tau", "2", "--threads", "1", "--no-progress"]
+
+
+def _reference(spec: str, params, x: np.ndarray) -> np.ndarray:
+    """Independent features: a second module built from the same factory, holding ``params``, in eval mode."""
+    module = build_backbone(spec, x.shape[1:], seed=99)
+    set_params(module, params)
+    with torch.no_grad():
+        return module(torch.from_numpy(x)).numpy()
+
+
+def _one_error_line(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("edgeprof: error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+# --- building ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec,shape,feature_dim", [
+    (SPEC, SHAPE, 6),                           # factory(input_shape)
+    ("custom_backbones:TinyNet", SHAPE, 3),     # a Module class as the factory
+    ("custom_backbones:zero_arg", (1, 28, 28), 5),  # a factory without arguments
+    (FILE_SPEC, SHAPE, 6),                      # path/to/file.py:factory
+])
+def test_a_factory_spec_builds_a_backbone_with_its_feature_dim_discovered(spec, shape, feature_dim):
+    module = build_backbone(spec, shape, seed=0)
+
+    with torch.no_grad():
+        features = module(torch.rand(3, *shape))
+
+    assert isinstance(module, CustomBackbone)
+    assert (module.backbone_name, module.input_shape, module.feature_dim) == (spec, shape, feature_dim)
+    assert features.shape == (3, feature_dim)
+
+
+def test_the_backbone_is_seeded_and_pinned_to_eval_mode():
+    state_before = torch.random.get_rng_state()
+
+    first, again, other = (build_backbone(SPEC, SHAPE, seed=s) for s in (3, 3, 4))
+    first.train()  # what a training loop would do: ignored
+
+    assert all(np.array_equal(a, b) for a, b in zip(get_params(first), get_params(again)))
+    assert not np.array_equal(get_params(first)[0], get_params(other)[0])
+    assert torch.equal(torch.random.get_rng_state(), state_before)
+    assert not any(m.training for m in first.modules())
+
+
+@pytest.mark.parametrize("dataset,shape", [("cifar10", (3, 32, 32)), ("mnist", (1, 28, 28)),
+                                           ("digits", (1, 28, 28)), ("omniglot", (1, 28, 28))])
+def test_a_backbone_outside_table_4_takes_the_datas_own_shape(dataset, shape):
+    assert input_shape_for(SPEC, dataset) == shape
+    assert input_shape_for("resnet18", dataset) == shape
+    assert input_shape_for("cnn-cifar", dataset) == (3, 32, 32)  # Table 4's keep their paper's shape
+
+
+@pytest.mark.parametrize("value,parts", [("pkg.mod:make", ("pkg.mod", "make")), ("m:Net.build", ("m", "Net.build")),
+                                         ("nets/edge.py:factory", ("nets/edge.py", "factory")),
+                                         ("mlp", None), ("a b:c", None), ("mod:", None), ("mod:1x", None)])
+def test_the_form_of_a_factory_spec(value, parts):
+    assert factory_spec(value) == parts
+
+
+def test_config_accepts_names_and_factory_specs_and_refuses_anything_else():
+    from edgeprof import config
+    from edgeprof.nn import backbones
+
+    for value in ("mlp", "resnet18", SPEC, FILE_SPEC):
+        check_backbone(value)
+    assert config.TABLE4_BACKBONES == backbones.BACKBONES
+    with pytest.raises(ConfigError, match="unknown backbone 'vgg'; choose one of: mlp, .*module:factory"):
+        RunConfig(backbone="vgg")
+
+
+# --- refusals: one line each ------------------------------------------------------------------------------
+REFUSED = [
+    ("onnx_differs", ModelError,
+     "differs from torch at layer 'doubler' (Doubler; ONNX node '/net/doubler/Mul', ops Constant, Mul): "
+     "max |difference|"),
+    ("parameter_as_constant", ModelError, "differs from torch in the forward of _ScaledByItem itself"),
+    ("batch_norm_training", ModelError, "layer '1' (StubbornBatchNorm) stays in training mode after .eval()"),
+    ("batch_statistics", ModelError, "an image's features depend on the other images of its batch"),
+    ("random_dropout", ModelError, "other features for the same images in a second pass"),
+    ("spatial_output", ModelError, "must map (N, C, H, W) images to (N, M) features; on a (1, 1, 8, 8) batch it "
+                                   "returned shape (1, 4, 8, 8)"),
+    ("classifier_left_in", ModelError, "parameter 'classifier.weight' is not used to compute the features"),
+    ("not_a_module", ModelError, "the factory returned a str, not a torch.nn.Module"),
+    ("fails", ModelError, "the factory failed for input shape (1, 8, 8): ValueError: this factory cannot"),
+    ("no_such_factory", ConfigError, "custom_backbones has no 'no_such_factory'"),
+]
+
+
+@pytest.mark.parametrize("factory,error,line", REFUSED, ids=[r[0] for r in REFUSED])
+def test_a_backbone_edgeprof_cannot_use_is_refused_with_one_line(factory, error, line):
+    with pytest.raises(error) as caught:
+        FeatureRunner(build_backbone(f"custom_backbones:{factory}", SHAPE), threads=1)
+
+    assert line in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("spec,line", [("no_such_module_xyz:factory", "cannot import backbone module"),
+                                       ("missing/nets.py:factory", "backbone file missing/nets.py does not exist")])
+def test_a_spec_that_names_nothing_importable_is_a_config_error(spec, line):
+    with pytest.raises(ConfigError, match=line):
+        build_backbone(spec, SHAPE)
+
+
+def test_an_export_that_ties_running_variance_to_the_weight_is_refused_naming_the_layer():
+    """torch's exporter, left to de-duplicate initializers, serves batch-norm's running variance from its weight
+    (both ones at initialisation); edgeprof's export does not, and the check catches an export that does."""
+    module = build_backbone(SPEC, SHAPE)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.zeros(1, *SHAPE),), buffer, input_names=["x"], output_names=["features"],
+                          dynamic_axes={"x": {0: "batch"}, "features": {0: "batch"}}, opset_version=17,
+                          do_constant_folding=False, dynamo=False)
+    tied = onnx.load_from_string(buffer.getvalue())
+    names = ort._param_names(tied, module)
+
+    with pytest.raises(ModelError, match=r"at layer '1' \(BatchNorm2d; ONNX node '/net/net.1/BatchNormalization'"):
+        check_export(module, tied, names, ort._RebuildFeed(tied, names, threads=1).run)
+    FeatureRunner(module, threads=1)  # edgeprof's own export of the same module passes
+
+
+def test_a_cached_export_older_than_the_models_code_is_exported_again(monkeypatch, rng):
+    import custom_backbones
+
+    FeatureRunner(build_backbone(SPEC, SHAPE), threads=1)  # exported and cached (process and disk) with ReLU
+    original = custom_backbones.small_cnn
+
+    def edited(shape):  # the same parameters, another activation: the same cache keys
+        net = original(shape)
+        net[2] = nn.Tanh()
+        return net
+
+    monkeypatch.setattr(custom_backbones, "small_cnn", edited)
+    module = build_backbone(SPEC, SHAPE)
+    x = rng.random((3, *SHAPE), dtype=np.float32)
+
+    features = FeatureRunner(module, threads=1).features(x, get_params(module))
+
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(features, want, rtol=0, atol=float32_atol(want, fan_in=64, depth=3))
+
+
+# --- ONNX round trip and every algorithm ------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_onnx_features_equal_torch_features_for_new_weights(rng, strategy):
+    module = build_backbone(SPEC, SHAPE, seed=1)
+    runner = FeatureRunner(module, threads=1, strategy=strategy)
+    new = perturbed(get_params(build_backbone(SPEC, SHAPE, seed=2)))  # batch-norm's weight is no longer ones
+    x = rng.random((5, *SHAPE), dtype=np.float32)
+
+    features = runner.features(x, new)
+
+    want = _reference(SPEC, new, x)
+    np.testing.assert_allclose(features, want, rtol=0, atol=float32_atol(want, fan_in=64, depth=3))
+
+
+VARIANTS = [(name, engine) for name, spec in ALGORITHMS.items() for engine in spec.engines]
+
+
+@pytest.mark.parametrize("algo,engine", VARIANTS, ids=[f"{a}-{e}" for a, e in VARIANTS])
+def test_every_algorithm_runs_a_round_on_your_own_backbone(rng, algo, engine):
+    cfg = RunConfig(algo=algo, engine=engine, tau=2, backbone=SPEC, dataset="synthetic", clients=3,
+                    participation=1.0, threads=1).resolved()
+    clients = make_clients(rng, shape=input_shape_for(SPEC, "synthetic"))
+    federation = build_federation(cfg, clients)
+    backbone = federation.runtime.backbone
+    buffers = {name: b.clone() for name, b in backbone.named_buffers()}
+    before = [a.copy() for a in federation.global_arrays]
+
+    updates = [federation.client_round(c.client_id) for c in clients]
+    federation.server_step(updates)
+    score = federation.evaluate(0)
+
+    assert all(np.isfinite(u.loss) for u in updates) and np.isfinite(score.train_loss)
+    assert all(np.all(np.isfinite(a)) for a in federation.global_arrays)
+    assert any(not np.array_equal(a, b) for a, b in zip(federation.global_arrays, before))
+    assert all(torch.equal(b, buffers[name]) for name, b in backbone.named_buffers())  # running stats never move
+    assert not backbone.training
+    federation.close()
+
+
+def test_both_pflego_engines_compute_the_same_round_with_batch_norm_and_dropout(rng):
+    module = build_backbone(SPEC, SHAPE, seed=3)
+    theta = perturbed(get_params(module))
+    x, y = rng.random((11, *SHAPE), dtype=np.float32), np.arange(11) % 3
+    head = rng.normal(scale=0.3, size=(3, module.feature_dim + 1)).astype(np.float32)
+    runner = FeatureRunner(module, threads=1)
+    kwargs = dict(tau=4, beta=0.2, rho=0.05, scale=2.0)
+
+    joint = lambda h, a, b: pflego.torch_joint_gradient(module, theta, h, a, b)  # noqa: E731
+    paper = pflego.client_round(lambda a: runner.features(a, theta), joint, head, x, y, **kwargs)
+    engine = pflego.GraphReuse(module, theta)
+    reuse = pflego.client_round(engine.features, engine.joint_grad, head, x, y, **kwargs)
+
+    depth = 3 + kwargs["tau"]  # forward, tau-1 head steps, backward
+    np.testing.assert_allclose(reuse.head, paper.head, rtol=0, atol=float32_atol(paper.head, 64, depth))
+    for a, b in zip(reuse.theta_grad, paper.theta_grad):
+        np.testing.assert_allclose(a, b, rtol=0, atol=float32_atol(paper.theta_grad, 64, depth))
+
+
+def test_the_flower_apps_build_the_same_seeded_backbone_as_the_in_process_run(rng):
+    pytest.importorskip("flwr")
+    from edgeprof.federation import build_runtime
+    from edgeprof.flower.client_app import runtime_for
+    from edgeprof.flower.strategy import server_runtime
+
+    cfg = RunConfig(algo="pflego", backbone=SPEC, dataset="cifar10", seed=5, threads=1).resolved()
+    clients = make_clients(rng, shape=(3, 32, 32))
+
+    runtimes = [build_runtime(cfg, clients), runtime_for(cfg, 3), server_runtime(cfg, 3)]
+
+    first = runtimes[0].initial_params
+    assert all(rt.backbone.input_shape == (3, 32, 32) and rt.feature_dim == 6 for rt in runtimes)
+    assert all(all(np.array_equal(a, b) for a, b in zip(first, rt.initial_params)) for rt in runtimes[1:])
+
+
+# --- the command line -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [SPEC, FILE_SPEC])
+def test_measure_runs_your_own_backbone_from_the_command_line(tmp_path, spec):
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--backbone", spec, "--run-name", "own", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    rows = read_report(out / "own.csv").where(kind="client")
+    assert len(rows) == 2 and {r["backbone"] for r in rows} == {spec}
+
+
+def test_a_module_in_the_current_folder_is_found_as_python_m_would(tmp_path, monkeypatch):
+    (tmp_path / "my_edge_nets.py").write_text(
+        "from torch import nn\n\ndef grey(shape):\n    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 3))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+
+    result = CliRunner().invoke(app, ["export", "--backbone", "my_edge_nets:grey", "--out", "models"])
+
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "models" / "my_edge_nets_grey.onnx").is_file() and "3 features" in result.stdout
+
+
+@pytest.mark.parametrize("spec,code,line", [
+    ("custom_backbones:onnx_differs", 6, "the ONNX export of backbone 'custom_backbones:onnx_differs' differs from "
+                                         "torch at layer 'doubler'"),
+    ("custom_backbones:batch_norm_training", 6, "stays in training mode after .eval()"),
+    ("no_such_module_xyz:factory", 2, "cannot import backbone module 'no_such_module_xyz'"),
+    ("not a spec", 2, "unknown backbone 'not a spec'; choose one of: mlp, cnn-cifar, cnn-omniglot"),
+])
+def test_measure_refuses_a_backbone_with_one_line_and_its_exit_code(tmp_path, spec, code, line):
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--backbone", spec, "--out", str(out)])
+
+    assert result.exit_code == code, result.output
+    assert line in _one_error_line(result)
+    assert not list(out.glob("*.csv"))  # refused during set-up: no report
+
+
+def test_export_writes_your_own_backbone_in_the_datas_shape(tmp_path):
+    argv = ["export", "--backbone", FILE_SPEC, "--dataset", "cifar10", "--out", str(tmp_path)]
+
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 0, result.output
+    (path,) = tmp_path.glob("*.onnx")
+    model = onnx.load(str(path))
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
+    assert dims == [3, 32, 32] and path.name.endswith("custom_backbones.py_small_cnn.onnx")
+    assert "6 features" in result.stdout
+
+
+# --- torchvision --------------------------------------------------------------------------------------------
+class _FakeResNet(nn.Module):
+    """torchvision's ResNet layout in miniature: conv1 (3 channels), bn1, pooling, fc."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 1000)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.avgpool(torch.relu(self.bn1(self.conv1(x)))), 1))
+
+
+class _FakeMobileNet(nn.Module):
+    """torchvision's MobileNet / EfficientNet layout in miniature: features[0][0] conv, pooling, classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3, 2, 1, bias=False), nn.BatchNorm2d(4),
+                                                    nn.Hardswish()))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(4, 10), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(10, 1000))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+@pytest.fixture
+def fake_torchvision(monkeypatch):
+    """torchvision faked at its module boundary: records the keyword arguments of every model built."""
+    calls = []
+
+    def model(cls):
+        def build(**kwargs):
+            calls.append(kwargs)
+            return cls()
+        return build
+
+    fake = types.ModuleType("torchvision")
+    fake.models = types.SimpleNamespace(resnet18=model(_FakeResNet), mobilenet_v3_small=model(_FakeMobileNet),
+                                        efficientnet_b0=model(_FakeMobileNet))
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    return calls
+
+
+@pytest.mark.parametrize("name,feature_dim", [("resnet18", 8), ("mobilenet_v3_small", 4), ("efficientnet_b0", 4)])
+def test_a_torchvision_model_is_adapted_to_the_data_and_never_downloads(fake_torchvision, rng, name, feature_dim):
+    module = build_backbone(name, input_shape_for(name, "mnist"), seed=0)
+    runner = FeatureRunner(module, threads=1)
+    x = rng.random((3, 1, 28, 28), dtype=np.float32)
+
+    features = runner.features(x, get_params(module))
+
+    assert fake_torchvision == [{"weights": None}]
+    first_conv = next(m for m in module.modules() if isinstance(m, nn.Conv2d))
+    assert first_conv.in_channels == 1 and module.feature_dim == feature_dim
+    assert features.shape == (3, feature_dim)
+    np.testing.assert_allclose(features, _reference(name, get_params(module), x), rtol=0,
+                               atol=float32_atol(features, fan_in=64, depth=3))
+
+
+@pytest.mark.parametrize("installed,line", [
+    (None, "torchvision is not installed: pip install 'edgeprof[vision]'"),
+    (types.ModuleType("torchvision"), "torchvision cannot be imported (ImportError"),  # a broken build
+])
+def test_without_a_usable_torchvision_its_names_are_a_config_error(tmp_path, monkeypatch, installed, line):
+    monkeypatch.setitem(sys.modules, "torchvision", installed)
+
+    with pytest.raises(ConfigError) as caught:
+        build_backbone("resnet18", (1, 28, 28))
+    result = CliRunner().invoke(app, ["measure", *FAST, "--backbone", "resnet18", "--out", str(tmp_path)])
+
+    assert line in str(caught.value)
+    assert result.exit_code == 2 and line in _one_error_line(result)

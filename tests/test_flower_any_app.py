@@ -1,0 +1,156 @@
+"""edgeprof on a user's own Flower app: a tiny plain-PyTorch ClientApp that knows nothing of edgeprof, with
+the mod added in one line, and Flower's stock FedAvg wrapped by ProfiledStrategy, run in-process through the
+loopback Grid. The report has one row per client per round with time, energy and its method; the stock
+strategy's result is exactly what it is without edgeprof."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+import torch  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from test_flower_algorithms import LoopbackGrid, task_identity  # noqa: E402,F401
+
+import edgeprof  # noqa: E402
+from edgeprof.flower import ProfiledStrategy, energy_mod  # noqa: E402
+from edgeprof.flower.energy import PROFILE_RECORD  # noqa: E402
+from edgeprof.meters.discovery import MeterSet  # noqa: E402
+from edgeprof.meters.estimate import CpuTimeEstimateMeter  # noqa: E402
+from edgeprof.report.writer import read_report  # noqa: E402
+
+NODES, ROUNDS, WATTS = (11, 22, 33), 2, 4.0
+
+
+def plain_client_app(mods=()) -> ClientApp:
+    """A quickstart-style ClientApp: a linear model, SGD on this node's synthetic data; no edgeprof in it."""
+    app = ClientApp(mods=list(mods))
+
+    def data(context: Context):
+        gen = torch.Generator().manual_seed(int(context.node_config["partition-id"]))
+        x = torch.randn(24, 5, generator=gen)
+        return x, (x.sum(1) > 0).long()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        model = torch.nn.Linear(5, 2)
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        x, y = data(context)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(
+            {"train_loss": loss.item(), "num-examples": len(x)})}), reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        model = torch.nn.Linear(5, 2)
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        x, y = data(context)
+        accuracy = (model(x).argmax(1) == y).float().mean().item()
+        return Message(RecordDict({"metrics": MetricRecord({"eval_acc": accuracy, "num-examples": len(x)})}),
+                       reply_to=msg)
+
+    return app
+
+
+def contexts() -> dict[int, Context]:
+    return {node: Context(run_id=1, node_id=node, node_config={"partition-id": i, "num-partitions": len(NODES)},
+                          state=RecordDict(), run_config={}) for i, node in enumerate(NODES)}
+
+
+def estimate_meters() -> MeterSet:
+    return MeterSet([CpuTimeEstimateMeter(WATTS)])
+
+
+def federate(client_app: ClientApp, strategy):
+    """Two rounds of ``strategy`` over the nodes, every node sampled, the same random sequence each time."""
+    random.seed(0)
+    torch.manual_seed(0)
+    initial = ArrayRecord(torch.nn.Linear(5, 2).state_dict())
+    return strategy.start(grid=LoopbackGrid(client_app, contexts()), initial_arrays=initial, num_rounds=ROUNDS)
+
+
+def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path, task_identity):  # noqa: F811
+    # Prepare: the same app and strategy, without edgeprof and with its two lines
+    plain = federate(plain_client_app(), FedAvg(fraction_train=1.0, fraction_evaluate=1.0))
+    strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl")
+    # Execute
+    profiled = federate(plain_client_app([energy_mod(meters=estimate_meters, carbon_intensity=500.0)]), strategy)
+    report = read_report(tmp_path / "fl.csv")
+    # Assert: the stock strategy's result is unchanged, arrays and metrics alike
+    for got, want in zip(profiled.arrays.to_numpy_ndarrays(), plain.arrays.to_numpy_ndarrays(), strict=True):
+        assert np.array_equal(got, want)
+    assert dict(profiled.train_metrics_clientapp) == dict(plain.train_metrics_clientapp)
+    assert dict(profiled.evaluate_metrics_clientapp) == dict(plain.evaluate_metrics_clientapp)
+    # one client row per client per round, with time, energy and its method
+    clients = report.where(kind="client")
+    assert sorted((int(r["round"]), int(r["client"])) for r in clients) == [
+        (t, c) for t in range(1, ROUNDS + 1) for c in range(len(NODES))]
+    for row in clients:
+        assert row["algo"] == "FedAvg" and row["window"] == "train" and row["n_samples"] == "24"
+        assert float(row["wall_s"]) > 0 and row["energy_method"] == "estimate"
+        assert float(row["energy_j"]) == pytest.approx(float(row["cpu_s"]) * WATTS, rel=1.1e-5)
+        assert float(row["carbon_g"]) == pytest.approx(float(row["energy_j"]) / 3.6e6 * 500.0, rel=1e-4)
+        assert math.isfinite(float(row["train_loss"])) and row["device"]
+    assert len(report.where(kind="eval", window="evaluate")) == ROUNDS * len(NODES)
+    servers = report.where(kind="server")
+    assert [int(r["round"]) for r in servers] == [1, 2] and all(r["window"] == "aggregate_train" for r in servers)
+    sidecar = report.sidecar
+    assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == ROUNDS
+    assert sorted(c["node_id"] for c in sidecar["flower"]["clients"].values()) == sorted(NODES)
+    assert sidecar["flower"]["rounds"]["1"]["train"] == {"replies": 3, "profiled": 3, "unprofiled": 0, "errors": 0}
+    assert sidecar["flower"]["notes"]  # every client reported this machine: attribution, said so
+
+
+def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatch):  # noqa: F811
+    # Prepare: a phase marked inside the app's own code, a no-op without the mod
+    monkeypatch.delenv("EDGEPROF_DEVICE", raising=False)
+    app = ClientApp(mods=[energy_mod(meters=estimate_meters, carbon_intensity=500.0, device="pi-4")])
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        with edgeprof.phase("lookup"):
+            sum(range(20000))
+        return Message(RecordDict({"metrics": MetricRecord({"answer": 42.0})}), reply_to=msg)
+
+    msg = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=11, message_type=MessageType.QUERY)
+    msg.metadata.__dict__["_message_id"] = "m1"
+    # Execute
+    reply = app(msg, contexts()[11])
+    # Assert
+    metrics, info = reply.content["metrics"], reply.content[PROFILE_RECORD]
+    assert metrics["answer"] == 42.0
+    assert {k for k in metrics if k.startswith("edgeprof.")} == {
+        "edgeprof.wall_s", "edgeprof.cpu_s", "edgeprof.energy_j", "edgeprof.carbon_g"}
+    assert metrics["edgeprof.energy_j"] == pytest.approx(info["energy_j"], rel=1e-5)
+    assert info["energy_method"] == "estimate" and info["cpu_estimate_method"] == "estimate"
+    assert info["energy_j"] == pytest.approx(info["cpu_s"] * WATTS, rel=1.1e-5)
+    assert info["carbon_g"] == pytest.approx(info["energy_j"] / 3.6e6 * 500.0, rel=1e-4)
+    assert info["lookup_s"] > 0 and info["message_type"] == MessageType.QUERY and info["device"] == "pi-4"
+
+
+def test_without_the_wrapper_a_stock_strategy_still_aggregates_and_sees_the_energy(task_identity):  # noqa: F811
+    result = federate(plain_client_app([energy_mod(meters=estimate_meters)]),
+                      FedAvg(fraction_train=1.0, fraction_evaluate=1.0))
+
+    assert result.arrays is not None and len(result.train_metrics_clientapp) == ROUNDS
+    assert result.train_metrics_clientapp[ROUNDS]["edgeprof.energy_j"] > 0
+
+
+def test_the_wrapper_needs_its_start_loop(tmp_path):
+    strategy = ProfiledStrategy(FedAvg(), out=tmp_path)
+
+    with pytest.raises(edgeprof.errors.EdgeprofError, match="inside start"):
+        strategy.aggregate_train(1, [])
+    assert strategy.weighted_by_key == "num-examples"  # the wrapped strategy's attributes show through
