@@ -128,3 +128,29 @@ def test_server_gradient_is_unbiased_under_bernoulli_participation(rng):
             acc += prob * e
     for e, f in zip(expected, aggregation.weighted_sum(grads, alphas)):
         np.testing.assert_allclose(e, f, rtol=1e-4, atol=1e-7)
+
+
+def test_server_sgd_step_is_equation_4_with_alpha_over_all_clients_not_the_sampled_ones(rng):
+    """Equation (4), alpha_i = N_i / sum over all I clients; the reference code's N_i / sum over I_t is larger."""
+    from tests.conftest import make_clients
+    from tests.tolerances import float32_atol
+
+    clients = make_clients(rng, sizes=(4, 6, 3, 8), classes=(2, 2, 3, 2))
+    grads = _client_grads(rng, clients)
+    n = [c.n_train for c in clients]
+    sampled, rho = (1, 3), 0.05
+    scale = len(clients) / len(sampled)  # I/r
+    theta = get_params(build_backbone("mlp", SHAPE, seed=0))
+
+    new = pflego.server_step(theta, [grads[i] for i in sampled], aggregation.alphas(n)[list(sampled)], scale,
+                             aggregation.SGD(rho))
+
+    step = [rho * scale * sum(n[i] / sum(n) * grads[i][k].astype(np.float64) for i in sampled)
+            for k in range(len(theta))]
+    for got, old, s in zip(new, theta, step):
+        np.testing.assert_allclose(got, old - s, rtol=0, atol=float32_atol(old, fan_in=len(sampled) + 1, depth=2))
+    # the reference code's step: N_i normalised over I_t, then times I/r: sum_j N_j / sum_{I_t} N_j = 21/14 larger
+    ratio = sum(n) / sum(n[i] for i in sampled)
+    assert ratio == pytest.approx(1.5)
+    for got, old, s in zip(new, theta, step):
+        assert not np.allclose(got, old - ratio * s, rtol=0, atol=1e-3 * np.abs(s).max())

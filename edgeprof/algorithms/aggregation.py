@@ -51,7 +51,13 @@ def alphas(n_samples_all: Sequence[int]) -> np.ndarray:
 
 def unbiased_gradient(grads: Sequence[Sequence[np.ndarray]], client_alphas: Sequence[float],
                       scale: float) -> Params:
-    """Equation (6): the stochastic gradient of theta, (I/r) * sum_{i in I_t} alpha_i g_i."""
+    """Equation (6): the stochastic gradient of theta, (I/r) * sum_{i in I_t} alpha_i g_i.
+
+    ``client_alphas`` are N_i / sum over *all* I clients (:func:`alphas`), as in equations (4) and (6). The
+    authors' reference code normalises N_i over the sampled clients and then multiplies by I/r: a gradient
+    sum_j N_j / sum_{j in I_t} N_j times larger (I/r times when every N_i is equal), which Adam's scale
+    invariance hides but SGD's step does not. We keep equation (4).
+    """
     return weighted_sum(grads, [scale * a for a in client_alphas])
 
 

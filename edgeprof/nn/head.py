@@ -4,9 +4,21 @@ As in the authors' reference code, client i's head ``W_i`` is ``K_i x (M+1)``: a
 to the features (``phi_b = [phi, 1]``), logits are ``z = phi_b @ W_i.T`` and the loss is the mean
 softmax cross-entropy over the client's whole local set (equation (2) of the PFLEGO paper). Its
 gradient has the closed form ``(softmax(z) - onehot(y)).T @ phi_b / N``: no autodiff.
+
+numpy's BLAS runs on one thread inside :func:`loss_and_grad`, :func:`gradient_steps` and :func:`predict`
+(:func:`one_blas_thread`), so that the head does not depend on the machine's core count. OpenBLAS takes as
+many threads as there are cores (or ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``), which ``--threads``
+does not govern, and for large local sets (from about 1,500 samples with M=200) it splits the sum over
+samples between them, which changes the head's last bits. ``scripts/bench_head_blas.py`` measures the cost:
+none at a few hundred samples; with thousands, a second thread gained up to 14% or lost up to 3.5x
+depending on the load on a 2-core machine.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import threading
 
 import numpy as np
 
@@ -25,6 +37,57 @@ def init_head(num_classes: int, feature_dim: int, rng: np.random.Generator) -> n
     return head
 
 
+class _OneBlasThread:
+    """Reference-counted pin of numpy's BLAS to one thread: the first caller in pins, the last one out restores.
+
+    Counting (under a lock) keeps nested calls free and keeps the pin while any Python thread of the process
+    is inside, since the BLAS thread count is process-wide. threadpoolctl finds the BLAS libraries once (numpy's,
+    loaded with numpy); their thread counts are then read and set directly, about 10 us per pin.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved: list = []
+
+    @functools.cached_property
+    def _libraries(self) -> list:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # a scikit-learn dependency, so normally present
+            return []
+        return list(ThreadpoolController().select(user_api="blas").lib_controllers)
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._saved = [(lib, lib.get_num_threads()) for lib in self._libraries]
+                for lib, threads in self._saved:
+                    if threads != 1:
+                        lib.set_num_threads(1)
+            self._depth += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                for lib, threads in self._saved:
+                    if threads != 1:
+                        lib.set_num_threads(threads)
+                self._saved = []
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager:
+    """Context manager: numpy's BLAS on one thread inside, the previous setting restored on exit.
+
+    A no-op where threadpoolctl is not installed.
+    """
+    return _ONE_BLAS_THREAD
+
+
 def _probabilities(head: np.ndarray, feats_b: np.ndarray) -> np.ndarray:
     logits = feats_b @ head.T
     logits -= logits.max(axis=1, keepdims=True)
@@ -35,6 +98,11 @@ def _probabilities(head: np.ndarray, feats_b: np.ndarray) -> np.ndarray:
 
 def loss_and_grad(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
     """Mean softmax cross-entropy of the head on bias-augmented features, and its gradient wrt the head."""
+    with one_blas_thread():
+        return _loss_and_grad(head, feats_b, labels)
+
+
+def _loss_and_grad(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
     n = feats_b.shape[0]
     probs = _probabilities(head, feats_b)
     rows = np.arange(n)
@@ -47,13 +115,19 @@ def loss_and_grad(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray) -> 
 
 def gradient_steps(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float, steps: int) -> np.ndarray:
     """``steps`` full-batch gradient-descent steps on the head (theta frozen); returns a new array."""
+    with one_blas_thread():
+        return _gradient_steps(head, feats_b, labels, lr, steps)
+
+
+def _gradient_steps(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float, steps: int) -> np.ndarray:
     head = head.astype(np.float32, copy=True)
     for _ in range(steps):
-        _, grad = loss_and_grad(head, feats_b, labels)
+        _, grad = _loss_and_grad(head, feats_b, labels)
         head -= np.float32(lr) * grad
     return head
 
 
 def predict(head: np.ndarray, feats_b: np.ndarray) -> np.ndarray:
     """Local class predictions (argmax of the logits)."""
-    return np.argmax(feats_b @ head.T, axis=1)
+    with one_blas_thread():
+        return np.argmax(feats_b @ head.T, axis=1)

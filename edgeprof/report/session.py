@@ -106,8 +106,19 @@ def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Seq
     from edgeprof.device import device_info, library_versions
 
     return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
-            "libraries": library_versions(), "meters": meters.describe(), "energy": energy.sidecar,
-            "phases": list(phases), "notes": list(energy.notes), **status}
+            "libraries": library_versions(), "numerics": numerics(), "meters": meters.describe(),
+            "energy": energy.sidecar, "phases": list(phases), "notes": list(energy.notes), **status}
+
+
+def numerics() -> dict:
+    """What a run's float results depend on besides its seed: torch's threads and CPU kernel family."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    return {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "numpy_blas_threads_in_head_steps": 1}
 
 
 @dataclass
