@@ -99,7 +99,7 @@ class Federation:
         Its new personal state with the shared arrays it trained (its reply) or, when it replied a gradient,
         with the round's global arrays (call this before :meth:`server_step`).
         """
-        shared = update.payload if self.spec.reply_is_model else self.state.arrays
+        shared = self.spec.local_shared(self.state.arrays, update.payload)
         cid = update.client_id
         return self.spec.evaluate(self.runtime, shared, self.personal[cid], self.clients[cid], settings or self.settings)
 

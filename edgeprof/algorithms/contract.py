@@ -163,6 +163,11 @@ class AlgorithmSpec:
         """Whether a reply holds the client's locally trained shared arrays (False: a gradient of them)."""
         return self.server_kind != "gradient"
 
+    def local_shared(self, global_arrays: Arrays, reply: Arrays) -> Arrays:
+        """The shared arrays of a client's model right after its local update: its reply when that is a model,
+        else (a gradient) the round's global arrays. The ``paper`` protocol scores that model."""
+        return reply if self.reply_is_model else global_arrays
+
     @property
     def missing_replies(self) -> str:
         return MISSING_REPLIES[self.server_kind]

@@ -135,7 +135,7 @@ def local_evaluation(cfg_of, msg: Message, context: Context, reply: Message) -> 
     arrays, result, settings = _LAST_ROUND.pop(client.client_id)
     spec = ALGORITHMS[cfg.algo]
     rt = runtime_for(cfg, int(msg.content[CONFIG_KEY]["num-outputs"]))
-    shared = result.reply if spec.reply_is_model else arrays
+    shared = spec.local_shared(arrays, result.reply)
     reply.content[METRICS_KEY].update(eval_metrics(spec.evaluate(rt, shared, result.personal, client, settings)))
 
 

@@ -40,6 +40,7 @@ from typing import Callable, Mapping, Optional
 from flwr.app import ConfigRecord, Context, Message
 
 from edgeprof.device import device_label
+from edgeprof.flower.mod import split_row
 
 PROFILE_RECORD = "edgeprof.message-profile"
 #: prefix of the keys the mod adds to the reply's MetricRecord
@@ -50,15 +51,8 @@ METRIC_KEYS = ("wall_s", "cpu_s", "energy_j", "carbon_g")
 
 def profile_cells(row: Mapping[str, str]) -> dict[str, float | str]:
     """The non-empty cells of a report row, numbers as floats and labels as strings."""
-    cells: dict[str, float | str] = {}
-    for key, value in row.items():
-        if value == "":
-            continue
-        try:
-            cells[key] = float(value)
-        except ValueError:
-            cells[key] = value
-    return cells
+    numbers, strings = split_row(row)
+    return {**numbers, **strings}
 
 
 def attach_profile(reply: Message, cells: Mapping[str, float | str], *, metrics: bool = True) -> None:
