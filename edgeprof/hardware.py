@@ -222,8 +222,11 @@ def cpu_fp32_peak(
       CPUs of ``os.sched_getaffinity(0)``, counted once per physical core when sysfs ``topology`` says which
       are SMT siblings (they share the FMA units).
     * Clock: ``ghz`` if given; else the highest sysfs ``cpufreq/cpuinfo_max_freq`` (kHz) among those CPUs;
-      else the highest ``cpu MHz`` line of /proc/cpuinfo, which is the CURRENT clock, not the maximum.
-      AVX-512 code often runs below the nominal maximum, so the peak is an upper bound.
+      else the highest ``cpu MHz`` line of /proc/cpuinfo, which is the CURRENT clock, not the maximum; in a
+      VM without cpufreq it is often the nominal (TSC) clock, which the host's boost exceeds, so that a
+      measured :func:`sgemm_gflops` can come out above this "peak" (on a 2-vCPU AMD EPYC Zen 3 VM: cpu MHz
+      2445, peak 156.5, sgemm 170-183 GFLOP/s, i.e. ~2.7-2.9 GHz actual): pass ``ghz=`` the boost clock there.
+      AVX-512 code often runs below the nominal maximum, so with cpufreq the peak is an upper bound.
     """
     blocks = _cpuinfo_blocks(Path(cpuinfo_path))
     first = blocks[0] if blocks else {}
@@ -322,7 +325,7 @@ def _clock_ghz(root: Path, allowed: Iterable[int], blocks: list[dict[str, str]])
         except (KeyError, ValueError):
             pass
     if mhz:
-        return max(mhz) / 1e3, "/proc/cpuinfo cpu MHz (current, not max)"
+        return max(mhz) / 1e3, "/proc/cpuinfo cpu MHz (current, not max; in a VM often the nominal clock)"
     return 0.0, "unknown (no cpufreq, no cpu MHz: pass ghz=)"
 
 
