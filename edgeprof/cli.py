@@ -13,10 +13,13 @@ same one line with exit 2 in :class:`OneLineErrors`. Exit codes: 2 config, 3 dat
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import os
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -478,9 +481,54 @@ def flower_simulate(
         typer.echo(f"reports in {folder}")
 
 
-def main() -> None:  # pragma: no cover - console entry point alternative
-    app()
+def main() -> None:
+    """The ``edgeprof`` console script (and ``python -m edgeprof.cli``): run the command, then end the process
+    with the command's exit code without waiting for the interpreter's teardown.
+
+    Once a process has loaded torch and ONNX Runtime, tearing it down (every module, then their C++ libraries)
+    takes about half a second after the last line is printed, and frees nothing a next process needs. When the
+    command has returned, its report files are closed (a run closes its CSV and final sidecar before it
+    returns), so once stdout and stderr are flushed and the exit handlers have run (:mod:`atexit`: logging's
+    flush, multiprocessing's clean-up, temporary folders) the process ends with :func:`os._exit`. The normal exit
+    is taken instead when anything could still be pending: a thread other than daemons still running, a flush
+    that fails, an exit status that is not a number, or an exception that is not an exit (a bug's traceback).
+    The exit codes are the command's own (README: exit codes). Only this entry point exits early: the tests'
+    CliRunner and a program that calls ``app`` get their SystemExit as before.
+    """
+    try:
+        app()
+        code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
+    except SystemExit as done:
+        code = 0 if done.code is None else done.code
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if isinstance(code, int) and run_exit_handlers is not None and _alone() and _flushed():
+        run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
+        if _flushed():
+            os._exit(code)
+    sys.exit(code)
+
+
+def _alone() -> bool:
+    """No thread but this one and daemons is alive (the normal exit would wait for such a thread)."""
+    me = threading.current_thread()
+    return all(t is me or t.daemon or not t.is_alive() for t in threading.enumerate())
+
+
+def _flushed() -> bool:
+    """Flush stdout and stderr, and C's stdio buffers (what a native library printed); False if a flush fails."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a full disk, a closed pipe, a closed stream: leave it to the normal exit
+            return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).fflush(None) == 0
+    except (OSError, AttributeError, TypeError):  # no C library to ask (not a POSIX system): nothing of it to flush
+        return True
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
