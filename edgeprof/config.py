@@ -91,6 +91,7 @@ class RunConfig:
     mu: Optional[float] = None
     server_optimizer: str = "adam"
     engine: Optional[str] = None
+    execution: str = "auto"
     evaluate: bool = False
     eval_protocol: str = "global"
     # energy (meters issue)
@@ -224,5 +225,8 @@ def validate(cfg: RunConfig) -> None:
 
     if cfg.engine is not None:
         _choice(f"engine for {cfg.algo}", cfg.engine, ALGORITHMS[cfg.algo].engines)
+    from edgeprof.nn.execution import check as check_execution
+
+    check_execution(cfg.execution)
     _check(cfg.run_name is None or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}", cfg.run_name) is not None,
            f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")

@@ -41,7 +41,7 @@ def build_runtime(cfg, clients, backbone=None) -> Runtime:
 
         backbone = build_backbone(cfg.backbone, input_shape_for(cfg.backbone, cfg.dataset), seed=cfg.seed)
     return Runtime(backbone, seed=cfg.seed, num_outputs=max(c.num_classes for c in clients), engine=cfg.engine,
-                   threads=cfg.threads, server_optimizer=cfg.server_optimizer)
+                   threads=cfg.threads, server_optimizer=cfg.server_optimizer, execution=cfg.execution)
 
 
 class Federation:

@@ -364,3 +364,35 @@ def describe(peak: PeakEstimate) -> str:
     name = peak.model or "CPU"
     return (f"{name}: FP32 peak {peak.gflops:.1f} GFLOP/s = {peak.cores} cores x {peak.ghz:.2f} GHz x "
             f"{peak.flops_per_cycle} flop/cycle ({peak.lanes} lanes x 2 x {peak.fma_units} units) [{peak.how}]")
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """What a benchmark compares an achieved rate with: the FP32 peak formula and a measured sgemm."""
+
+    peak: PeakEstimate
+    sgemm_gflops: float
+
+    def rate(self, flops: float, seconds: float) -> str:
+        """``X GFLOP/s = Y% of FP32 peak, Z% of sgemm`` for ``flops`` done in ``seconds``."""
+        gflops = flops / seconds / 1e9 if seconds > 0 else float("nan")
+        return (f"{gflops:6.1f} GFLOP/s = {100 * gflops / self.peak.gflops:4.0f}% of FP32 peak, "
+                f"{100 * gflops / self.sgemm_gflops:4.0f}% of sgemm")
+
+    def lines(self) -> list[str]:
+        """The machine: CPU, load average, the peak with how it was obtained, the sgemm rate."""
+        load = ", ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+        out = [f"load average (1, 5, 15 min): {load}", describe(self.peak),
+               f"sgemm 2048^3 measured: {self.sgemm_gflops:.1f} GFLOP/s = "
+               f"{100 * self.sgemm_gflops / self.peak.gflops:.0f}% of that peak"]
+        if self.sgemm_gflops > self.peak.gflops:
+            out.append("  the cores run above the clock used for the peak (sgemm exceeds it): fractions of peak are "
+                       "overstated; pass --ghz with the sustained all-core clock to correct them")
+        return out
+
+
+def roofs(threads: int | None = None, ghz: float | None = None) -> Roofs:
+    """This machine's :class:`Roofs`: the peak at ``ghz`` (default: as :func:`cpu_fp32_peak` reads the clock)
+    for ``threads`` cores (default: every allowed core), and sgemm with that many threads."""
+    peak = cpu_fp32_peak(cores=threads, ghz=ghz)
+    return Roofs(peak, sgemm_gflops(threads=threads))

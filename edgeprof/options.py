@@ -152,6 +152,10 @@ Mu = Annotated[Optional[float], _opt(panel=MODEL, help="Proximal / regularisatio
 ServerOptimizer = Annotated[str, _opt(panel=MODEL, click_type=SERVER_OPTIMIZER,
                                       help="Server optimizer of algorithms that have one (`edgeprof algos`).")]
 Threads = Annotated[Optional[int], _opt(panel=MODEL, help="Intra-op threads for torch and ONNX Runtime.")]
+Execution = Annotated[str, _opt(panel=MODEL, help="How torch's forwards and backwards run: auto (this node's calibration, "
+                                                "else the built-in table), calibrate (time the candidates now and "
+                                                "store the fastest), or FORMAT:CHUNK, e.g. channels_last:64 or "
+                                                "contiguous:all (README: Speed).")]
 
 # --- federation -------------------------------------------------------------------------------------------
 Rounds = Annotated[int, _opt(panel=FEDERATION, help="Federated rounds to run.")]

@@ -77,12 +77,37 @@ def report_figures(csv_path: Path) -> None:
     fed = analysis.fit_for(next(iter({f.device for f in analysis.fits})), "fedavg", "wall_s")
     if fed is not None:
         print(f"fedavg verdict (wall_s): {fed.verdict.label}: {fed.verdict.reason}")
+    rates(rows)
     for variant in ("pflego", "pflego[torch-reuse]", "fedavg"):
         peaks = [float(r["peak_rss_mb"]) for r in rows if r["kind"] == "client" and r["peak_rss_mb"]
                  and _variant(r) == variant]
         if peaks:
             print(f"{variant:20s} peak RSS per client round: median {statistics.median(peaks):.0f} MiB, "
                   f"max {max(peaks):.0f} MiB")
+
+
+def rates(rows, threads: int | None = None, ghz: float | None = None) -> None:
+    """PFLEGO's joint gradient and cached forward (onnx engine, every tau) in GFLOP/s and as a fraction of the
+    FP32 peak of this machine (:mod:`edgeprof.hardware`; the FLOPs from the backbone and the rows' sample count).
+    Meaningful for a report measured on this machine."""
+    from edgeprof.hardware import count_flops, roofs
+    from edgeprof.nn.backbones import build_backbone, input_shape_for
+
+    cells = [r for r in rows if r["kind"] == "client" and _variant(r) == "pflego" and r.get("joint_grad_s")]
+    if not cells:
+        return
+    backbone, n = cells[0]["backbone"], int(cells[0]["n_samples"])
+    shape = input_shape_for(backbone, cells[0]["dataset"])
+    flops = count_flops(build_backbone(backbone, shape), shape, batch=n)
+    roof = roofs(threads=threads, ghz=ghz)
+    for line in roof.lines():
+        print(line)
+    joint = statistics.median(float(r["joint_grad_s"]) for r in cells)
+    forward = statistics.median(float(r["cache_forward_s"]) for r in cells)
+    print(f"pflego joint gradient ({n} images, median of {len(cells)} rounds): {joint:.3f} s, "
+          f"{roof.rate(flops.train, joint)}")
+    print(f"pflego cached forward ({n} images, median of {len(cells)} rounds): {forward:.3f} s, "
+          f"{roof.rate(flops.forward, forward)}")
 
 
 def _status_mb(field: str) -> float:

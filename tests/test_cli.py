@@ -331,6 +331,7 @@ def _values(tmp_path: Path) -> dict:
             "data_dir": (["--data-dir", str(tmp_path / "data")], tmp_path / "data"),
             "synthetic_samples": (["--synthetic-samples", "300"], 300),
             "synthetic_classes": (["--synthetic-classes", "5"], 5), "threads": (["--threads", "2"], 2),
+            "execution": (["--execution", "channels_last:32"], "channels_last:32"),
             "beta": (["--beta", "0.5"], 0.5), "rho": (["--rho", "0.25"], 0.25), "mu": (["--mu", "0.125"], 0.125),
             "server_optimizer": (["--server-optimizer", "sgd"], "sgd"), "run_name": (["--run-name", "r1"], "r1"),
             "evaluate": (["--evaluate"], True), "eval_protocol": (["--eval-protocol", "paper"], "paper"),

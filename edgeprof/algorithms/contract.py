@@ -195,10 +195,13 @@ class Runtime:
     """
 
     def __init__(self, backbone, *, seed: int, num_outputs: int, engine: str = "torch",
-                 threads: Optional[int] = None, server_optimizer: str = "adam") -> None:
+                 threads: Optional[int] = None, server_optimizer: str = "adam", execution: str = "auto") -> None:
+        from edgeprof.nn import execution as executionlib
         from edgeprof.nn.backbones import get_params
 
-        self.backbone = backbone
+        #: how every torch forward and backward runs (memory format, chunks): :mod:`edgeprof.nn.execution`
+        self.plan = executionlib.resolve(execution, backbone, threads)
+        self.backbone = self.plan.prepare(backbone)
         #: the backbone's round-0 weights, taken before any program loads other weights into it
         self.initial_params = get_params(backbone)
         self.feature_dim = int(backbone.feature_dim)
@@ -230,14 +233,10 @@ class Runtime:
         """phi(x; weights): ONNX Runtime for the ``onnx`` engine, else one torch forward without autograd."""
         if self.engine == "onnx":
             return self.runner.features(x, weights)
-        import torch
-
-        from edgeprof.algorithms.base import as_tensor
         from edgeprof.nn.backbones import set_params
 
         set_params(self.backbone, weights)
-        with torch.no_grad():
-            return self.backbone(as_tensor(x)).numpy()
+        return self.plan.forward(self.backbone, x).numpy()
 
     def close(self) -> None:
         runner = self._cache.pop("onnx-runner", None)

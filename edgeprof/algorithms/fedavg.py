@@ -19,6 +19,7 @@ from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
                                       ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
 from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
 
 
 def shared_head(feature_dim: int, num_outputs: int, seed: int) -> list[np.ndarray]:
@@ -46,32 +47,33 @@ class BackboneWithHead(torch.nn.Module):
 
 
 def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float,
-             params: Sequence[torch.nn.Parameter] | None = None) -> float:
+             params: Sequence[torch.nn.Parameter] | None = None, plan: ExecutionPlan = LEGACY) -> float:
     """``steps`` full-batch gradient-descent steps on the mean cross-entropy; returns the first loss.
 
-    ``params`` restricts the update to those parameters (the others are frozen for these steps).
+    ``params`` restricts the update to those parameters (the others are frozen for these steps). ``plan``
+    says how each step's forward and backward run (memory format, chunks; :mod:`edgeprof.nn.execution`):
+    the step is the full-batch one whatever the plan.
     """
     params = list(model.parameters()) if params is None else list(params)
-    xt, yt = as_tensor(x), as_tensor(y)
+    batches = plan.batches(x, y)
     first = float("nan")
     for step in range(steps):
-        model.zero_grad(set_to_none=True)
-        loss = mean_cross_entropy(model(xt), yt)
-        grads = torch.autograd.grad(loss, params)
+        loss, grads = mean_loss_and_grads(model, batches, len(y), params)
         with torch.no_grad():
             for p, g in zip(params, grads):
                 p.sub_(lr * g)
         if step == 0:
-            first = float(loss.detach())
+            first = loss
     return first
 
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray,
-                 *, tau: int, beta: float, phase: Phase = no_phase) -> tuple[list[np.ndarray], float]:
+                 *, tau: int, beta: float, phase: Phase = no_phase,
+                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
     """FedAvg's local update on arrays: load the global weights, tau GD steps, return the new weights."""
     set_params(model, weights)
     with phase("local_steps"):
-        loss = local_gd(model, x, y, steps=tau, lr=beta)
+        loss = local_gd(model, x, y, steps=tau, lr=beta, plan=plan)
     return get_params(model), loss
 
 
@@ -93,7 +95,7 @@ def init_global(rt: Runtime) -> list[np.ndarray]:
 def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau GD steps on the whole model; replies the new weights, keeps nothing."""
     new, loss = client_round(whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             phase=s.phase)
+                             phase=s.phase, plan=rt.plan)
     return ClientResult(new, None, loss, len(data.y_train))
 
 
@@ -102,18 +104,18 @@ def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSe
     return ServerState(server_step([r.arrays for r in replies], [r.n_samples for r in replies]))
 
 
-def model_loss_accuracy(model: torch.nn.Module, weights: Sequence[np.ndarray], data) -> EvalResult:
+def model_loss_accuracy(model: torch.nn.Module, weights: Sequence[np.ndarray], data,
+                        plan: ExecutionPlan = LEGACY) -> EvalResult:
     """Training loss and test accuracy of ``model`` loaded with ``weights`` on one client's data."""
     set_params(model, weights)
-    with torch.no_grad():
-        loss = float(mean_cross_entropy(model(as_tensor(data.x_train)), as_tensor(data.y_train)))
-        pred = model(as_tensor(data.x_test)).argmax(1).numpy() if len(data.y_test) else np.zeros(0)
+    loss = float(mean_cross_entropy(plan.forward(model, data.x_train), as_tensor(data.y_train)))
+    pred = plan.forward(model, data.x_test).argmax(1).numpy() if len(data.y_test) else np.zeros(0)
     return EvalResult(data.client_id, loss, accuracy(pred, data.y_test), len(data.y_train), len(data.y_test))
 
 
 def evaluate(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
     """The global model with its shared head on the client's data."""
-    return model_loss_accuracy(whole_model(rt), weights, data)
+    return model_loss_accuracy(whole_model(rt), weights, data, rt.plan)
 
 
 SPEC = AlgorithmSpec(

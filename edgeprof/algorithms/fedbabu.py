@@ -24,10 +24,11 @@ import torch
 
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, RoundSettings, Runtime, accuracy,
-                                      as_tensor, no_phase)
+                                      no_phase)
 from edgeprof.algorithms.fedper import local_steps
 from edgeprof.nn import head as headlib
 from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.nn.execution import LEGACY, ExecutionPlan
 
 #: client momentum for the body steps (PFLEGO paper, Appendix A.3)
 MOMENTUM = 0.999
@@ -47,11 +48,12 @@ def orthogonal_head(num_outputs: int, feature_dim: int, seed: int) -> list[np.nd
 
 def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
                  x: np.ndarray, y: np.ndarray, *, tau: int, beta: float, momentum: float = MOMENTUM,
-                 phase: Phase = no_phase) -> tuple[list[np.ndarray], float]:
+                 phase: Phase = no_phase, plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
     """FedBABU's local update on arrays: tau momentum GD steps on the body, head fixed; (new body, first loss)."""
     set_params(backbone, body)
     with phase("local_steps"):
-        _, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, train_head=False, momentum=momentum)
+        _, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, train_head=False, momentum=momentum,
+                              plan=plan)
     return get_params(backbone), loss
 
 
@@ -70,16 +72,15 @@ def fixed_head(rt: Runtime) -> list[np.ndarray]:
 def client(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau momentum steps on the body under the fixed head; replies the new body."""
     new, loss = client_round(rt.backbone, body, fixed_head(rt), data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             phase=s.phase)
+                             phase=s.phase, plan=rt.plan)
     return ClientResult(new, None, loss, len(data.y_train))
 
 
 def evaluate(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
     """The fixed head fine-tuned for FINE_TUNE_STEPS steps (step beta) on the global body's features."""
     set_params(rt.backbone, body)
-    with torch.no_grad():
-        train_f = rt.backbone(as_tensor(data.x_train)).numpy()
-        test_f = rt.backbone(as_tensor(data.x_test)).numpy() if len(data.y_test) else None
+    train_f = rt.plan.forward(rt.backbone, data.x_train).numpy()
+    test_f = rt.plan.forward(rt.backbone, data.x_test).numpy() if len(data.y_test) else None
     wb = fine_tuned_head(fixed_head(rt), train_f, data.y_train, steps=FINE_TUNE_STEPS, lr=s.beta)
     loss, _ = headlib.loss_and_grad(wb, headlib.with_bias(train_f), data.y_train)
     acc = accuracy(headlib.predict(wb, headlib.with_bias(test_f)), data.y_test) if test_f is not None else 0.0

@@ -21,37 +21,39 @@ import numpy as np
 import torch
 
 from edgeprof.algorithms import fedavg
-from edgeprof.algorithms.base import ClientResult, Phase, RoundSettings, Runtime, as_tensor, mean_cross_entropy, no_phase
+from edgeprof.algorithms.base import ClientResult, Phase, RoundSettings, Runtime, no_phase
 from edgeprof.nn.backbones import get_params, set_params
+from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
 
 
 def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float, mu: float,
-            anchor: Sequence[np.ndarray]) -> float:
+            anchor: Sequence[np.ndarray], plan: ExecutionPlan = LEGACY) -> float:
     """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy.
 
-    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order.
+    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order; ``plan`` runs
+    each step's forward and backward (:mod:`edgeprof.nn.execution`).
     """
     params = list(model.parameters())
     anchors = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in anchor]
-    xt, yt = as_tensor(x), as_tensor(y)
+    batches = plan.batches(x, y)
     first = float("nan")
     for step in range(steps):
-        loss = mean_cross_entropy(model(xt), yt)
-        grads = torch.autograd.grad(loss, params)
+        loss, grads = mean_loss_and_grads(model, batches, len(y), params)
         with torch.no_grad():
             for p, g, a in zip(params, grads, anchors):
                 p.sub_(lr * (g + mu * (p - a)))
         if step == 0:
-            first = float(loss.detach())
+            first = loss
     return first
 
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
-                 tau: int, beta: float, mu: float, phase: Phase = no_phase) -> tuple[list[np.ndarray], float]:
+                 tau: int, beta: float, mu: float, phase: Phase = no_phase,
+                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
     """FedProx's local update on arrays: tau proximal GD steps from (and towards) the global weights."""
     set_params(model, weights)
     with phase("local_steps"):
-        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights)
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights, plan=plan)
     return get_params(model), loss
 
 
@@ -62,7 +64,7 @@ server_step = fedavg.server_step
 def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau proximal GD steps (mu = ``s.mu``); replies the new weights."""
     new, loss = client_round(fedavg.whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             mu=s.mu, phase=s.phase)
+                             mu=s.mu, phase=s.phase, plan=rt.plan)
     return ClientResult(new, None, loss, len(data.y_train))
 
 

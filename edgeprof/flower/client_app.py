@@ -85,7 +85,7 @@ def runtime_for(cfg: RunConfig, num_outputs: int):
     set_threads(cfg.threads)
     backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
     return Runtime(backbone, seed=cfg.seed, num_outputs=num_outputs, engine=cfg.engine, threads=cfg.threads,
-                   server_optimizer=cfg.server_optimizer)
+                   server_optimizer=cfg.server_optimizer, execution=cfg.execution)
 
 
 def personal_state(spec, rt, client, state: RecordDict):

@@ -103,8 +103,8 @@ def build_backbone(name: str, input_shape: tuple[int, int, int] | None = None, s
 
 
 def get_params(module: nn.Module) -> list[np.ndarray]:
-    """Float32 copies of the parameters, in ``module.parameters()`` order."""
-    return [p.detach().cpu().numpy().astype(np.float32, copy=True) for p in module.parameters()]
+    """Float32 C-order copies of the parameters (whatever their memory format), in ``module.parameters()`` order."""
+    return [np.array(p.detach().cpu().numpy(), dtype=np.float32, order="C") for p in module.parameters()]
 
 
 def set_params(module: nn.Module, params: Sequence[np.ndarray]) -> None:

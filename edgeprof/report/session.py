@@ -111,14 +111,17 @@ def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Seq
 
 
 def numerics() -> dict:
-    """What a run's float results depend on besides its seed: torch's threads and CPU kernel family."""
+    """What a run's float results and speed depend on besides its seed: torch's threads, its CPU kernel family
+    and the execution plans (memory format, chunks: :mod:`edgeprof.nn.execution`) this process chose."""
     import sys
 
     torch = sys.modules.get("torch")
     if torch is None:
         return {}
+    from edgeprof.nn import execution
+
     return {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "numpy_blas_threads_in_head_steps": 1}
+            "numpy_blas_threads_in_head_steps": 1, "execution": execution.chosen()}
 
 
 @dataclass

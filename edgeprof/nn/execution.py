@@ -1,0 +1,301 @@
+"""How every torch forward and backward of a round runs: the memory format and the chunks.
+
+A client's local set is a few hundred to a few thousand images. Run through a convolutional backbone
+all at once, in torch's default NCHW layout, the forward and backward are dominated by memory traffic,
+not arithmetic: conv1's output alone is 115 MiB at 600 28x28 images, oneDNN reorders every activation
+from NCHW to its blocked layout and back around each convolution, and zero-filling the max-pool
+gradients alone takes a fifth of the backward. An :class:`ExecutionPlan` says how to do better:
+
+* ``memory_format``: ``channels_last`` keeps the module's 4-D weights and the images NHWC, the layout
+  oneDNN computes in, so no reorders; ``contiguous`` is torch's default (NCHW).
+* ``chunk``: the local set goes through the network ``chunk`` images at a time and the gradients of
+  the *sum* of the per-chunk losses, each divided by the whole set's size N, are accumulated. The result
+  is the full-batch gradient of the mean loss, up to float32 reassociation of one sum per parameter (a
+  test checks it against the one-batch gradient with a tolerance derived from float32 rounding). A
+  chunk's activations stay in the caches; the cost per image no longer grows with N.
+
+Every algorithm's local steps (FedAvg, FedProx, FedPer, FedRep, FedBABU, Ditto, FedSim, FedAlt), PFLEGO's
+and FedRecon's joint gradient and every torch forward of an evaluation go through the same plan
+(:func:`mean_loss_and_grads`, :meth:`ExecutionPlan.forward`), so no algorithm is faster for the way it
+is run. ``--execution`` chooses it:
+
+* ``auto`` (default): this node's calibration for the backbone, its input shape, the thread count and
+  the CPU when ``--execution calibrate`` stored one in the node's cache, else :data:`TABLE`;
+* ``calibrate``: time the candidates (:data:`CANDIDATES`, a few seconds) on this machine now, store the
+  fastest in the node cache (``$EDGEPROF_CACHE_DIR/execution``), use it;
+* ``FORMAT:CHUNK``: a given plan, e.g. ``channels_last:64`` or ``contiguous:all``; ``contiguous:all`` is
+  edgeprof's path before plans existed (NCHW, the whole set at once), kept for comparison.
+
+The plan used is recorded in the run's sidecar (``numerics.execution``) with how it was chosen.
+:data:`TABLE` comes from ``scripts/bench_execution.py`` on 2-core x86 machines (README, "Speed"): for a
+network with convolutions, channels_last in chunks of 64 images was the fastest or within 5% of the
+fastest at every N from 150 to 2,400; for a network without (``mlp``), chunking only added overhead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from edgeprof.errors import ConfigError
+
+MEMORY_FORMATS = ("contiguous", "channels_last")
+#: the ``--execution`` words besides FORMAT:CHUNK
+MODES = ("auto", "calibrate")
+#: edgeprof's path before plans: NCHW, the whole local set at once
+LEGACY_SPEC = "contiguous:all"
+#: the calibration's candidates for a network with convolutions / without
+CANDIDATES = {True: ("contiguous:all", "contiguous:64", "channels_last:all", "channels_last:32", "channels_last:64",
+                     "channels_last:128"),
+              False: ("contiguous:all", "contiguous:128", "contiguous:512")}
+#: images timed per candidate by the calibration
+CALIBRATION_IMAGES = 256
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """A memory format and a chunk size (None: the whole set at once), and how they were chosen."""
+
+    memory_format: str = "contiguous"
+    chunk: Optional[int] = None
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        if self.memory_format not in MEMORY_FORMATS:
+            raise ConfigError(f"memory format must be one of {', '.join(MEMORY_FORMATS)}, got {self.memory_format!r}")
+        if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
+            raise ConfigError(f"chunk must be a positive number of images or 'all', got {self.chunk!r}")
+
+    @property
+    def spec(self) -> str:
+        """``FORMAT:CHUNK``, the ``--execution`` word that gives this plan."""
+        return f"{self.memory_format}:{self.chunk or 'all'}"
+
+    @property
+    def channels_last(self) -> bool:
+        return self.memory_format == "channels_last"
+
+    def describe(self) -> dict:
+        return {"memory_format": self.memory_format, "chunk": self.chunk or "all", "source": self.source}
+
+    def prepare(self, module):
+        """``module`` with its 4-D weights in this plan's memory format (in place; returned for chaining)."""
+        import torch
+
+        if self.channels_last:
+            module.to(memory_format=torch.channels_last)
+        elif any(p.dim() == 4 and not p.is_contiguous() for p in module.parameters()):
+            module.to(memory_format=torch.contiguous_format)
+        return module
+
+    def images(self, x: np.ndarray):
+        """The images as one float32 tensor in this plan's memory format."""
+        import torch
+
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        if self.channels_last and xt.dim() == 4:
+            xt = xt.contiguous(memory_format=torch.channels_last)
+        return xt
+
+    def batches(self, x: np.ndarray, y: Optional[np.ndarray] = None) -> list:
+        """[(images, labels)] in chunks (labels None when ``y`` is); prepared once, reused by every step."""
+        import torch
+
+        xt = self.images(x)
+        yt = None if y is None else torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
+        if self.chunk is None or len(xt) <= self.chunk:
+            return [(xt, yt)]
+        xs = torch.split(xt, self.chunk)
+        ys = torch.split(yt, self.chunk) if yt is not None else [None] * len(xs)
+        return list(zip(xs, ys))
+
+    def forward(self, module, x: np.ndarray):
+        """``module`` over the images without autograd, chunk by chunk: one (N, ...) tensor."""
+        import torch
+
+        with torch.no_grad():
+            outs = [module(xb) for xb, _ in self.batches(x)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+LEGACY = ExecutionPlan("contiguous", None, "given: contiguous:all (edgeprof's path before plans)")
+
+
+def parse(spec: str) -> ExecutionPlan:
+    """The plan of a ``FORMAT:CHUNK`` word (ConfigError with one line otherwise)."""
+    fmt, sep, chunk = str(spec).partition(":")
+    if not sep or fmt not in MEMORY_FORMATS:
+        raise ConfigError(f"execution must be auto, calibrate or FORMAT:CHUNK with FORMAT one of "
+                          f"{', '.join(MEMORY_FORMATS)} and CHUNK a number of images or 'all', got {spec!r}")
+    if chunk == "all":
+        return ExecutionPlan(fmt, None, f"given: {spec}")
+    if not chunk.isdigit() or int(chunk) < 1 or int(chunk) > 1_000_000:
+        raise ConfigError(f"execution chunk must be a number of images in 1..1000000 or 'all', got {chunk!r}")
+    return ExecutionPlan(fmt, int(chunk), f"given: {spec}")
+
+
+def check(spec: str) -> None:
+    """ConfigError unless ``spec`` is a valid ``--execution`` word."""
+    if spec not in MODES:
+        parse(spec)
+
+
+def has_convolutions(module) -> bool:
+    """Whether the module has 4-D weights (a 2-D convolution), the ones channels_last changes."""
+    return any(p.dim() == 4 for p in module.parameters())
+
+
+def table_plan(module) -> ExecutionPlan:
+    """:data:`TABLE`'s plan for ``module``."""
+    conv = has_convolutions(module)
+    fmt, chunk = TABLE[conv]
+    kind = "with" if conv else "without"
+    return ExecutionPlan(fmt, chunk, f"table: a network {kind} convolutions (edgeprof.nn.execution.TABLE)")
+
+
+#: the plan for a network with convolutions (True) and without (False) when no calibration is stored
+TABLE = {True: ("channels_last", 64), False: ("contiguous", None)}
+
+#: the plans resolved in this process, for the sidecar
+_CHOSEN: dict[str, dict] = {}
+
+
+def chosen() -> list[dict]:
+    """The plans this process resolved (one per backbone and setting), for the run's sidecar."""
+    return list(_CHOSEN.values())
+
+
+def resolve(spec: str, module, threads: Optional[int] = None) -> ExecutionPlan:
+    """The plan ``--execution spec`` gives for ``module`` on this machine (see the module docstring)."""
+    if spec == "calibrate":
+        plan = calibrate(module, threads)
+        _store(module, threads, plan)
+    elif spec == "auto":
+        plan = _stored(module, threads) or table_plan(module)
+    else:
+        plan = parse(spec)
+    _CHOSEN[f"{getattr(module, 'backbone_name', type(module).__name__)}|{spec}|{threads}"] = {
+        "backbone": getattr(module, "backbone_name", type(module).__name__), "requested": spec, **plan.describe()}
+    return plan
+
+
+def mean_loss_and_grads(logits: Callable, batches: Sequence, n: int, params: Sequence) -> tuple[float, list]:
+    """The mean cross-entropy over the ``n`` samples of ``batches`` and its gradients wrt ``params``.
+
+    ``logits(images)`` maps one chunk's images to its logits. Each chunk contributes the gradient of its
+    *summed* loss divided by ``n``; the sum over chunks is the full-batch gradient of the mean. Returns
+    (the loss as a float, one gradient tensor per parameter; [] when ``params`` is empty).
+    """
+    import torch
+
+    total = 0.0
+    grads: Optional[list] = None
+    for xb, yb in batches:
+        loss = torch.nn.functional.cross_entropy(logits(xb), yb, reduction="sum") / n
+        if params:
+            step = torch.autograd.grad(loss, list(params))
+            grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
+        total += float(loss.detach())
+    return total, grads if grads is not None else []
+
+
+# ---------------------------------------------------------------------------------------------------- calibration
+
+
+def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_IMAGES,
+              repeats: int = 2) -> ExecutionPlan:
+    """The fastest of :data:`CANDIDATES` for one forward+backward over ``images`` random images, timed here.
+
+    The candidates run on a copy of ``module`` (its weights and gradients are untouched), interleaved,
+    after one warm-up each; the fastest median wins. A few seconds for the Table 4 backbones.
+    """
+    import copy
+
+    import torch
+
+    probe = copy.deepcopy(module)
+    shape = tuple(getattr(module, "input_shape"))
+    gen = np.random.default_rng(0)
+    x = gen.standard_normal((images, *shape)).astype(np.float32)
+    y = gen.integers(0, 10, images)
+    feature_dim = int(getattr(module, "feature_dim"))
+    head = torch.from_numpy(gen.standard_normal((10, feature_dim)).astype(np.float32) * 0.1)
+    plans = [dataclasses.replace(parse(spec), source="") for spec in CANDIDATES[has_convolutions(module)]]
+    times: dict[str, list[float]] = {p.spec: [] for p in plans}
+    params = list(probe.parameters())
+
+    def step(plan: ExecutionPlan) -> float:
+        plan.prepare(probe)
+        batches = plan.batches(x, y)
+        start = time.perf_counter()
+        mean_loss_and_grads(lambda xb: probe(xb) @ head.T, batches, images, params)
+        return time.perf_counter() - start
+
+    for plan in plans:
+        step(plan)
+    for _ in range(repeats):
+        for plan in plans:
+            times[plan.spec].append(step(plan))
+    best = min(plans, key=lambda p: float(np.median(times[p.spec])))
+    figures = ", ".join(f"{spec} {1e6 * float(np.median(t)) / images:.0f}" for spec, t in times.items())
+    return dataclasses.replace(best, source=f"calibrated on this machine (us per image over {images} images: "
+                                            f"{figures}; threads {threads or torch.get_num_threads()})")
+
+
+def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
+    from edgeprof.nn.ort import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    import torch
+
+    layout = repr([(n, tuple(p.shape)) for n, p in module.named_parameters()])
+    key = "|".join([getattr(module, "backbone_name", type(module).__name__), layout,
+                    repr(tuple(getattr(module, "input_shape", ()))), str(threads or torch.get_num_threads()),
+                    torch.__version__, torch.backends.cpu.get_cpu_capability(), _cpu_model()])
+    return folder.parent / "execution" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _stored(module, threads: Optional[int]) -> Optional[ExecutionPlan]:
+    path = _calibration_path(module, threads)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+        plan = parse(data["spec"])
+        return dataclasses.replace(plan, source=f"{data['source']}; stored in {path}")
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        return None
+
+
+def _store(module, threads: Optional[int], plan: ExecutionPlan) -> None:
+    path = _calibration_path(module, threads)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"spec": plan.spec, "source": plan.source}))
+        os.replace(tmp, path)
+    except OSError:
+        pass
