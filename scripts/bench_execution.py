@@ -15,9 +15,12 @@ cores, clock) and against a measured sgemm:
    loop a user would write for the same update (model + ``torch.optim.SGD``) in the same layout: channels_last
    over the whole set, and channels_last in the plan's chunks with gradient accumulation (the target: edgeprof
    at most 1.05x the plain loop of the same layout and chunks).
+5. ``--only table``: the evidence for :data:`edgeprof.nn.execution.TABLE`: the joint gradient's time per image
+   for every calibration candidate, for each Table 4 backbone at ``--table-sizes`` local images.
 
     python scripts/bench_execution.py [--backbone cnn-omniglot] [--samples 600] [--threads 2] [--repeats 5]
                                       [--tau 5] [--pflego-tau 50] [--ghz GHZ] [--only joint,forward,round,baselines]
+    python scripts/bench_execution.py --only table [--table-sizes 150,600,2400] [--repeats 2]
 
 Ratios are what this script reports; absolute seconds depend on the machine and its load (printed first).
 """
@@ -31,6 +34,8 @@ import time
 from typing import Callable
 
 import numpy as np
+
+import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy, as the CLI does
 
 BASELINES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto", "fedsim", "fedalt")
 JOINT_PLANS = ("contiguous:all", "channels_last:all", "channels_last:128", "channels_last:64", "channels_last:32")
@@ -106,8 +111,13 @@ def main() -> None:
     parser.add_argument("--execution", default="auto", help="the plan compared with edgeprof's path before plans")
     parser.add_argument("--ghz", type=float, default=None, help="clock for the FP32 peak (default: as /proc says)")
     parser.add_argument("--only", default="joint,forward,round,baselines")
+    parser.add_argument("--table-sizes", default="150,600,2400")
+    parser.add_argument("--algos", default=",".join(BASELINES), help="the baselines of part 4")
     args = parser.parse_args()
     parts = set(args.only.split(","))
+    if parts == {"table"}:
+        table(args)
+        return
 
     import torch
 
@@ -171,7 +181,7 @@ def main() -> None:
         same = parse(plan.spec)
         whole_set = parse("channels_last:all" if same.channels_last else "contiguous:all")
         rows = []
-        for algo in BASELINES:
+        for algo in args.algos.split(","):
             fed = build(algo, client, args.tau, args.threads, args.backbone, execution=plan.spec)
             s = fed.settings
             plain_model = same.prepare(fedavg.BackboneWithHead(copy.deepcopy(module), fed.runtime.num_outputs))
@@ -188,6 +198,38 @@ def main() -> None:
                   f"{med['plain, whole set']:7.3f} s ({med['edgeprof'] / med['plain, whole set']:.2f}x)", flush=True)
         worst = max(m["edgeprof"] / m["plain, same chunks"] for _, m in rows)
         print(f"  worst edgeprof / plain loop with the same layout and chunks: {worst:.2f}x (target <= 1.05x)")
+
+
+def table(args) -> None:
+    """Per Table 4 backbone and local-set size: the joint gradient per image for every calibration candidate."""
+    import os
+
+    import torch
+
+    from bench_round_ratio import make_client
+    from edgeprof.algorithms import pflego
+    from edgeprof.nn.backbones import BACKBONES, build_backbone, get_params, input_shape_for
+    from edgeprof.nn.execution import CANDIDATES, has_convolutions, parse
+
+    torch.set_num_threads(args.threads)
+    print(f"joint gradient, us per image (median of {args.repeats}, interleaved; * the fastest, (x) against it), "
+          f"{args.threads} threads; load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    for name in BACKBONES:
+        shape = input_shape_for(name, "synthetic")
+        module = build_backbone(name, shape, seed=0)
+        theta = get_params(module)
+        specs = CANDIDATES[has_convolutions(module)]
+        modules = {s: parse(s).prepare(copy.deepcopy(module)) for s in specs}
+        head = np.random.default_rng(0).normal(scale=0.1, size=(5, module.feature_dim + 1)).astype(np.float32)
+        for n in (int(v) for v in args.table_sizes.split(",")):
+            c = make_client(n, seed=0, backbone=name)
+            med = interleaved({s: (lambda s=s: pflego.torch_joint_gradient(modules[s], theta, head, c.x_train,
+                                                                           c.y_train, parse(s))) for s in specs},
+                              args.repeats)
+            best = min(med.values())
+            cells = ", ".join(f"{s} {1e6 * t / n:.0f}{'*' if t == best else ''} ({t / best:.2f})"
+                              for s, t in med.items())
+            print(f"  {name:12s} N={n:5d}: {cells}", flush=True)
 
 
 if __name__ == "__main__":

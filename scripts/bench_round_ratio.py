@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy, as the CLI does
+
 
 def make_client(samples: int, seed: int, backbone: str = "cnn-omniglot"):
     from edgeprof.data import ClientData, load_dataset

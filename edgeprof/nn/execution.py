@@ -27,9 +27,11 @@ is run. ``--execution`` chooses it:
   edgeprof's path before plans existed (NCHW, the whole set at once), kept for comparison.
 
 The plan used is recorded in the run's sidecar (``numerics.execution``) with how it was chosen.
-:data:`TABLE` comes from ``scripts/bench_execution.py`` on 2-core x86 machines (README, "Speed"): for a
-network with convolutions, channels_last in chunks of 64 images was the fastest or within 5% of the
-fastest at every N from 150 to 2,400; for a network without (``mlp``), chunking only added overhead.
+:data:`TABLE` comes from ``scripts/bench_execution.py --only table`` on a 2-core AMD EPYC (AVX2) VM (README,
+"Close to the hardware"): for ``cnn-omniglot`` and ``cnn-cifar``, channels_last in chunks of 64 images was within
+14% of the fastest candidate at every N of 150, 600 and 2,400 (within 7% from 600 images), where the NCHW whole
+set took 1.21-2.21x the fastest; for ``mlp`` (no convolution) the whole set was fastest and chunks only added
+overhead (1.16-3.5x). ``--execution calibrate`` measures the same on the machine at hand.
 """
 
 from __future__ import annotations
