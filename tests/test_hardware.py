@@ -217,3 +217,17 @@ def test_module_imports_no_torch():
     code = "import sys, edgeprof.hardware; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_roofs_state_the_rate_against_the_peak_and_sgemm_and_flag_a_peak_below_sgemm(tmp_path):
+    from edgeprof.hardware import Roofs
+
+    info = write_cpuinfo(tmp_path / "cpuinfo", "AMD EPYC 7B13", EPYC_FLAGS, [2500.0, 2500.0])
+    peak = cpu_fp32_peak(info, tmp_path / "nosys", cores=2)  # 2 x 2.5 GHz x 32 = 160 GFLOP/s
+    assert peak.gflops == pytest.approx(160.0)
+    line = Roofs(peak, 128.0).rate(flops=40e9, seconds=0.5)  # 80 GFLOP/s
+    assert line == "  80.0 GFLOP/s =   50% of FP32 peak,   62% of sgemm"
+    assert not any("overstated" in x for x in Roofs(peak, 128.0).lines())
+    lines = Roofs(peak, 176.0).lines()
+    assert "sgemm 2048^3 measured: 176.0 GFLOP/s = 110% of that peak" in lines
+    assert any("overstated" in x and "--ghz" in x for x in lines)
