@@ -13,8 +13,8 @@ that a change in the machine's load falls on both.
 For each run it prints: the wall time around the process (start to exit), the rounds (the sum of the
 ``wall_s`` of the report's ``client`` and ``server`` rows: the profiled windows), the time outside them
 (seconds, and as a fraction of the wall time), and the tail (from the last line the process printed to its
-exit). Then the medians of each tree (the time outside from the median wall and rounds) and their
-difference, the CPU model and the load average at the start and at the end.
+exit). Then the median of each column for each tree, the difference of the median walls, and the CPU model
+and the load average at the start and at the end.
 
 ``--before`` defaults to the parent of the commit that added this script (the tree without the fast start);
 ``--bytecode`` lets both trees cache their compiled modules (``PYTHONPYCACHEPREFIX`` in a temporary folder,
@@ -38,6 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 COMMAND = ("measure", "--algo", "pflego", "--tau", "50")
@@ -69,6 +70,11 @@ class Run:
     total_s: float
     rounds_s: float
     tail_s: float
+
+    def cells(self) -> tuple[float, ...]:
+        """The table's columns: wall, rounds, the time outside them (seconds, fraction of the wall), tail."""
+        return (self.total_s, self.rounds_s, self.total_s - self.rounds_s, 1 - self.rounds_s / self.total_s,
+                self.tail_s)
 
 
 def git(*args: str) -> str:
@@ -136,12 +142,11 @@ def load() -> str:
 
 
 HEADER = f"{'wall s':>8s} {'rounds s':>9s} {'outside s':>10s} {'outside':>8s} {'tail s':>7s}"
-MEDIANS = ("total_s", "rounds_s", "tail_s")
 
 
-def cells(total: float, rounds: float, tail: float) -> str:
-    """One table row: wall, rounds, the time outside them (seconds and fraction of the wall) and the tail."""
-    return f"{total:8.3f} {rounds:9.3f} {total - rounds:10.3f} {1 - rounds / total:8.1%} {tail:7.3f}"
+def cells(values: Sequence[float]) -> str:
+    total, rounds, outside_s, outside, tail = values
+    return f"{total:8.3f} {rounds:9.3f} {outside_s:10.3f} {outside:8.1%} {tail:7.3f}"
 
 
 def main() -> None:
@@ -181,11 +186,11 @@ def main() -> None:
             for tree in (trees if i % 2 == 0 else trees[::-1]):
                 run = measure_once(tree, work)
                 runs.append(run)
-                print(f"{i + 1:<4d} {tree.name:<7s} {cells(run.total_s, run.rounds_s, run.tail_s)}", flush=True)
+                print(f"{i + 1:<4d} {tree.name:<7s} {cells(run.cells())}", flush=True)
         print(f"\n{'medians':<12s} {HEADER}")
         for tree in trees:
-            mine = [r for r in runs if r.tree == tree.name]
-            print(f"{tree.name:<12s} {cells(*(statistics.median(getattr(r, k) for r in mine) for k in MEDIANS))}")
+            columns = zip(*(r.cells() for r in runs if r.tree == tree.name))
+            print(f"{tree.name:<12s} {cells([statistics.median(c) for c in columns])}")
         wall = [statistics.median(r.total_s for r in runs if r.tree == t.name) for t in trees]
         print(f"after - before: {wall[1] - wall[0]:+.3f} s wall ({wall[1] / wall[0] - 1:+.1%})")
         print(f"load average at the end: {load()}")
