@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 FILES=(tests/test_pflego.py tests/test_pflego_engines.py tests/test_ort.py tests/test_fedavg.py
-       tests/test_baselines.py tests/test_head.py tests/test_aggregation.py
+       tests/test_baselines.py tests/test_head.py tests/test_aggregation.py tests/test_execution.py
        tests/test_flower_algorithms.py tests/test_reproducibility.py
        "tests/test_flower_e2e.py::test_pflego_on_flower_matches_the_in_process_run"
        "tests/test_flower_simulation.py::test_simulation_matches_in_process_and_notes_attribution")

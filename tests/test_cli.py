@@ -65,6 +65,8 @@ def _report_file(tmp_path: Path) -> str:
 @pytest.mark.parametrize("argv,code,expected", [
     (["measure", *FAST, "--tau", "0"], 2, "tau must be an integer >= 1"),
     (["measure", *FAST, "--tau", "abc"], 2, "Invalid value for '--tau'"),
+    (["measure", *FAST, "--execution", "nchw:64"], 2, "execution must be auto, calibrate or FORMAT:CHUNK"),
+    (["sweep", "--execution", "channels_last:0"], 2, "execution chunk must be a number of images"),
     (["measure", *FAST, "--no-such-option"], 2, "No such option"),
     (["measre"], 2, "No such command 'measre'"),
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
