@@ -108,7 +108,7 @@ class GraphReuse:
             raise RuntimeError("GraphReuse.joint_grad needs the x of the preceding features() call")
         feats, self._feats, self._x = iter(self._feats), None, None
         w = torch.tensor(head, requires_grad=True)
-        labels = torch.split(as_tensor(np.asarray(y, dtype=np.int64)), self.plan.chunk or len(y))
+        labels = self.plan.split(as_tensor(np.asarray(y, dtype=np.int64)))
         loss, grads = mean_loss_and_grads(lambda _: head_logits(next(feats), w), [(None, yb) for yb in labels],
                                           len(y), [w, *self.module.parameters()])
         return loss, _as_arrays(grads[:1])[0], _as_arrays(grads[1:])

@@ -40,7 +40,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,16 +107,18 @@ class ExecutionPlan:
             xt = xt.contiguous(memory_format=torch.channels_last)
         return xt
 
+    def split(self, t) -> list:
+        """A tensor's chunks along its first axis (the whole tensor when it fits in one chunk)."""
+        import torch
+
+        return [t] if self.chunk is None or len(t) <= self.chunk else list(torch.split(t, self.chunk))
+
     def batches(self, x: np.ndarray, y: Optional[np.ndarray] = None) -> list:
         """[(images, labels)] in chunks (labels None when ``y`` is); prepared once, reused by every step."""
         import torch
 
-        xt = self.images(x)
-        yt = None if y is None else torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
-        if self.chunk is None or len(xt) <= self.chunk:
-            return [(xt, yt)]
-        xs = torch.split(xt, self.chunk)
-        ys = torch.split(yt, self.chunk) if yt is not None else [None] * len(xs)
+        xs = self.split(self.images(x))
+        ys = [None] * len(xs) if y is None else self.split(torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
         return list(zip(xs, ys))
 
     def forward(self, module, x: np.ndarray):
@@ -254,6 +255,7 @@ def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_I
 
 
 def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
+    from edgeprof.device import cpu_model
     from edgeprof.nn.ort import cache_dir
 
     folder = cache_dir()
@@ -264,18 +266,8 @@ def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
     layout = repr([(n, tuple(p.shape)) for n, p in module.named_parameters()])
     key = "|".join([getattr(module, "backbone_name", type(module).__name__), layout,
                     repr(tuple(getattr(module, "input_shape", ()))), str(threads or torch.get_num_threads()),
-                    torch.__version__, torch.backends.cpu.get_cpu_capability(), _cpu_model()])
+                    torch.__version__, torch.backends.cpu.get_cpu_capability(), cpu_model()])
     return folder.parent / "execution" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _stored(module, threads: Optional[int]) -> Optional[ExecutionPlan]:
