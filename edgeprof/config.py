@@ -182,6 +182,17 @@ BOUNDS = {
 }
 #: the longest idle baseline, seconds
 MAX_IDLE_SECONDS = 3600.0
+#: what a run name (and so its report's file name) may be
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
+
+
+def check_energy_options(settings) -> None:
+    """The meter, idle-baseline and carbon settings a run and a monitor share (``cpu_watts``, ``jetson_hz``,
+    ``idle_seconds``, ``carbon_intensity`` attributes): ConfigError with one line for the first invalid one."""
+    check_positive(carbon_intensity=settings.carbon_intensity)
+    check_meter_options(cpu_watts=settings.cpu_watts, jetson_hz=settings.jetson_hz)
+    _check(math.isfinite(settings.idle_seconds) and 0 <= settings.idle_seconds <= MAX_IDLE_SECONDS,
+           f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {settings.idle_seconds}")
 
 
 def max_threads() -> int:
@@ -216,11 +227,9 @@ def validate(cfg: RunConfig) -> None:
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")
     _check(cfg.threads is None or (isinstance(cfg.threads, int) and 1 <= cfg.threads <= max_threads()),
            f"threads must be an integer in 1..{max_threads()} (this machine's cores), got {cfg.threads}")
-    check_positive(beta=cfg.beta, rho=cfg.rho, carbon_intensity=cfg.carbon_intensity)
-    check_meter_options(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
+    check_positive(beta=cfg.beta, rho=cfg.rho)
+    check_energy_options(cfg)
     _check(cfg.mu is None or (math.isfinite(cfg.mu) and cfg.mu >= 0), f"mu must be finite and >= 0, got {cfg.mu}")
-    _check(math.isfinite(cfg.idle_seconds) and 0 <= cfg.idle_seconds <= MAX_IDLE_SECONDS,
-           f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {cfg.idle_seconds}")
     from edgeprof.algorithms import ALGORITHMS
 
     if cfg.engine is not None:
@@ -228,5 +237,5 @@ def validate(cfg: RunConfig) -> None:
     from edgeprof.nn.execution import check as check_execution
 
     check_execution(cfg.execution)
-    _check(cfg.run_name is None or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}", cfg.run_name) is not None,
+    _check(cfg.run_name is None or RUN_NAME.fullmatch(cfg.run_name) is not None,
            f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import re
 import threading
 import time
@@ -59,7 +58,6 @@ __all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement"
 #: cells a row measured elsewhere may bring (:meth:`Monitor.record`), besides domain and phase columns
 MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
                     "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s")
-_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
 OVERLAP_NOTE = ("{n} window(s) overlapped another window: each window's energy and CPU seconds are everything the "
                 "machine (the process) spent while it was open, so the rows of overlapping windows double count; "
@@ -89,21 +87,18 @@ class MonitorConfig:
     carbon_intensity: Optional[float] = None
 
     def __post_init__(self) -> None:
-        from edgeprof.config import MAX_IDLE_SECONDS, check_meter_options, check_positive
+        from edgeprof.config import RUN_NAME, check_energy_options
 
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "phases", tuple(self.phases))
         object.__setattr__(self, "labels", dict(self.labels))
         for what, value in (("name", self.name), ("run name", self.run_name)):
-            if value is not None and not (isinstance(value, str) and _RUN_NAME.fullmatch(value)):
+            if value is not None and not (isinstance(value, str) and RUN_NAME.fullmatch(value)):
                 raise MonitorError(f"{what} {value!r} may use only letters, digits, '.', '_' and '-' (it names files)")
         split_labels(self.labels)
         for p in self.phases:
             check_phase_name(p)
-        check_meter_options(cpu_watts=self.cpu_watts, jetson_hz=self.jetson_hz)
-        check_positive(carbon_intensity=self.carbon_intensity)
-        if not (math.isfinite(self.idle_seconds) and 0 <= self.idle_seconds <= MAX_IDLE_SECONDS):
-            raise MonitorError(f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {self.idle_seconds}")
+        check_energy_options(self)
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "name": self.name, "run_name": self.run_name, "labels": dict(self.labels),
