@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,27 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgeprof.flower.loopback import free_ports, wait_for_port
+
 BIN = Path(sys.executable).parent
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"nothing listens on 127.0.0.1:{port}")
 
 
 def _settings(args, out: Path, name: str):
@@ -61,7 +42,7 @@ def deployment(args, root: Path) -> list[dict]:
     from edgeprof.flower.config import FlowerSettings, to_run_config, write_app_dir
     from edgeprof.report import read_report
 
-    link, *nodes = _free_ports(1 + 2 * args.nodes)
+    link, *nodes = free_ports(1 + 2 * args.nodes)
     env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     Path(env["FLWR_HOME"]).mkdir()
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(
@@ -76,7 +57,10 @@ def deployment(args, root: Path) -> list[dict]:
     try:
         start("flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
               "--disable-runtime-dependency-installation")
-        _wait_port(link)
+        try:
+            wait_for_port(link, 60)
+        except TimeoutError as err:
+            raise SystemExit(str(err)) from None
         for pid in range(args.nodes):
             extra = ["--isolation", args.isolation] if args.isolation != "subprocess" else []
             start("flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",

@@ -16,7 +16,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +25,9 @@ from typer.testing import CliRunner
 pytest.importorskip("flwr")
 
 from edgeprof.cli import app  # noqa: E402
+from edgeprof.flower.loopback import free_ports, wait_for_port  # noqa: E402
 
-from test_flower_e2e import BIN, free_ports, kill_group, wait_for_port  # noqa: E402
+from test_flower_e2e import BIN, kill_group  # noqa: E402
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,21 +25,12 @@ pytest.importorskip("flwr")
 
 from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.flower.config import FlowerSettings, to_run_config, write_app_dir  # noqa: E402
+from edgeprof.flower.loopback import free_ports, wait_for_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 NUM_NODES = 3
 BIN = Path(sys.executable).parent
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -57,16 +47,6 @@ def kill_group(proc: subprocess.Popen) -> None:
         except (subprocess.TimeoutExpired, ProcessLookupError):
             continue
         return
-
-
-def wait_for_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
 @dataclass

@@ -13,6 +13,7 @@ algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this 
 - :mod:`.report`      the reporting wrapper: one report for the federation, written by the server
 - :mod:`.server_app`  the ServerApp: roll call, strategy, report, final theta
 - :mod:`.simulation`  Flower's simulation engine for many clients on one machine
+- :mod:`.loopback`    free ports and waiting for a listener on 127.0.0.1 (tests, benchmarks; no flwr import)
 
 For a user's own Flower app (any ClientApp, Flower's stock strategies), importable from here:
 
