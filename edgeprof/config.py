@@ -92,6 +92,7 @@ class RunConfig:
     server_optimizer: str = "adam"
     engine: Optional[str] = None
     execution: str = "auto"
+    device: str = "cpu"
     evaluate: bool = False
     eval_protocol: str = "global"
     # energy (meters issue)
@@ -237,5 +238,8 @@ def validate(cfg: RunConfig) -> None:
     from edgeprof.nn.execution import check as check_execution
 
     check_execution(cfg.execution)
+    from edgeprof.nn.compute import check_device
+
+    check_device(cfg.device)
     _check(cfg.run_name is None or RUN_NAME.fullmatch(cfg.run_name) is not None,
            f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")

@@ -14,7 +14,6 @@ federation's own when none is: a sweep hands each cell its own settings instead 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from edgeprof.algorithms import ALGORITHMS, aggregation
 from edgeprof.algorithms.contract import EvalResult, Phase, Reply, RoundSettings, Runtime, no_phase
+from edgeprof.runtime import build_runtime
 
 
 @dataclass
@@ -34,16 +34,6 @@ class ClientUpdate:
     payload: list[np.ndarray]
 
 
-def build_runtime(cfg, clients, backbone=None) -> Runtime:
-    """The runtime of ``cfg`` over ``clients``: a freshly seeded backbone, max_i K_i outputs."""
-    if backbone is None:
-        from edgeprof.nn.backbones import build_backbone, input_shape_for
-
-        backbone = build_backbone(cfg.backbone, input_shape_for(cfg.backbone, cfg.dataset), seed=cfg.seed)
-    return Runtime(backbone, seed=cfg.seed, num_outputs=max(c.num_classes for c in clients), engine=cfg.engine,
-                   threads=cfg.threads, server_optimizer=cfg.server_optimizer, execution=cfg.execution)
-
-
 class Federation:
     """Global state, personal states and the runtime of one in-process federation."""
 
@@ -51,7 +41,7 @@ class Federation:
         cfg = cfg.resolved()
         self.spec = ALGORITHMS[cfg.algo]
         self.clients = list(clients)
-        self.runtime = runtime if runtime is not None else build_runtime(cfg, self.clients)
+        self.runtime = runtime if runtime is not None else build_runtime(cfg, max(c.num_classes for c in self.clients))
         self.scale = len(self.clients) / cfg.sampled_per_round
         self.settings = RoundSettings.of(cfg, scale=self.scale)
         self.state = self.spec.new_server_state(self.runtime, cfg.rho)

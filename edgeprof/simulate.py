@@ -65,18 +65,6 @@ def build_federation(cfg: RunConfig, clients) -> Federation:
     return federation
 
 
-def set_threads(threads: Optional[int]) -> None:
-    """Limit torch's (and through FeatureRunner, ONNX Runtime's) intra-op threads.
-
-    numpy's BLAS is not governed by it: the numpy head always runs it on one thread (:mod:`edgeprof.nn.head`).
-    A seed's run is bitwise reproducible for a given thread count and machine, not promised across either.
-    """
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
 def evaluate_all(federation: Federation, settings: Optional[RoundSettings] = None) -> tuple[float, float]:
     """The ``global`` protocol: equation (1)'s training loss and the mean test accuracy over every client."""
     from edgeprof.evaluation import global_score
@@ -156,14 +144,14 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
     check_writable(cfg.out)
-    set_threads(cfg.threads)
     stage(stages["data"])
     clients = load_clients(cfg)
     stage(stages["build"])
     federation = build_federation(cfg, clients)
     stage(stages["meters"] if cfg.idle_seconds <= 0 else stages["idle"])
     try:
-        with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases) as session:
+        with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,
+                      compute=federation.runtime.compute) as session:
             if progress:
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))

@@ -213,7 +213,8 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     """
     from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
-    from edgeprof.simulate import build_federation, run_round, set_threads
+    from edgeprof.nn.compute import set_threads
+    from edgeprof.simulate import build_federation, run_round
 
     check_writable(cfg.base.out)
     set_threads(cfg.base.threads)
@@ -229,8 +230,9 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         stage("opening the energy meters")
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
         finish = functools.partial(_sweep_sections, cfg, cells)
+        compute = next(iter(federations.values())).runtime.compute  # one backbone, device and plan for all
         with open_run(cfg.base, run_id=make_run_id(cfg.base, prefix="sweep"), phases=phases,
-                      finish=finish) as session:
+                      finish=finish, compute=compute) as session:
             if cfg.warmup:
                 stage("warm-up: one unrecorded round per algorithm")
                 _warm_up(federations, cfg, participants)

@@ -54,7 +54,7 @@ def measure(sizes, clients, tau: int, threads: int, backbone: str, execution: st
                 walls[n].append(win.result.wall_s)
                 cpus[n].append(win.result.cpu_s)
                 phases[n].append({k: v.wall_s for k, v in win.result.phases.items()})
-    plan = next(iter(feds.values())).runtime.plan.spec
+    plan = next(iter(feds.values())).runtime.compute.plan.spec
     per_image = {n: statistics.median(walls[n]) / n for n in sizes}
     cpu_per_image = {n: statistics.median(cpus[n]) / n for n in sizes}
     split = {n: {k: statistics.median(p[k] for p in phases[n]) / n for k in phases[n][0]} for n in sizes}

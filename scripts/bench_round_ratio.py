@@ -114,7 +114,7 @@ def main() -> None:
         start = time.perf_counter()
         walls, phases, overheads = interleaved_rounds(profiler, algos, args.repeats)
         med = {n: statistics.median(w) for n, w in walls.items()}
-        plan = algos["pflego"].runtime.plan
+        plan = algos["pflego"].runtime.compute.plan
         print(f"\nexecution {execution!r} -> {plan.spec} ({plan.source}); {time.perf_counter() - start:.0f} s")
         for name in algos:
             split = {k: statistics.median(p[k] for p in phases[name]) for k in phases[name][0]}
@@ -134,7 +134,7 @@ def main() -> None:
         named = {f"tau={t}": dataclasses.replace(fed.settings, tau=t) for t in taus}
         walls, _, _ = interleaved_rounds(profiler, {n: fed for n in named}, args.repeats, named)
         med = {n: statistics.median(w) for n, w in walls.items()}
-        print(f"\nPFLEGO round against tau ({fed.runtime.plan.spec}): "
+        print(f"\nPFLEGO round against tau ({fed.runtime.compute.plan.spec}): "
               + ", ".join(f"{n} {v:.3f} s" for n, v in med.items()))
         first, last = med[f"tau={taus[0]}"], med[f"tau={taus[-1]}"]
         print(f"  growth tau {taus[0]} -> {taus[-1]}: {100 * (last / first - 1):+.1f}% (target < 10%)")

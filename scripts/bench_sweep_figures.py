@@ -123,7 +123,8 @@ def memory_probe(item: str, samples: int, threads: int) -> None:
 
     from edgeprof.config import RunConfig
     from edgeprof.profiler import PeakRss
-    from edgeprof.simulate import build_federation, set_threads
+    from edgeprof.nn.compute import set_threads
+    from edgeprof.simulate import build_federation
     from edgeprof.sweep import SweepConfig, sweep_clients
 
     tau = 50 if item.startswith("pflego") else 2

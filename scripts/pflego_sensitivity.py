@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=10)
     parser.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
     args = parser.parse_args()
-    from edgeprof.simulate import set_threads
+    from edgeprof.nn.compute import set_threads
 
     set_threads(1)
     wanted = args.variants.split(",")

@@ -11,6 +11,7 @@ import torch
 from edgeprof.algorithms import ALGORITHMS, ditto, fedbabu, fedper, fedprox, fedrecon, fedrep, partial
 from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params, set_params
+from edgeprof.nn.compute import Compute
 
 SHAPE = (1, 4, 4)
 
@@ -21,9 +22,11 @@ def _backbone(seed: int = 3) -> torch.nn.Module:
 
 def _federation(cfg, clients):
     """The in-process driver over ``clients`` with this file's small seeded backbone."""
-    from edgeprof.federation import Federation, build_runtime
+    from edgeprof.federation import Federation
+    from edgeprof.runtime import build_runtime
 
-    return Federation(cfg, clients, runtime=build_runtime(cfg, clients, _backbone()))
+    return Federation(cfg, clients, runtime=build_runtime(cfg.resolved(), max(c.num_classes for c in clients),
+                                                          backbone=_backbone()))
 
 
 def _data(client):
@@ -52,7 +55,7 @@ def test_fedprox_steps_include_the_proximal_term(tiny_clients, rng):
     anchor = [a + rng.normal(0, 0.1, a.shape).astype(np.float32) for a in get_params(model)]
     mu, lr = 0.7, 0.2
 
-    loss = fedprox.prox_gd(model, c.x_train, c.y_train, steps=2, lr=lr, mu=mu, anchor=anchor)
+    loss = fedprox.prox_gd(model, c.x_train, c.y_train, steps=2, lr=lr, mu=mu, anchor=anchor, compute=Compute())
 
     x, y = _data(c)
     opt = torch.optim.SGD(reference.parameters(), lr=lr)
@@ -70,10 +73,10 @@ def test_fedprox_steps_include_the_proximal_term(tiny_clients, rng):
 def test_fedprox_round_starts_and_anchors_at_the_global_weights(tiny_clients):
     c, model = tiny_clients[1], fedprox.fedavg.BackboneWithHead(_backbone(), 3, seed=3)
     weights = get_params(model)
-    new, _ = fedprox.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1, mu=0.0)
-    plain, _ = fedprox.fedavg.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1)
+    new, _ = fedprox.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1, mu=0.0, compute=Compute())
+    plain, _ = fedprox.fedavg.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1, compute=Compute())
     _close(new, [torch.from_numpy(a) for a in plain], tol=1e-6)  # mu = 0 is FedAvg
-    strong, _ = fedprox.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1, mu=5.0)
+    strong, _ = fedprox.client_round(model, weights, c.x_train, c.y_train, tau=3, beta=0.1, mu=5.0, compute=Compute())
     assert np.linalg.norm(strong[0] - weights[0]) < np.linalg.norm(new[0] - weights[0])
 
 
@@ -92,9 +95,10 @@ def test_fedalt_body_step_sees_the_new_head_and_fedsim_does_not(tiny_clients):
     body0 = get_params(backbone)
     head0 = fedper.initial_head(0, 0, c.num_classes, backbone.feature_dim)
 
-    sim_body, sim_head, _ = partial.local_sim(backbone, body0, head0, c.x_train, c.y_train, tau=1, beta=lr)
+    sim_body, sim_head, _ = partial.local_sim(backbone, body0, head0, c.x_train, c.y_train, tau=1, beta=lr,
+                                              compute=Compute())
     alt_body, alt_head, _ = partial.local_alt(backbone, body0, head0, c.x_train, c.y_train, tau_v=1, tau_u=1,
-                                              beta=lr)
+                                              beta=lr, compute=Compute())
 
     ref64, x, y = copy.deepcopy(backbone).double(), *_data(c)
     sb, sh = _torch_head_step(ref64, _leaves(body0), _leaves(head0), x, y, lr, train_body=True, train_head=True)
@@ -112,7 +116,7 @@ def test_fedrep_head_epochs_then_body_epochs_match_torch(tiny_clients):
     head0 = fedper.initial_head(0, 2, c.num_classes, backbone.feature_dim)
 
     body, head, _ = fedrep.client_round(backbone, body0, head0, c.x_train, c.y_train, head_steps=3,
-                                        n_body_steps=2, beta=lr)
+                                        n_body_steps=2, beta=lr, compute=Compute())
 
     ref64, x, y = copy.deepcopy(backbone).double(), *_data(c)
     b, h = _leaves(body0), _leaves(head0)
@@ -131,7 +135,8 @@ def test_fedbabu_never_changes_the_head_and_steps_the_body_with_momentum(tiny_cl
     head = fedbabu.orthogonal_head(3, backbone.feature_dim, seed=0)
     frozen = [a.copy() for a in head]
 
-    body, _ = fedbabu.client_round(backbone, body0, head, c.x_train, c.y_train, tau=3, beta=lr, momentum=0.9)
+    body, _ = fedbabu.client_round(backbone, body0, head, c.x_train, c.y_train, tau=3, beta=lr, momentum=0.9,
+                                   compute=Compute())
 
     ref = copy.deepcopy(backbone).double()
     set_params(ref, body0)
@@ -171,7 +176,7 @@ def test_ditto_personal_steps_include_lambda_times_v_minus_global(tiny_clients, 
     personal = [a + rng.normal(0, 0.2, a.shape).astype(np.float32) for a in global_w]
 
     local_global, new_personal, _ = ditto.client_round(model, global_w, personal, c.x_train, c.y_train, tau=1,
-                                                       beta=lr, lam=lam)
+                                                       beta=lr, lam=lam, compute=Compute())
 
     ref, x, y = copy.deepcopy(model).double(), *_data(c)
     set_params(ref, personal)
@@ -180,7 +185,7 @@ def test_ditto_personal_steps_include_lambda_times_v_minus_global(tiny_clients, 
     loss = loss + lam / 2 * sum(((p - a) ** 2).sum() for p, a in zip(ref.parameters(), anchors))
     grads = torch.autograd.grad(loss, list(ref.parameters()))
     _close(new_personal, [p - lr * g for p, g in zip(ref.parameters(), grads)])
-    plain, _ = fedprox.fedavg.client_round(model, global_w, c.x_train, c.y_train, tau=1, beta=lr)
+    plain, _ = fedprox.fedavg.client_round(model, global_w, c.x_train, c.y_train, tau=1, beta=lr, compute=Compute())
     _close(local_global, [torch.from_numpy(a) for a in plain], tol=1e-6)
 
 
@@ -197,7 +202,7 @@ def test_fedrecon_reconstructs_on_one_cached_forward(tiny_clients):
             return backbone(torch.from_numpy(x)).numpy()
 
     def body_grad(head, x, y):
-        loss, _, grad = fedrecon.torch_joint_gradient(backbone, theta, head, x, y)
+        loss, _, grad = fedrecon.torch_joint_gradient(backbone, theta, head, x, y, Compute())
         return loss, grad
 
     new_theta, head, _ = fedrecon.client_round(features, body_grad, theta, head0, c.x_train, c.y_train, tau=tau,
@@ -255,8 +260,8 @@ def test_server_averages_only_the_body_and_heads_stay_personal(name, tiny_client
 def test_fedsim_is_fedper_with_the_output_layer_personal(tiny_clients):
     c, backbone = tiny_clients[0], _backbone()
     body, head = get_params(backbone), fedper.initial_head(0, 0, c.num_classes, backbone.feature_dim)
-    a = partial.local_sim(backbone, body, head, c.x_train, c.y_train, tau=3, beta=0.1)
-    b = fedper.client_round(backbone, body, head, c.x_train, c.y_train, tau=3, beta=0.1)
+    a = partial.local_sim(backbone, body, head, c.x_train, c.y_train, tau=3, beta=0.1, compute=Compute())
+    b = fedper.client_round(backbone, body, head, c.x_train, c.y_train, tau=3, beta=0.1, compute=Compute())
     for x, y in zip(a[0] + a[1], b[0] + b[1]):
         np.testing.assert_array_equal(x, y)
 

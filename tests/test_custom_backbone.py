@@ -28,6 +28,7 @@ from edgeprof.nn.ort import STRATEGIES, FeatureRunner
 from edgeprof.nn.verify import check_export, perturbed
 from edgeprof.report import read_report
 from edgeprof.simulate import build_federation
+from edgeprof.nn.compute import Compute
 
 from conftest import make_clients
 from tolerances import float32_atol
@@ -232,9 +233,9 @@ def test_both_pflego_engines_compute_the_same_round_with_batch_norm_and_dropout(
     runner = FeatureRunner(module, threads=1)
     kwargs = dict(tau=4, beta=0.2, rho=0.05, scale=2.0)
 
-    joint = lambda h, a, b: pflego.torch_joint_gradient(module, theta, h, a, b)  # noqa: E731
+    joint = lambda h, a, b: pflego.torch_joint_gradient(module, theta, h, a, b, Compute())  # noqa: E731
     paper = pflego.client_round(lambda a: runner.features(a, theta), joint, head, x, y, **kwargs)
-    engine = pflego.GraphReuse(module, theta)
+    engine = pflego.GraphReuse(module, theta, Compute())
     reuse = pflego.client_round(engine.features, engine.joint_grad, head, x, y, **kwargs)
 
     depth = 3 + kwargs["tau"]  # forward, tau-1 head steps, backward
@@ -245,14 +246,14 @@ def test_both_pflego_engines_compute_the_same_round_with_batch_norm_and_dropout(
 
 def test_the_flower_apps_build_the_same_seeded_backbone_as_the_in_process_run(rng):
     pytest.importorskip("flwr")
-    from edgeprof.federation import build_runtime
     from edgeprof.flower.client_app import runtime_for
+    from edgeprof.runtime import build_runtime
     from edgeprof.flower.strategy import server_runtime
 
     cfg = RunConfig(algo="pflego", backbone=SPEC, dataset="cifar10", seed=5, threads=1).resolved()
     clients = make_clients(rng, shape=(3, 32, 32))
 
-    runtimes = [build_runtime(cfg, clients), runtime_for(cfg, 3), server_runtime(cfg, 3)]
+    runtimes = [build_runtime(cfg, max(c.num_classes for c in clients)), runtime_for(cfg, 3), server_runtime(cfg, 3)]
 
     first = runtimes[0].initial_params
     assert all(rt.backbone.input_shape == (3, 32, 32) and rt.feature_dim == 6 for rt in runtimes)

@@ -14,6 +14,7 @@ from edgeprof.evaluation import global_score, paper_score
 from edgeprof.participants import participant_rng, sample_participants
 from edgeprof.report import read_report
 from edgeprof.simulate import load_clients, run
+from edgeprof.nn.compute import Compute
 
 
 def _cfg(tmp_path, algo: str, protocol: str, **kw) -> RunConfig:
@@ -51,7 +52,8 @@ def test_paper_protocol_scores_fedavgs_sampled_local_models_before_the_server_st
         local = []
         for cid in sampled:
             c = clients[cid]
-            new, _ = fedavg.client_round(model, weights, c.x_train, c.y_train, tau=cfg.tau, beta=cfg.beta)
+            new, _ = fedavg.client_round(model, weights, c.x_train, c.y_train, tau=cfg.tau, beta=cfg.beta,
+                                              compute=Compute())
             set_params(model, new)
             with torch.no_grad():
                 correct += _correct(model(torch.from_numpy(c.x_test)), c.y_test)
@@ -90,7 +92,7 @@ def test_paper_protocol_scores_pflegos_new_heads_with_the_rounds_theta(tmp_path)
         for cid in sampled:
             c = clients[cid]
             res = pflego.client_round(lambda x: feats(x)[:, :-1],
-                                      lambda h, x, y: pflego.torch_joint_gradient(module, theta, h, x, y),
+                                      lambda h, x, y: pflego.torch_joint_gradient(module, theta, h, x, y, Compute()),
                                       heads[cid], c.x_train, c.y_train, tau=cfg.tau, beta=cfg.beta, rho=cfg.rho,
                                       scale=scale)
             heads[cid] = res.head

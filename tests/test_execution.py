@@ -16,6 +16,7 @@ from edgeprof.nn import execution
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.execution import ExecutionPlan
 from edgeprof.nn.ort import FeatureRunner
+from edgeprof.nn.compute import Compute
 
 from tolerances import float32_atol, gamma
 
@@ -67,7 +68,7 @@ def test_the_joint_gradient_in_any_plan_is_the_full_batch_gradient(rng, backbone
     x, y, head = _data(rng, module)
     loss64, want, abs_terms = _float64_reference(module, theta, head, x, y)
 
-    loss, grad_head, grad_theta = pflego.torch_joint_gradient(plan.prepare(module), theta, head, x, y, plan)
+    loss, grad_head, grad_theta = pflego.torch_joint_gradient(plan.prepare(module), theta, head, x, y, Compute(plan=plan))
 
     depth = 2 * 4 + 2  # forward and backward through at most 4 layers, the head, the sum over chunks
     for got, ref, scale in zip([grad_head, *grad_theta], want, abs_terms):
@@ -81,10 +82,10 @@ def test_chunks_change_the_gradient_only_by_rounding_not_by_weighting(rng):
     module = build_backbone("cnn-omniglot", SHAPE, seed=2)
     theta = get_params(module)
     x, y, head = _data(rng, module)
-    _, g_all, th_all = pflego.torch_joint_gradient(module, theta, head, x, y, ExecutionPlan("contiguous", None))
+    _, g_all, th_all = pflego.torch_joint_gradient(module, theta, head, x, y, Compute(plan=ExecutionPlan("contiguous", None)))
     _, g_half, th_half = pflego.torch_joint_gradient(module, theta, head, x[:32], y[:32],
-                                                     ExecutionPlan("contiguous", None))
-    _, g_chunk, th_chunk = pflego.torch_joint_gradient(module, theta, head, x, y, ExecutionPlan("contiguous", 32))
+                                                     Compute(plan=ExecutionPlan("contiguous", None)))
+    _, g_chunk, th_chunk = pflego.torch_joint_gradient(module, theta, head, x, y, Compute(plan=ExecutionPlan("contiguous", 32)))
     assert np.max(np.abs(g_chunk - g_all)) < 1e-3 * np.max(np.abs(g_all - g_half))
     for chunked, whole, first in zip(th_chunk, th_all, th_half):
         assert np.max(np.abs(chunked - whole)) < 1e-3 * np.max(np.abs(whole - first))
@@ -97,7 +98,7 @@ def test_torch_reuse_in_chunks_equals_the_joint_gradient(rng, plan):
     x, y, head = _data(rng, module)
     _, want, abs_terms = _float64_reference(module, theta, head, x, y)
 
-    engine = pflego.GraphReuse(module, theta, plan)
+    engine = pflego.GraphReuse(module, theta, Compute(plan=plan))
     feats = engine.features(x)
     loss, grad_head, grad_theta = engine.joint_grad(head, x, y)
 
@@ -120,14 +121,14 @@ def test_a_baseline_step_in_any_plan_is_the_full_batch_step(rng, plan):
     with torch.no_grad():
         whole.head.weight.copy_(torch.from_numpy(head[:, :-1]))
         whole.head.bias.copy_(torch.from_numpy(head[:, -1]))
-    fedavg.local_gd(whole, x, y, steps=1, lr=lr, plan=plan)
+    fedavg.local_gd(whole, x, y, steps=1, lr=lr, compute=Compute(plan=plan))
     moved = get_params(whole)  # backbone params, then the head's weight and bias
     for got, old, g, scale in zip(moved[:-2], theta, want[1:], abs_terms[1:]):
         np.testing.assert_allclose(got, old - lr * g, rtol=0, atol=lr * float32_atol(scale, FAN_IN, 10) + 4e-7)
 
     body = plan.prepare(copy.deepcopy(module))
     new_head, _ = fedper.local_steps(body, [head[:, :-1], head[:, -1]], x, y, steps=1, lr=lr, train_body=False,
-                                     plan=plan)
+                                     compute=Compute(plan=plan))
     np.testing.assert_allclose(np.concatenate([new_head[0], new_head[1][:, None]], 1), head - lr * want[0], rtol=0,
                                atol=lr * float32_atol(abs_terms[0], FAN_IN, 10) + 4e-7)
 
@@ -158,8 +159,9 @@ def test_get_params_of_a_channels_last_module_are_c_order_copies():
 def test_forward_in_chunks_concatenates_in_order(rng):
     module = build_backbone("cnn-omniglot", SHAPE, seed=0)
     x = rng.random((N, *SHAPE), dtype=np.float32)
-    whole = ExecutionPlan("contiguous", None).forward(module, x).numpy()
-    chunked = ExecutionPlan("channels_last", 5).forward(ExecutionPlan("channels_last", 5).prepare(module), x).numpy()
+    whole = Compute(plan=ExecutionPlan("contiguous", None)).forward(module, x).numpy()
+    chunked_compute = Compute(plan=ExecutionPlan("channels_last", 5))
+    chunked = chunked_compute.forward(chunked_compute.module(module), x).numpy()
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=float32_atol(whole, fan_in=64 * 9, depth=4))
 
 

@@ -9,6 +9,7 @@ import torch
 
 from edgeprof.algorithms import fedavg
 from edgeprof.nn.backbones import build_backbone, get_params
+from edgeprof.nn.compute import Compute
 
 
 def test_local_steps_equal_torch_sgd_on_the_whole_model(tiny_clients):
@@ -17,7 +18,7 @@ def test_local_steps_equal_torch_sgd_on_the_whole_model(tiny_clients):
     reference = copy.deepcopy(model).double()
     weights = get_params(model)
 
-    new, loss = fedavg.client_round(model, weights, c.x_train, c.y_train, tau=4, beta=0.1)
+    new, loss = fedavg.client_round(model, weights, c.x_train, c.y_train, tau=4, beta=0.1, compute=Compute())
 
     opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     x, y = torch.from_numpy(c.x_train.astype(np.float64)), torch.from_numpy(c.y_train)

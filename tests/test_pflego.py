@@ -12,6 +12,7 @@ from edgeprof.algorithms import aggregation, pflego
 from edgeprof.nn import head as headlib
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.ort import FeatureRunner
+from edgeprof.nn.compute import Compute
 
 SHAPE = (1, 4, 4)
 
@@ -39,7 +40,7 @@ def _full_gradient(theta, heads, clients, alphas):
 
 def _client(module, runner, theta):
     features = lambda x: runner.features(x, theta)  # noqa: E731
-    joint = lambda h, x, y: pflego.torch_joint_gradient(module, theta, h, x, y)  # noqa: E731
+    joint = lambda h, x, y: pflego.torch_joint_gradient(module, theta, h, x, y, Compute())  # noqa: E731
     return features, joint
 
 
@@ -86,7 +87,7 @@ def _client_grads(rng, clients):
     module = build_backbone("mlp", SHAPE, seed=0)
     theta = get_params(module)
     heads = _heads(rng, clients, module.feature_dim)
-    return [pflego.torch_joint_gradient(module, theta, h, c.x_train, c.y_train)[2]
+    return [pflego.torch_joint_gradient(module, theta, h, c.x_train, c.y_train, Compute())[2]
             for h, c in zip(heads, clients)]
 
 

@@ -10,6 +10,7 @@ from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.ort import FeatureRunner
 from edgeprof.simulate import build_federation
+from edgeprof.nn.compute import Compute
 
 from conftest import make_clients
 from tolerances import adam_first_step_bound, float32_atol, gamma
@@ -27,9 +28,9 @@ def test_graph_reuse_gives_the_same_head_and_theta_gradient(rng, backbone, tau):
     kwargs = dict(tau=tau, beta=0.2, rho=0.05, scale=2.5)
 
     paper = pflego.client_round(lambda a: runner.features(a, theta),
-                                lambda h, a, b: pflego.torch_joint_gradient(module, theta, h, a, b),
+                                lambda h, a, b: pflego.torch_joint_gradient(module, theta, h, a, b, Compute()),
                                 head, x, y, **kwargs)
-    engine = pflego.GraphReuse(module, theta)
+    engine = pflego.GraphReuse(module, theta, Compute())
     reuse = pflego.client_round(engine.features, engine.joint_grad, head, x, y, **kwargs)
 
     np.testing.assert_allclose(reuse.head, paper.head, atol=1e-5)
@@ -40,7 +41,7 @@ def test_graph_reuse_gives_the_same_head_and_theta_gradient(rng, backbone, tau):
 
 def test_joint_grad_without_the_forward_of_the_same_x_is_refused(rng):
     module = build_backbone("mlp", SHAPE, seed=0)
-    engine = pflego.GraphReuse(module, get_params(module))
+    engine = pflego.GraphReuse(module, get_params(module), Compute())
     x = rng.random((4, *SHAPE), dtype=np.float32)
     head = np.zeros((2, module.feature_dim + 1), dtype=np.float32)
 

@@ -13,12 +13,7 @@ from edgeprof.algorithms.contract import (AlgorithmSpec, ClientResult, EvalResul
                                           Runtime, ServerState, no_phase)
 
 __all__ = ["AlgorithmSpec", "ClientResult", "EvalResult", "Phase", "Reply", "RoundSettings", "Runtime",
-           "ServerState", "no_phase", "as_tensor", "mean_cross_entropy", "accuracy"]
-
-
-def as_tensor(x: np.ndarray) -> torch.Tensor:
-    """A float32 or int64 CPU tensor sharing memory with x where possible."""
-    return torch.from_numpy(np.ascontiguousarray(x))
+           "ServerState", "no_phase", "mean_cross_entropy", "accuracy"]
 
 
 def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

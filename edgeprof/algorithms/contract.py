@@ -19,7 +19,9 @@ registered with one line in :mod:`edgeprof.algorithms`.
 Two drivers run that contract and name no algorithm: the in-process loop (:class:`edgeprof.federation.Federation`
 under ``measure``, ``sweep`` and ``train``) and Flower (:mod:`edgeprof.flower.client_app` and
 :mod:`edgeprof.flower.strategy`). :class:`Runtime` is what both give the programs on one machine: the
-seeded backbone module, its ONNX Runtime session, and the run-constant settings (seed, engine, threads).
+seeded backbone module, its ONNX Runtime session, the run's :class:`~edgeprof.nn.compute.Compute` (device,
+execution plan, threads: every tensor placement and host/device copy of a program goes through it) and the
+run-constant settings (seed, engine).
 Per-round settings never live in shared state: they arrive in every call.
 """
 
@@ -194,23 +196,24 @@ class Runtime:
     fixed head), so the in-process loop and a Flower client build it once too.
     """
 
-    def __init__(self, backbone, *, seed: int, num_outputs: int, engine: str = "torch",
-                 threads: Optional[int] = None, server_optimizer: str = "adam", execution: str = "auto") -> None:
-        from edgeprof.nn import execution as executionlib
-        from edgeprof.nn.backbones import get_params
-
-        #: how every torch forward and backward runs (memory format, chunks): :mod:`edgeprof.nn.execution`
-        self.plan = executionlib.resolve(execution, backbone, threads)
-        self.backbone = self.plan.prepare(backbone)
+    def __init__(self, backbone, *, compute, seed: int, num_outputs: int, engine: str = "torch",
+                 server_optimizer: str = "adam") -> None:
+        #: where and how every torch forward and backward runs, and every host/device copy: the run's
+        #: :class:`~edgeprof.nn.compute.Compute`, resolved once (:func:`edgeprof.runtime.build_runtime`)
+        self.compute = compute
+        self.backbone = compute.module(backbone)
         #: the backbone's round-0 weights, taken before any program loads other weights into it
-        self.initial_params = get_params(backbone)
+        self.initial_params = compute.params(self.backbone)
         self.feature_dim = int(backbone.feature_dim)
         self.seed = seed
         self.num_outputs = int(num_outputs)
         self.engine = engine
-        self.threads = threads
         self.server_optimizer = server_optimizer
         self._cache: dict[Any, Any] = {}
+
+    @property
+    def threads(self) -> Optional[int]:
+        return self.compute.threads
 
     def cached(self, key: Any, build: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -222,7 +225,8 @@ class Runtime:
         """The ONNX Runtime session of the backbone (built on first use)."""
         from edgeprof.nn.ort import FeatureRunner
 
-        return self.cached("onnx-runner", lambda: FeatureRunner(self.backbone, threads=self.threads))
+        return self.cached("onnx-runner", lambda: FeatureRunner(self.backbone, threads=self.threads,
+                                                                providers=self.compute.ort_providers()))
 
     @property
     def has_runner(self) -> bool:
@@ -230,13 +234,12 @@ class Runtime:
         return "onnx-runner" in self._cache
 
     def features(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
-        """phi(x; weights): ONNX Runtime for the ``onnx`` engine, else one torch forward without autograd."""
+        """phi(x; weights) on the host: ONNX Runtime for the ``onnx`` engine, else one torch forward without
+        autograd on the run's device."""
         if self.engine == "onnx":
             return self.runner.features(x, weights)
-        from edgeprof.nn.backbones import set_params
-
-        set_params(self.backbone, weights)
-        return self.plan.forward(self.backbone, x).numpy()
+        self.compute.load(self.backbone, weights)
+        return self.compute.host(self.compute.forward(self.backbone, x), copy=False)
 
     def close(self) -> None:
         runner = self._cache.pop("onnx-runner", None)

@@ -26,23 +26,22 @@ import torch
 from edgeprof.algorithms import fedavg
 from edgeprof.algorithms.base import ClientResult, EvalResult, Phase, RoundSettings, Runtime, no_phase
 from edgeprof.algorithms.fedprox import prox_gd
-from edgeprof.nn.backbones import get_params, set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan
+from edgeprof.nn.compute import Compute
 
 
 def client_round(model: torch.nn.Module, global_w: Sequence[np.ndarray], personal: Sequence[np.ndarray],
                  x: np.ndarray, y: np.ndarray, *, tau: int, beta: float, lam: float,
                  phase: Phase = no_phase,
-                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], list[np.ndarray], float]:
+                 compute: Compute) -> tuple[list[np.ndarray], list[np.ndarray], float]:
     """Ditto's local work on arrays: (new local global weights, new personal weights, personal first loss)."""
-    set_params(model, global_w)
+    compute.load(model, global_w)
     with phase("global_steps"):
-        fedavg.local_gd(model, x, y, steps=tau, lr=beta, plan=plan)
-        local_global = get_params(model)
-    set_params(model, personal)
+        fedavg.local_gd(model, x, y, steps=tau, lr=beta, compute=compute)
+        local_global = compute.params(model)
+    compute.load(model, personal)
     with phase("personal_steps"):
-        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=lam, anchor=global_w, plan=plan)
-        new_personal = get_params(model)
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=lam, anchor=global_w, compute=compute)
+        new_personal = compute.params(model)
     return local_global, new_personal, loss
 
 
@@ -53,13 +52,13 @@ server_step = fedavg.server_step
 def client(rt: Runtime, weights: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> ClientResult:
     """The client program: global then personal steps (lambda = ``s.mu``); replies the global model, keeps v_i."""
     new, new_personal, loss = client_round(fedavg.whole_model(rt), weights, personal, data.x_train, data.y_train,
-                                           tau=s.tau, beta=s.beta, lam=s.mu, phase=s.phase, plan=rt.plan)
+                                           tau=s.tau, beta=s.beta, lam=s.mu, phase=s.phase, compute=rt.compute)
     return ClientResult(new, new_personal, loss, len(data.y_train))
 
 
 def evaluate(rt: Runtime, weights: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> EvalResult:
     """The client's personal model v_i on its data."""
-    return fedavg.model_loss_accuracy(fedavg.whole_model(rt), personal, data, rt.plan)
+    return fedavg.model_loss_accuracy(fedavg.whole_model(rt), personal, data, rt.compute)
 
 
 SPEC = dataclasses.replace(

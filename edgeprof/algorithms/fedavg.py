@@ -17,17 +17,16 @@ import torch
 
 from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
-                                      ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
-from edgeprof.nn.backbones import get_params, set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
+                                      ServerState, accuracy, mean_cross_entropy, no_phase)
+from edgeprof.nn.compute import Compute
 
 
 def shared_head(feature_dim: int, num_outputs: int, seed: int) -> list[np.ndarray]:
     """[W, b] of the shared head: W uniform in +-1/sqrt(M) from a generator seeded with ``seed``, b zero."""
     gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / np.sqrt(feature_dim)
-    weight = torch.empty(num_outputs, feature_dim).uniform_(-bound, bound, generator=gen)
-    return [weight.numpy(), np.zeros(num_outputs, dtype=np.float32)]
+    weight = torch.empty(num_outputs, feature_dim).uniform_(-bound, bound, generator=gen)  # host-only: seeded draw
+    return [weight.numpy(), np.zeros(num_outputs, dtype=np.float32)]  # host-only: drawn on the host
 
 
 class BackboneWithHead(torch.nn.Module):
@@ -39,26 +38,26 @@ class BackboneWithHead(torch.nn.Module):
         self.head = torch.nn.Linear(backbone.feature_dim, num_outputs)
         weight, bias = shared_head(backbone.feature_dim, num_outputs, seed)
         with torch.no_grad():
-            self.head.weight.copy_(torch.from_numpy(weight))
-            self.head.bias.copy_(torch.from_numpy(bias))
+            self.head.weight.copy_(torch.from_numpy(weight))  # host-only: built on the host, then placed
+            self.head.bias.copy_(torch.from_numpy(bias))  # host-only
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(x))
 
 
 def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float,
-             params: Sequence[torch.nn.Parameter] | None = None, plan: ExecutionPlan = LEGACY) -> float:
+             params: Sequence[torch.nn.Parameter] | None = None, compute: Compute) -> float:
     """``steps`` full-batch gradient-descent steps on the mean cross-entropy; returns the first loss.
 
-    ``params`` restricts the update to those parameters (the others are frozen for these steps). ``plan``
-    says how each step's forward and backward run (memory format, chunks; :mod:`edgeprof.nn.execution`):
-    the step is the full-batch one whatever the plan.
+    ``params`` restricts the update to those parameters (the others are frozen for these steps). ``compute``
+    places the data and runs each step's forward and backward (device, memory format, chunks;
+    :mod:`edgeprof.nn.compute`): the step is the full-batch one whatever the plan.
     """
     params = list(model.parameters()) if params is None else list(params)
-    batches = plan.batches(x, y)
+    batches = compute.batches(x, y)
     first = float("nan")
     for step in range(steps):
-        loss, grads = mean_loss_and_grads(model, batches, len(y), params)
+        loss, grads = compute.mean_loss_and_grads(model, batches, len(y), params)
         with torch.no_grad():
             for p, g in zip(params, grads):
                 p.sub_(lr * g)
@@ -69,12 +68,12 @@ def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray,
                  *, tau: int, beta: float, phase: Phase = no_phase,
-                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
+                 compute: Compute) -> tuple[list[np.ndarray], float]:
     """FedAvg's local update on arrays: load the global weights, tau GD steps, return the new weights."""
-    set_params(model, weights)
+    compute.load(model, weights)
     with phase("local_steps"):
-        loss = local_gd(model, x, y, steps=tau, lr=beta, plan=plan)
-    return get_params(model), loss
+        loss = local_gd(model, x, y, steps=tau, lr=beta, compute=compute)
+    return compute.params(model), loss
 
 
 def server_step(updates: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]) -> list[np.ndarray]:
@@ -84,7 +83,8 @@ def server_step(updates: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int
 
 def whole_model(rt: Runtime) -> BackboneWithHead:
     """The runtime's backbone with the shared head of max_i K_i outputs (built once per runtime)."""
-    return rt.cached("whole-model", lambda: BackboneWithHead(rt.backbone, rt.num_outputs, seed=rt.seed))
+    return rt.cached("whole-model", lambda: rt.compute.module(BackboneWithHead(rt.backbone, rt.num_outputs,
+                                                                               seed=rt.seed)))
 
 
 def init_global(rt: Runtime) -> list[np.ndarray]:
@@ -95,7 +95,7 @@ def init_global(rt: Runtime) -> list[np.ndarray]:
 def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau GD steps on the whole model; replies the new weights, keeps nothing."""
     new, loss = client_round(whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             phase=s.phase, plan=rt.plan)
+                             phase=s.phase, compute=rt.compute)
     return ClientResult(new, None, loss, len(data.y_train))
 
 
@@ -105,17 +105,17 @@ def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSe
 
 
 def model_loss_accuracy(model: torch.nn.Module, weights: Sequence[np.ndarray], data,
-                        plan: ExecutionPlan = LEGACY) -> EvalResult:
+                        compute: Compute) -> EvalResult:
     """Training loss and test accuracy of ``model`` loaded with ``weights`` on one client's data."""
-    set_params(model, weights)
-    loss = float(mean_cross_entropy(plan.forward(model, data.x_train), as_tensor(data.y_train)))
-    pred = plan.forward(model, data.x_test).argmax(1).numpy() if len(data.y_test) else np.zeros(0)
+    compute.load(model, weights)
+    loss = compute.scalar(mean_cross_entropy(compute.forward(model, data.x_train), compute.labels(data.y_train)))
+    pred = compute.host_labels(compute.forward(model, data.x_test).argmax(1)) if len(data.y_test) else np.zeros(0)
     return EvalResult(data.client_id, loss, accuracy(pred, data.y_test), len(data.y_train), len(data.y_test))
 
 
 def evaluate(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
     """The global model with its shared head on the client's data."""
-    return model_loss_accuracy(whole_model(rt), weights, data, rt.plan)
+    return model_loss_accuracy(whole_model(rt), weights, data, rt.compute)
 
 
 SPEC = AlgorithmSpec(

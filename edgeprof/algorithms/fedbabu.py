@@ -27,8 +27,7 @@ from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, P
                                       no_phase)
 from edgeprof.algorithms.fedper import local_steps
 from edgeprof.nn import head as headlib
-from edgeprof.nn.backbones import get_params, set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan
+from edgeprof.nn.compute import Compute
 
 #: client momentum for the body steps (PFLEGO paper, Appendix A.3)
 MOMENTUM = 0.999
@@ -41,20 +40,20 @@ server_step = fedper.server_step
 
 def orthogonal_head(num_outputs: int, feature_dim: int, seed: int) -> list[np.ndarray]:
     """[W, b]: W (num_outputs x M) with orthonormal rows (torch's orthogonal init), b zero."""
-    weight = torch.empty(num_outputs, feature_dim)
+    weight = torch.empty(num_outputs, feature_dim)  # host-only: as fedavg.shared_head
     torch.nn.init.orthogonal_(weight, generator=torch.Generator().manual_seed(seed))
-    return [weight.numpy().astype(np.float32), np.zeros(num_outputs, dtype=np.float32)]
+    return [weight.numpy().astype(np.float32), np.zeros(num_outputs, dtype=np.float32)]  # host-only: drawn on the host
 
 
 def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
                  x: np.ndarray, y: np.ndarray, *, tau: int, beta: float, momentum: float = MOMENTUM,
-                 phase: Phase = no_phase, plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
+                 phase: Phase = no_phase, compute: Compute) -> tuple[list[np.ndarray], float]:
     """FedBABU's local update on arrays: tau momentum GD steps on the body, head fixed; (new body, first loss)."""
-    set_params(backbone, body)
+    compute.load(backbone, body)
     with phase("local_steps"):
         _, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, train_head=False, momentum=momentum,
-                              plan=plan)
-    return get_params(backbone), loss
+                              compute=compute)
+    return compute.params(backbone), loss
 
 
 def fine_tuned_head(head: Sequence[np.ndarray], features: np.ndarray, y: np.ndarray, *, steps: int,
@@ -72,15 +71,15 @@ def fixed_head(rt: Runtime) -> list[np.ndarray]:
 def client(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau momentum steps on the body under the fixed head; replies the new body."""
     new, loss = client_round(rt.backbone, body, fixed_head(rt), data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             phase=s.phase, plan=rt.plan)
+                             phase=s.phase, compute=rt.compute)
     return ClientResult(new, None, loss, len(data.y_train))
 
 
 def evaluate(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettings) -> EvalResult:
     """The fixed head fine-tuned for FINE_TUNE_STEPS steps (step beta) on the global body's features."""
-    set_params(rt.backbone, body)
-    train_f = rt.plan.forward(rt.backbone, data.x_train).numpy()
-    test_f = rt.plan.forward(rt.backbone, data.x_test).numpy() if len(data.y_test) else None
+    rt.compute.load(rt.backbone, body)
+    train_f = rt.compute.host(rt.compute.forward(rt.backbone, data.x_train), copy=False)
+    test_f = rt.compute.host(rt.compute.forward(rt.backbone, data.x_test), copy=False) if len(data.y_test) else None
     wb = fine_tuned_head(fixed_head(rt), train_f, data.y_train, steps=FINE_TUNE_STEPS, lr=s.beta)
     loss, _ = headlib.loss_and_grad(wb, headlib.with_bias(train_f), data.y_train)
     acc = accuracy(headlib.predict(wb, headlib.with_bias(test_f)), data.y_test) if test_f is not None else 0.0

@@ -22,9 +22,8 @@ import torch
 
 from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
-                                      ServerState, accuracy, as_tensor, mean_cross_entropy, no_phase)
-from edgeprof.nn.backbones import get_params, set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
+                                      ServerState, accuracy, mean_cross_entropy, no_phase)
+from edgeprof.nn.compute import Compute
 
 Head = list  # [W (K, M) float32, b (K,) float32]
 
@@ -39,17 +38,17 @@ def initial_head(seed: int, client_id: int, num_classes: int, feature_dim: int) 
 
 def local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
                 steps: int, lr: float, train_body: bool = True, train_head: bool = True,
-                momentum: float = 0.0, plan: ExecutionPlan = LEGACY) -> tuple[Head, float]:
+                momentum: float = 0.0, compute: Compute) -> tuple[Head, float]:
     """``steps`` full-batch GD steps on the mean cross-entropy of ``head(backbone(x))``; (new head, first loss).
 
     Only the blocks asked for move: the backbone's parameters in place, the head in the returned copy.
     With ``train_body=False`` every step still runs the whole forward pass through the backbone (no
     caching, as FedRep and FedAlt do). ``momentum`` > 0 is heavy-ball GD (torch's SGD convention,
-    ``v <- m v + g; p <- p - lr v``), its velocity starting at zero. ``plan`` runs each step's forward and
-    backward (:mod:`edgeprof.nn.execution`).
+    ``v <- m v + g; p <- p - lr v``), its velocity starting at zero. ``compute`` places the data and
+    runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
     """
-    batches = plan.batches(x, y)
-    w = [torch.tensor(np.asarray(a, dtype=np.float32), requires_grad=train_head) for a in head]
+    batches = compute.batches(x, y)
+    w = [compute.tensor(a, requires_grad=train_head) for a in head]
     params = (list(backbone.parameters()) if train_body else []) + (w if train_head else [])
     velocity = [torch.zeros_like(p) for p in params] if momentum else None
 
@@ -60,7 +59,7 @@ def local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray], x: np.nda
 
     first = float("nan")
     for step in range(steps):
-        loss, grads = mean_loss_and_grads(logits, batches, len(y), params)
+        loss, grads = compute.mean_loss_and_grads(logits, batches, len(y), params)
         with torch.no_grad():
             for i, (p, g) in enumerate(zip(params, grads)):
                 if velocity is not None:
@@ -68,48 +67,48 @@ def local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray], x: np.nda
                 p.sub_(lr * g)
         if step == 0:
             first = loss
-    return [t.detach().numpy().copy() for t in w], first
+    return compute.hosts(w), first
 
 
 def head_loss_accuracy(backbone: torch.nn.Module, head: Sequence[np.ndarray], x_train: np.ndarray,
                        y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                       plan: ExecutionPlan = LEGACY) -> tuple[float, float]:
+                       compute: Compute) -> tuple[float, float]:
     """Training loss and test accuracy of ``head(backbone(.))`` with the backbone's current weights."""
-    w = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in head]
+    w = [compute.tensor(a) for a in head]
     with torch.no_grad():
-        logits = torch.nn.functional.linear(plan.forward(backbone, x_train), w[0], w[1])
-        loss = float(mean_cross_entropy(logits, as_tensor(y_train)))
+        logits = torch.nn.functional.linear(compute.forward(backbone, x_train), w[0], w[1])
+        loss = compute.scalar(mean_cross_entropy(logits, compute.labels(y_train)))
         if not len(y_test):
             return loss, 0.0
-        pred = torch.nn.functional.linear(plan.forward(backbone, x_test), w[0], w[1]).argmax(1).numpy()
+        pred = compute.host_labels(torch.nn.functional.linear(compute.forward(backbone, x_test), w[0], w[1]).argmax(1))
     return loss, accuracy(pred, y_test)
 
 
 def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
                  x: np.ndarray, y: np.ndarray, *, tau: int, beta: float, phase: Phase = no_phase,
-                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], Head, float]:
+                 compute: Compute) -> tuple[list[np.ndarray], Head, float]:
     """FedPer's local update on arrays: tau joint GD steps on (body, head); (new body, new head, first loss)."""
-    set_params(backbone, body)
+    compute.load(backbone, body)
     with phase("local_steps"):
-        head, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, plan=plan)
-    return get_params(backbone), head, loss
+        head, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, compute=compute)
+    return compute.params(backbone), head, loss
 
 
 def alternating_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
                       x: np.ndarray, y: np.ndarray, *, head_steps: int, body_steps: int, beta: float,
                       phases: tuple[str, str], phase: Phase = no_phase,
-                      plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], Head, float]:
+                      compute: Compute) -> tuple[list[np.ndarray], Head, float]:
     """Head steps with the body frozen, then body steps that see the new head (FedRep's and FedAlt's update).
 
     ``phases`` names the two parts for the profiler. Returns (new body, new head, loss at the first head step).
     """
-    set_params(backbone, body)
+    compute.load(backbone, body)
     head_phase, body_phase = phases
     with phase(head_phase):
-        head, loss = local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False, plan=plan)
+        head, loss = local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False, compute=compute)
     with phase(body_phase):
-        local_steps(backbone, head, x, y, steps=body_steps, lr=beta, train_head=False, plan=plan)
-    return get_params(backbone), head, loss
+        local_steps(backbone, head, x, y, steps=body_steps, lr=beta, train_head=False, compute=compute)
+    return compute.params(backbone), head, loss
 
 
 def server_step(bodies: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]) -> list[np.ndarray]:
@@ -121,15 +120,15 @@ LocalUpdate = Callable[..., "tuple[list[np.ndarray], Head, float]"]
 
 
 def head_client(local_update: LocalUpdate) -> Callable:
-    """A personal-head client program from ``local_update(backbone, body, head, x, y, s, plan)`` -> (body, head,
-    loss), ``plan`` the runtime's :class:`~edgeprof.nn.execution.ExecutionPlan`.
+    """A personal-head client program from ``local_update(backbone, body, head, x, y, s, compute)`` -> (body,
+    head, loss), ``compute`` the runtime's :class:`~edgeprof.nn.compute.Compute`.
 
     FedPer, FedRep, FedSim and FedAlt differ only in that local update: the program loads nothing else,
     replies the new body and keeps the new head.
     """
 
     def client(rt: Runtime, body: list[np.ndarray], personal: Head, data, s: RoundSettings) -> ClientResult:
-        new_body, head, loss = local_update(rt.backbone, body, personal, data.x_train, data.y_train, s, rt.plan)
+        new_body, head, loss = local_update(rt.backbone, body, personal, data.x_train, data.y_train, s, rt.compute)
         return ClientResult(new_body, list(head), loss, len(data.y_train))
 
     client.__doc__ = local_update.__doc__
@@ -143,15 +142,15 @@ def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSe
 
 def evaluate(rt: Runtime, body: list[np.ndarray], personal: Head, data, s: RoundSettings) -> EvalResult:
     """The client's personal head on the global backbone."""
-    set_params(rt.backbone, body)
+    rt.compute.load(rt.backbone, body)
     loss, acc = head_loss_accuracy(rt.backbone, personal, data.x_train, data.y_train, data.x_test, data.y_test,
-                                   rt.plan)
+                                   rt.compute)
     return EvalResult(data.client_id, loss, acc, len(data.y_train), len(data.y_test))
 
 
-def _fedper_update(backbone, body, head, x, y, s: RoundSettings, plan: ExecutionPlan):
+def _fedper_update(backbone, body, head, x, y, s: RoundSettings, compute: Compute):
     """FedPer: tau joint steps on (body, head)."""
-    return client_round(backbone, body, head, x, y, tau=s.tau, beta=s.beta, phase=s.phase, plan=plan)
+    return client_round(backbone, body, head, x, y, tau=s.tau, beta=s.beta, phase=s.phase, compute=compute)
 
 
 #: what every personal-head baseline declares alike (FedRep, FedSim, FedAlt replace client, phases, name)

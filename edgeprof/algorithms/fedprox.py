@@ -22,23 +22,22 @@ import torch
 
 from edgeprof.algorithms import fedavg
 from edgeprof.algorithms.base import ClientResult, Phase, RoundSettings, Runtime, no_phase
-from edgeprof.nn.backbones import get_params, set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
+from edgeprof.nn.compute import Compute
 
 
 def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float, mu: float,
-            anchor: Sequence[np.ndarray], plan: ExecutionPlan = LEGACY) -> float:
+            anchor: Sequence[np.ndarray], compute: Compute) -> float:
     """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy.
 
-    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order; ``plan`` runs
-    each step's forward and backward (:mod:`edgeprof.nn.execution`).
+    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order; ``compute`` places
+    them and runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
     """
     params = list(model.parameters())
-    anchors = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in anchor]
-    batches = plan.batches(x, y)
+    anchors = [compute.tensor(a) for a in anchor]
+    batches = compute.batches(x, y)
     first = float("nan")
     for step in range(steps):
-        loss, grads = mean_loss_and_grads(model, batches, len(y), params)
+        loss, grads = compute.mean_loss_and_grads(model, batches, len(y), params)
         with torch.no_grad():
             for p, g, a in zip(params, grads, anchors):
                 p.sub_(lr * (g + mu * (p - a)))
@@ -49,12 +48,12 @@ def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int,
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
                  tau: int, beta: float, mu: float, phase: Phase = no_phase,
-                 plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], float]:
+                 compute: Compute) -> tuple[list[np.ndarray], float]:
     """FedProx's local update on arrays: tau proximal GD steps from (and towards) the global weights."""
-    set_params(model, weights)
+    compute.load(model, weights)
     with phase("local_steps"):
-        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights, plan=plan)
-    return get_params(model), loss
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights, compute=compute)
+    return compute.params(model), loss
 
 
 #: the server step is FedAvg's N_i-weighted average
@@ -64,7 +63,7 @@ server_step = fedavg.server_step
 def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSettings) -> ClientResult:
     """The client program: tau proximal GD steps (mu = ``s.mu``); replies the new weights."""
     new, loss = client_round(fedavg.whole_model(rt), weights, data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                             mu=s.mu, phase=s.phase, plan=rt.plan)
+                             mu=s.mu, phase=s.phase, compute=rt.compute)
     return ClientResult(new, None, loss, len(data.y_train))
 
 

@@ -70,7 +70,7 @@ def client(rt: Runtime, theta: list[np.ndarray], personal, data, s: RoundSetting
     """The client program: reconstruct the head from its initial value, one body step; replies theta_i."""
 
     def body_grad(head, x, y):
-        loss, _, grad = torch_joint_gradient(rt.backbone, theta, head, x, y, rt.plan)
+        loss, _, grad = torch_joint_gradient(rt.backbone, theta, head, x, y, rt.compute)
         return loss, grad
 
     new_theta, _, loss = client_round(lambda x: rt.features(x, theta), body_grad, theta, _initial_head(rt, data),

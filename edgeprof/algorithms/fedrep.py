@@ -28,7 +28,7 @@ import torch
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import Phase, RoundSettings, no_phase
 from edgeprof.algorithms.fedper import Head
-from edgeprof.nn.execution import LEGACY, ExecutionPlan
+from edgeprof.nn.compute import Compute
 
 #: the server step: N_i-weighted average of the backbones (heads stay personal)
 server_step = fedper.server_step
@@ -44,19 +44,19 @@ def body_steps(tau: int) -> int:
 
 def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
                  x: np.ndarray, y: np.ndarray, *, head_steps: int, n_body_steps: int, beta: float,
-                 phase: Phase = no_phase, plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], Head, float]:
+                 phase: Phase = no_phase, compute: Compute) -> tuple[list[np.ndarray], Head, float]:
     """FedRep's local update on arrays: head steps (body frozen), then body steps (head frozen).
 
     Returns (new body, new head, loss at the first head step).
     """
     return fedper.alternating_round(backbone, body, head, x, y, head_steps=head_steps, body_steps=n_body_steps,
-                                    beta=beta, phases=("head_epochs", "body_epochs"), phase=phase, plan=plan)
+                                    beta=beta, phases=("head_epochs", "body_epochs"), phase=phase, compute=compute)
 
 
-def _update(backbone, body, head, x, y, s: RoundSettings, plan: ExecutionPlan):
+def _update(backbone, body, head, x, y, s: RoundSettings, compute: Compute):
     """FedRep: tau head steps, then body_steps(tau) body steps."""
     return client_round(backbone, body, head, x, y, head_steps=s.tau, n_body_steps=body_steps(s.tau), beta=s.beta,
-                        phase=s.phase, plan=plan)
+                        phase=s.phase, compute=compute)
 
 
 SPEC = dataclasses.replace(

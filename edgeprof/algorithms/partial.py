@@ -26,7 +26,7 @@ import torch
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import Phase, RoundSettings, no_phase
 from edgeprof.algorithms.fedper import Head
-from edgeprof.nn.execution import LEGACY, ExecutionPlan
+from edgeprof.nn.compute import Compute
 
 #: the shared part's server step: N_i-weighted average of the participants' u_i
 server_step = fedper.server_step
@@ -34,28 +34,28 @@ server_step = fedper.server_step
 
 def local_sim(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal: Sequence[np.ndarray],
               x: np.ndarray, y: np.ndarray, *, tau: int, beta: float,
-              phase: Phase = no_phase, plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], Head, float]:
+              phase: Phase = no_phase, compute: Compute) -> tuple[list[np.ndarray], Head, float]:
     """LocalSim on arrays: (new u_i, new v_i, first loss)."""
-    return fedper.client_round(backbone, shared, personal, x, y, tau=tau, beta=beta, phase=phase, plan=plan)
+    return fedper.client_round(backbone, shared, personal, x, y, tau=tau, beta=beta, phase=phase, compute=compute)
 
 
 def local_alt(backbone: torch.nn.Module, shared: Sequence[np.ndarray], personal: Sequence[np.ndarray],
               x: np.ndarray, y: np.ndarray, *, tau_v: int, tau_u: int, beta: float,
-              phase: Phase = no_phase, plan: ExecutionPlan = LEGACY) -> tuple[list[np.ndarray], Head, float]:
+              phase: Phase = no_phase, compute: Compute) -> tuple[list[np.ndarray], Head, float]:
     """LocalAlt on arrays: v_i first with u fixed, then u with the new v_i fixed; (new u_i, new v_i, first loss)."""
     return fedper.alternating_round(backbone, shared, personal, x, y, head_steps=tau_v, body_steps=tau_u, beta=beta,
-                                    phases=("personal_steps", "shared_steps"), phase=phase, plan=plan)
+                                    phases=("personal_steps", "shared_steps"), phase=phase, compute=compute)
 
 
-def _sim(backbone, shared, personal, x, y, s: RoundSettings, plan: ExecutionPlan):
+def _sim(backbone, shared, personal, x, y, s: RoundSettings, compute: Compute):
     """FedSim: LocalSim."""
-    return local_sim(backbone, shared, personal, x, y, tau=s.tau, beta=s.beta, phase=s.phase, plan=plan)
+    return local_sim(backbone, shared, personal, x, y, tau=s.tau, beta=s.beta, phase=s.phase, compute=compute)
 
 
-def _alt(backbone, shared, personal, x, y, s: RoundSettings, plan: ExecutionPlan):
+def _alt(backbone, shared, personal, x, y, s: RoundSettings, compute: Compute):
     """FedAlt: LocalAlt with tau_v = tau_u = tau."""
     return local_alt(backbone, shared, personal, x, y, tau_v=s.tau, tau_u=s.tau, beta=s.beta, phase=s.phase,
-                     plan=plan)
+                     compute=compute)
 
 
 PAPER = "Federated Learning with Partial Model Personalization"

@@ -34,10 +34,9 @@ import torch
 
 from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
-                                      ServerState, accuracy, as_tensor, no_phase)
+                                      ServerState, accuracy, no_phase)
 from edgeprof.nn import head as headlib
-from edgeprof.nn.backbones import set_params
-from edgeprof.nn.execution import LEGACY, ExecutionPlan, mean_loss_and_grads
+from edgeprof.nn.compute import Compute
 
 FeatureFn = Callable[[np.ndarray], np.ndarray]
 JointGradFn = Callable[[np.ndarray, np.ndarray, np.ndarray], "tuple[float, np.ndarray, list[np.ndarray]]"]
@@ -55,63 +54,62 @@ class PflegoClientResult:
 
 def head_logits(feats: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The head's logits ``[phi, 1] @ W.T`` on a batch of features."""
-    return torch.cat([feats, torch.ones(feats.shape[0], 1)], dim=1) @ w.T
-
-
-def _as_arrays(grads: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    return [np.array(g.detach().numpy(), dtype=np.float32, order="C") for g in grads]
+    return torch.cat([feats, feats.new_ones((feats.shape[0], 1))], dim=1) @ w.T
 
 
 def torch_joint_gradient(module: torch.nn.Module, theta: Sequence[np.ndarray], head: np.ndarray,
                          x: np.ndarray, y: np.ndarray,
-                         plan: ExecutionPlan = LEGACY) -> tuple[float, np.ndarray, list[np.ndarray]]:
+                         compute: Compute) -> tuple[float, np.ndarray, list[np.ndarray]]:
     """(l_i, grad_W l_i, grad_theta l_i) at (head, theta) with one torch forward and backward pass.
 
-    ``plan`` says how that pass runs (:mod:`edgeprof.nn.execution`): in chunks, the gradients are
-    accumulated over them and equal the full-batch ones to float32 rounding.
+    ``compute`` places the data and says how that pass runs (:mod:`edgeprof.nn.compute`): in chunks, the
+    gradients are accumulated over them and equal the full-batch ones to float32 rounding.
     """
-    set_params(module, theta)
+    compute.load(module, theta)
     module.zero_grad(set_to_none=True)
-    w = torch.tensor(head, requires_grad=True)
+    w = compute.tensor(head, requires_grad=True)
     params = list(module.parameters())
-    loss, grads = mean_loss_and_grads(lambda xb: head_logits(module(xb), w), plan.batches(x, y), len(y),
-                                      [w, *params])
-    return loss, _as_arrays(grads[:1])[0], _as_arrays(grads[1:])
+    loss, grads = compute.mean_loss_and_grads(lambda xb: head_logits(module(xb), w), compute.batches(x, y), len(y),
+                                              [w, *params])
+    host = compute.hosts(grads)
+    return loss, host[0], host[1:]
 
 
 class GraphReuse:
     """The ``torch-reuse`` engine: a features fn and a joint-gradient fn sharing one torch forward.
 
-    :meth:`features` loads theta, runs the backbone with autograd on (chunk by chunk, as ``plan`` says)
+    :meth:`features` loads theta, runs the backbone with autograd on (chunk by chunk, as the plan says)
     and keeps the output tensors (and so the graphs); :meth:`joint_grad` must then be called with the same
     ``x``: it computes the loss of the given head on the kept features, backpropagates once through head
     and backbone, chunk by chunk, and drops the graphs. The result equals :func:`torch_joint_gradient` at
     the same (head, theta) to float32 rounding.
     """
 
-    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray], plan: ExecutionPlan = LEGACY) -> None:
+    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray], compute: Compute) -> None:
         self.module = module
         self.theta = theta
-        self.plan = plan
+        self.compute = compute
         self._x: np.ndarray | None = None
         self._feats: list[torch.Tensor] | None = None
 
     def features(self, x: np.ndarray) -> np.ndarray:
-        set_params(self.module, self.theta)
+        self.compute.load(self.module, self.theta)
         self.module.zero_grad(set_to_none=True)
         self._x = x
-        self._feats = [self.module(xb) for xb, _ in self.plan.batches(x)]
-        return torch.cat([f.detach() for f in self._feats]).numpy()
+        self._feats = [self.module(xb) for xb, _ in self.compute.batches(x)]
+        return self.compute.host(torch.cat([f.detach() for f in self._feats]), copy=False)
 
     def joint_grad(self, head: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
         if self._feats is None or x is not self._x:
             raise RuntimeError("GraphReuse.joint_grad needs the x of the preceding features() call")
         feats, self._feats, self._x = iter(self._feats), None, None
-        w = torch.tensor(head, requires_grad=True)
-        labels = self.plan.split(as_tensor(np.asarray(y, dtype=np.int64)))
-        loss, grads = mean_loss_and_grads(lambda _: head_logits(next(feats), w), [(None, yb) for yb in labels],
-                                          len(y), [w, *self.module.parameters()])
-        return loss, _as_arrays(grads[:1])[0], _as_arrays(grads[1:])
+        compute = self.compute
+        w = compute.tensor(head, requires_grad=True)
+        labels = compute.split(compute.labels(y))
+        loss, grads = compute.mean_loss_and_grads(lambda _: head_logits(next(feats), w), [(None, yb) for yb in labels],
+                                                  len(y), [w, *self.module.parameters()])
+        host = compute.hosts(grads)
+        return loss, host[0], host[1:]
 
 
 def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray, x: np.ndarray,
@@ -146,10 +144,10 @@ def server_step(theta: Sequence[np.ndarray], grads: Sequence[Sequence[np.ndarray
 def _engine(rt: Runtime, theta: Sequence[np.ndarray]) -> tuple[FeatureFn, JointGradFn]:
     """The round's features and joint-gradient functions for the runtime's engine."""
     if rt.engine == "torch-reuse":
-        engine = GraphReuse(rt.backbone, theta, rt.plan)
+        engine = GraphReuse(rt.backbone, theta, rt.compute)
         return engine.features, engine.joint_grad
     return (lambda x: rt.features(x, theta)), \
-        (lambda h, x, y: torch_joint_gradient(rt.backbone, theta, h, x, y, rt.plan))
+        (lambda h, x, y: torch_joint_gradient(rt.backbone, theta, h, x, y, rt.compute))
 
 
 def client(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> ClientResult:

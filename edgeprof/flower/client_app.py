@@ -78,14 +78,9 @@ def load_client(cfg: RunConfig, pid: int):
 def runtime_for(cfg: RunConfig, num_outputs: int):
     """This process's runtime for ``cfg`` (a freshly seeded backbone, its ONNX session once built), kept
     across the messages a process serves."""
-    from edgeprof.algorithms.contract import Runtime
-    from edgeprof.nn.backbones import build_backbone
-    from edgeprof.simulate import input_shape, set_threads
+    from edgeprof.runtime import build_runtime
 
-    set_threads(cfg.threads)
-    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
-    return Runtime(backbone, seed=cfg.seed, num_outputs=num_outputs, engine=cfg.engine, threads=cfg.threads,
-                   server_optimizer=cfg.server_optimizer, execution=cfg.execution)
+    return build_runtime(cfg, num_outputs)
 
 
 def personal_state(spec, rt, client, state: RecordDict):

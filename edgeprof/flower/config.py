@@ -104,11 +104,11 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
 def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     """``cfg`` with the per-device settings a SuperNode may set in its ``--node-config``.
 
-    ``threads``, ``execution``, ``cpu-watts``, ``jetson-hz``, ``country``, ``region`` and ``carbon-intensity``
-    describe the device, not the experiment, so each node may set its own.
+    ``threads``, ``execution``, ``device``, ``cpu-watts``, ``jetson-hz``, ``country``, ``region`` and
+    ``carbon-intensity`` describe the device, not the experiment, so each node may set its own.
     """
     changes = {}
-    for name in ("threads", "execution", "cpu_watts", "jetson_hz", "country", "region", "carbon_intensity"):
+    for name in ("threads", "execution", "device", "cpu_watts", "jetson_hz", "country", "region", "carbon_intensity"):
         if _key(name) in node_config:
             changes[name] = _from_value(name, node_config[_key(name)], getattr(cfg, name))
     return dataclasses.replace(cfg, **changes) if changes else cfg

@@ -117,7 +117,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     from edgeprof.algorithms import ALGORITHMS
     from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
-    from edgeprof.simulate import set_threads
+    from edgeprof.nn.compute import set_threads
 
     _forward_logs_to_flower()
     cfg, settings = from_run_config(run_config, defaults)

@@ -46,7 +46,6 @@ from flwr.serverapp.strategy import Strategy
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
 from edgeprof.participants import participant_rng, sample_participants
-from edgeprof.simulate import input_shape
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -372,12 +371,9 @@ def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
 
 def server_runtime(cfg: RunConfig, num_outputs: int):
     """The server's runtime: the seeded backbone of the in-process run, max_i K_i outputs."""
-    from edgeprof.algorithms.contract import Runtime
-    from edgeprof.nn.backbones import build_backbone
+    from edgeprof.runtime import build_runtime
 
-    backbone = build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
-    return Runtime(backbone, seed=cfg.seed, num_outputs=num_outputs, engine=cfg.engine, threads=cfg.threads,
-                   server_optimizer=cfg.server_optimizer)
+    return build_runtime(cfg, num_outputs)
 
 
 def initial_arrays(cfg: RunConfig, num_outputs: int) -> list[np.ndarray]:

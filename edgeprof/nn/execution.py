@@ -16,7 +16,8 @@ gradients alone takes a fifth of the backward. An :class:`ExecutionPlan` says ho
 
 Every algorithm's local steps (FedAvg, FedProx, FedPer, FedRep, FedBABU, Ditto, FedSim, FedAlt), PFLEGO's
 and FedRecon's joint gradient and every torch forward of an evaluation go through the same plan
-(:func:`mean_loss_and_grads`, :meth:`ExecutionPlan.forward`), so no algorithm is faster for the way it
+(:meth:`Compute.mean_loss_and_grads <edgeprof.nn.compute.Compute.mean_loss_and_grads>`,
+:meth:`Compute.forward <edgeprof.nn.compute.Compute.forward>`), so no algorithm is faster for the way it
 is run. ``--execution`` chooses it:
 
 * ``auto`` (default): this node's calibration for the backbone, its input shape, the thread count and
@@ -26,7 +27,8 @@ is run. ``--execution`` chooses it:
 * ``FORMAT:CHUNK``: a given plan, e.g. ``channels_last:64`` or ``contiguous:all``; ``contiguous:all`` is
   edgeprof's path before plans existed (NCHW, the whole set at once), kept for comparison.
 
-The plan used is recorded in the run's sidecar (``numerics.execution``) with how it was chosen.
+The plan used is part of the run's :class:`~edgeprof.nn.compute.Compute` and recorded in its sidecar
+(``numerics.compute``) with how it was chosen.
 :data:`TABLE` comes from ``scripts/bench_execution.py --only table`` on a 2-core AMD EPYC (AVX2) VM (README,
 "Close to the hardware"): for ``cnn-omniglot`` and ``cnn-cifar``, channels_last in chunks of 64 images was within
 14% of the fastest candidate at every N of 150, 600 and 2,400 (within 7% from 600 images), where the NCHW whole
@@ -69,6 +71,8 @@ class ExecutionPlan:
     memory_format: str = "contiguous"
     chunk: Optional[int] = None
     source: str = "given"
+    #: the ``--execution`` word this plan was resolved from (``auto``, ``calibrate`` or the plan's own)
+    requested: str = ""
 
     def __post_init__(self) -> None:
         if self.memory_format not in MEMORY_FORMATS:
@@ -86,7 +90,8 @@ class ExecutionPlan:
         return self.memory_format == "channels_last"
 
     def describe(self) -> dict:
-        return {"memory_format": self.memory_format, "chunk": self.chunk or "all", "source": self.source}
+        return {"requested": self.requested or self.spec, "memory_format": self.memory_format,
+                "chunk": self.chunk or "all", "source": self.source}
 
     def prepare(self, module):
         """``module`` with its 4-D weights in this plan's memory format (in place; returned for chaining)."""
@@ -98,39 +103,11 @@ class ExecutionPlan:
             module.to(memory_format=torch.contiguous_format)
         return module
 
-    def images(self, x: np.ndarray):
-        """The images as one float32 tensor in this plan's memory format."""
-        import torch
-
-        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        if self.channels_last and xt.dim() == 4:
-            xt = xt.contiguous(memory_format=torch.channels_last)
-        return xt
-
     def split(self, t) -> list:
         """A tensor's chunks along its first axis (the whole tensor when it fits in one chunk)."""
         import torch
 
         return [t] if self.chunk is None or len(t) <= self.chunk else list(torch.split(t, self.chunk))
-
-    def batches(self, x: np.ndarray, y: Optional[np.ndarray] = None) -> list:
-        """[(images, labels)] in chunks (labels None when ``y`` is); prepared once, reused by every step."""
-        import torch
-
-        xs = self.split(self.images(x))
-        ys = [None] * len(xs) if y is None else self.split(torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
-        return list(zip(xs, ys))
-
-    def forward(self, module, x: np.ndarray):
-        """``module`` over the images without autograd, chunk by chunk: one (N, ...) tensor."""
-        import torch
-
-        with torch.no_grad():
-            outs = [module(xb) for xb, _ in self.batches(x)]
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-LEGACY = ExecutionPlan("contiguous", None, "given: contiguous:all (edgeprof's path before plans)")
 
 
 def parse(spec: str) -> ExecutionPlan:
@@ -168,54 +145,23 @@ def table_plan(module) -> ExecutionPlan:
 #: the plan for a network with convolutions (True) and without (False) when no calibration is stored
 TABLE = {True: ("channels_last", 64), False: ("contiguous", None)}
 
-#: the plans resolved in this process, for the sidecar
-_CHOSEN: dict[str, dict] = {}
-
-
-def chosen() -> list[dict]:
-    """The plans this process resolved (one per backbone and setting), for the run's sidecar."""
-    return list(_CHOSEN.values())
-
-
-def resolve(spec: str, module, threads: Optional[int] = None) -> ExecutionPlan:
+def resolve(spec: str, module, threads: Optional[int] = None, device: str = "cpu") -> ExecutionPlan:
     """The plan ``--execution spec`` gives for ``module`` on this machine (see the module docstring)."""
     if spec == "calibrate":
-        plan = calibrate(module, threads)
+        plan = calibrate(module, threads, device=device)
         _store(module, threads, plan)
     elif spec == "auto":
         plan = _stored(module, threads) or table_plan(module)
     else:
         plan = parse(spec)
-    _CHOSEN[f"{getattr(module, 'backbone_name', type(module).__name__)}|{spec}|{threads}"] = {
-        "backbone": getattr(module, "backbone_name", type(module).__name__), "requested": spec, **plan.describe()}
-    return plan
-
-
-def mean_loss_and_grads(logits: Callable, batches: Sequence, n: int, params: Sequence) -> tuple[float, list]:
-    """The mean cross-entropy over the ``n`` samples of ``batches`` and its gradients wrt ``params``.
-
-    ``logits(images)`` maps one chunk's images to its logits. Each chunk contributes the gradient of its
-    *summed* loss divided by ``n``; the sum over chunks is the full-batch gradient of the mean. Returns
-    (the loss as a float, one gradient tensor per parameter; [] when ``params`` is empty).
-    """
-    import torch
-
-    total = 0.0
-    grads: Optional[list] = None
-    for xb, yb in batches:
-        loss = torch.nn.functional.cross_entropy(logits(xb), yb, reduction="sum") / n
-        if params:
-            step = torch.autograd.grad(loss, list(params))
-            grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
-        total += float(loss.detach())
-    return total, grads if grads is not None else []
+    return dataclasses.replace(plan, requested=spec)
 
 
 # ---------------------------------------------------------------------------------------------------- calibration
 
 
 def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_IMAGES,
-              repeats: int = 2) -> ExecutionPlan:
+              repeats: int = 2, device: str = "cpu") -> ExecutionPlan:
     """The fastest of :data:`CANDIDATES` for one forward+backward over ``images`` random images, timed here.
 
     The candidates run on a copy of ``module`` (its weights and gradients are untouched), interleaved,
@@ -225,29 +171,35 @@ def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_I
 
     import torch
 
+    from edgeprof.nn.compute import Compute
+
     probe = copy.deepcopy(module)
     shape = tuple(getattr(module, "input_shape"))
     gen = np.random.default_rng(0)
     x = gen.standard_normal((images, *shape)).astype(np.float32)
     y = gen.integers(0, 10, images)
     feature_dim = int(getattr(module, "feature_dim"))
-    head = torch.from_numpy(gen.standard_normal((10, feature_dim)).astype(np.float32) * 0.1)
-    plans = [dataclasses.replace(parse(spec), source="") for spec in CANDIDATES[has_convolutions(module)]]
+    computes = [Compute(device, dataclasses.replace(parse(spec), source=""), threads)
+                for spec in CANDIDATES[has_convolutions(module)]]
+    plans = [c.plan for c in computes]
+    head = computes[0].tensor(gen.standard_normal((10, feature_dim)) * 0.1)
     times: dict[str, list[float]] = {p.spec: [] for p in plans}
-    params = list(probe.parameters())
+    params = list(computes[0].module(probe).parameters())
 
-    def step(plan: ExecutionPlan) -> float:
-        plan.prepare(probe)
-        batches = plan.batches(x, y)
+    def step(compute) -> float:
+        compute.module(probe)
+        batches = compute.batches(x, y)
+        compute.sync()
         start = time.perf_counter()
-        mean_loss_and_grads(lambda xb: probe(xb) @ head.T, batches, images, params)
+        compute.mean_loss_and_grads(lambda xb: probe(xb) @ head.T, batches, images, params)
+        compute.sync()
         return time.perf_counter() - start
 
-    for plan in plans:
-        step(plan)
+    for compute in computes:
+        step(compute)
     for _ in range(repeats):
-        for plan in plans:
-            times[plan.spec].append(step(plan))
+        for compute in computes:
+            times[compute.plan.spec].append(step(compute))
     best = min(plans, key=lambda p: float(np.median(times[p.spec])))
     figures = ", ".join(f"{spec} {1e6 * float(np.median(t)) / images:.0f}" for spec, t in times.items())
     return dataclasses.replace(best, source=f"calibrated on this machine (us per image over {images} images: "

@@ -261,9 +261,14 @@ def _session_options(threads: int | None) -> ort.SessionOptions:
     return options
 
 
-def _session(model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+#: the execution providers when the caller names none (the host CPU)
+CPU_PROVIDERS = ("CPUExecutionProvider",)
+
+
+def _session(model_bytes: bytes, options: ort.SessionOptions,
+             providers: Sequence = CPU_PROVIDERS) -> ort.InferenceSession:
     try:
-        return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model_bytes, options, providers=list(providers))
     except Exception as err:  # onnxruntime's own exception types are not importable portably
         raise ModelError(f"ONNX Runtime cannot load the backbone: {err}".splitlines()[0]) from err
 
@@ -271,10 +276,12 @@ def _session(model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSe
 class _RebuildFeed:
     """Weights as initializers; a new session per new theta, kept while theta is unchanged."""
 
-    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None,
+                 providers: Sequence = CPU_PROVIDERS):
         self._model = model
         self._names = list(names)
         self._threads = threads
+        self._providers = providers
         by_name = {init.name: init for init in model.graph.initializer}
         self._initializers = [by_name[name] for name in self._names]
         self._theta: list[np.ndarray] | None = None
@@ -297,16 +304,17 @@ class _RebuildFeed:
         for init, value in zip(self._initializers, theta):
             del init.float_data[:]  # raw_data (little-endian, as ONNX requires) is the only copy
             init.raw_data = value.astype("<f4", copy=False).tobytes()
-        return _session(self._model.SerializeToString(), _session_options(self._threads))
+        return _session(self._model.SerializeToString(), _session_options(self._threads), self._providers)
 
 
 class _InputsFeed:
     """Weights as graph inputs of one session built once, fed with every run."""
 
-    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None):
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None,
+                 providers: Sequence = CPU_PROVIDERS):
         self._names = list(names)
         model_bytes = _weights_as_inputs(model, names).SerializeToString()
-        self._session = _session(model_bytes, _session_options(threads))
+        self._session = _session(model_bytes, _session_options(threads), providers)
 
     def run(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
         feeds = {INPUT_NAME: x}
@@ -335,11 +343,14 @@ class FeatureRunner:
         strategy: str = DEFAULT_STRATEGY,
         model_dir: Path | None = None,
         opset: int = 17,
+        providers: Sequence = CPU_PROVIDERS,
     ):
         if strategy not in STRATEGIES:
             raise ConfigError(f"unknown ONNX weight strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
         self.strategy = strategy
         self.threads = threads
+        #: ONNX Runtime's execution providers, in order of preference (the run's Compute chooses them)
+        self.providers = tuple(providers)
         self.input_shape = tuple(getattr(module, "input_shape", ()))
         self.feature_dim = getattr(module, "feature_dim", None)
         self._param_shapes = [tuple(p.shape) for p in module.parameters()]
@@ -356,7 +367,7 @@ class FeatureRunner:
     def _checked_feed(self, module: torch.nn.Module, model: onnx.ModelProto):
         """The strategy's feed of ``model``, once the export has been checked against torch through it."""
         names = _param_names(model, module)
-        feed = _FEEDS[self.strategy](model, names, self.threads)
+        feed = _FEEDS[self.strategy](model, names, self.threads, self.providers)
         check_export(module, model, names, feed.run)
         return feed
 

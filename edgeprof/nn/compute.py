@@ -1,0 +1,281 @@
+"""The compute seam: where torch work runs and how, decided once per run (or Flower node) in one value.
+
+A :class:`Compute` is frozen and holds the device (``cpu``, later ``cuda:N``), the execution plan (memory
+format and chunks, :mod:`edgeprof.nn.execution`) and the thread count. The
+:class:`~edgeprof.algorithms.contract.Runtime` carries it, and every placement of a tensor, every copy between the host (numpy) and the device, and every
+synchronisation of the device goes through it:
+
+* host -> device: :meth:`Compute.tensor`, :meth:`Compute.images`, :meth:`Compute.batches`, :meth:`Compute.load`
+  (weights into a module), :meth:`Compute.module` (a module onto the device, in the plan's memory format);
+* device -> host: :meth:`Compute.host`, :meth:`Compute.hosts`, :meth:`Compute.params`;
+* synchronisation: :meth:`Compute.sync`, called by the profiler at window and phase edges only.
+
+What differs between devices is a :class:`DeviceKind` in :data:`KINDS` (one entry: ``cpu``). A new kind is one
+class and one registry line; a test plugs in a fake kind that records every placement and synchronisation and
+runs a round of every algorithm through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from edgeprof.errors import ConfigError
+from edgeprof.nn.execution import ExecutionPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+class DeviceKind:
+    """What a device family does differently: its torch device, copies, synchronisation, ONNX Runtime providers.
+
+    The base class is the host CPU; a subclass overrides what its device needs. ``keeps_data`` says whether a
+    client's data is copied to the device once per run and kept there (a GPU) or read from the host arrays at
+    each use (the CPU, where a tensor shares the array's memory).
+    """
+
+    name = "cpu"
+    keeps_data = False
+
+    def unavailable(self, device: str) -> Optional[str]:
+        """Why ``device`` cannot be used on this machine (one line), or None when it can."""
+        return None
+
+    def torch_device(self, device: str) -> "torch.device":
+        import torch
+
+        return torch.device(device)
+
+    def to_device(self, t: "torch.Tensor", device: str) -> "torch.Tensor":
+        """A host tensor on the device (the host tensor itself on the CPU)."""
+        return t
+
+    def to_host(self, t: "torch.Tensor") -> "torch.Tensor":
+        """A device tensor on the host (the tensor itself on the CPU)."""
+        return t
+
+    def place_module(self, module, device: str):
+        """``module`` moved onto the device (in place), returned."""
+        return module
+
+    def synchronize(self, device: str) -> None:
+        """Wait until the device has finished the work queued so far (nothing to wait for on the CPU)."""
+
+    def ort_providers(self, device: str) -> list:
+        """ONNX Runtime's execution providers for this device, in order of preference."""
+        return ["CPUExecutionProvider"]
+
+    def describe(self, device: str) -> dict:
+        return {"kind": self.name, "device": device}
+
+
+#: the device kinds, by the word before ``:`` in ``--device`` (``cuda:1`` -> ``cuda``)
+KINDS: dict[str, DeviceKind] = {"cpu": DeviceKind()}
+
+
+def check_device(device: str) -> None:
+    """ConfigError with one line unless ``device`` is a known kind, alone or as ``KIND:N`` (N a device index)."""
+    name, sep, index = str(device).partition(":")
+    kind_of(name)
+    if sep and not (index.isascii() and index.isdigit() and len(index) <= 3):
+        raise ConfigError(f"device must be KIND or KIND:N with N a device index (0, 1, ...), got {device!r}")
+
+
+def kind_of(device: str) -> DeviceKind:
+    """The :class:`DeviceKind` of a device word (ConfigError with one line for an unknown kind)."""
+    name = str(device).partition(":")[0]
+    if name not in KINDS:
+        raise ConfigError(f"device must be one of {', '.join(KINDS)} (optionally :N), got {device!r}")
+    return KINDS[name]
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where (``device``) and how (``plan``, ``threads``) every torch forward and backward of a run runs."""
+
+    device: str = "cpu"
+    plan: ExecutionPlan = field(default_factory=ExecutionPlan)
+    threads: Optional[int] = None
+    kind: DeviceKind = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    #: data already on the device, by the identity of its host arrays (kinds that keep data only)
+    _kept: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            object.__setattr__(self, "kind", kind_of(self.device))
+
+    def with_plan(self, plan: ExecutionPlan) -> "Compute":
+        """The same device and threads with another plan."""
+        return dataclasses.replace(self, plan=plan, _kept={})
+
+    # ---------------------------------------------------------------------------------------- host -> device
+
+    def tensor(self, array: Any, *, dtype=np.float32, requires_grad: bool = False) -> "torch.Tensor":
+        """A host array as a tensor on the device, ``dtype`` float32 unless said.
+
+        With ``requires_grad`` the tensor is a leaf of its own (a copy, never the array's memory, so an in-place
+        update of it leaves the caller's array as it was); otherwise on the CPU it may share the array's memory.
+        """
+        import torch
+
+        host = np.array(array, dtype=dtype, order="C") if requires_grad else np.ascontiguousarray(array, dtype=dtype)
+        t = self.kind.to_device(torch.from_numpy(host), self.device)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def images(self, x: np.ndarray) -> "torch.Tensor":
+        """The images as one float32 tensor on the device, in the plan's memory format (kept: see :meth:`batches`)."""
+        return self._kept_or(x, self._images)
+
+    def labels(self, y: np.ndarray) -> "torch.Tensor":
+        """Integer labels as an int64 tensor on the device (kept: see :meth:`batches`)."""
+        return self._kept_or(y, self._labels)
+
+    def batches(self, x: np.ndarray, y: Optional[np.ndarray] = None) -> list:
+        """[(images, labels)] on the device, in the plan's chunks (labels None when ``y`` is).
+
+        A kind that keeps data on the device copies each host array once per run (the run keeps its clients'
+        arrays, so their identity names them) and every later call chunks the same device tensors; on the CPU
+        the tensors are views of the host arrays, made at each call.
+        """
+        xs = self.plan.split(self.images(x))
+        ys = [None] * len(xs) if y is None else self.plan.split(self.labels(y))
+        return list(zip(xs, ys))
+
+    def _kept_or(self, array: np.ndarray, place) -> "torch.Tensor":
+        if not self.kind.keeps_data:
+            return place(array)
+        kept = self._kept.get(id(array))
+        if kept is None or kept[0] is not array:
+            kept = self._kept[id(array)] = (array, place(array))
+        return kept[1]
+
+    def _images(self, x: np.ndarray) -> "torch.Tensor":
+        import torch
+
+        xt = self.kind.to_device(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), self.device)
+        if self.plan.channels_last and xt.dim() == 4:
+            xt = xt.contiguous(memory_format=torch.channels_last)
+        return xt
+
+    def _labels(self, y: np.ndarray) -> "torch.Tensor":
+        import torch
+
+        return self.kind.to_device(torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)), self.device)
+
+    def split(self, t: "torch.Tensor") -> list:
+        """A device tensor's chunks along its first axis, as the plan says."""
+        return self.plan.split(t)
+
+    def module(self, module):
+        """``module`` on the device in the plan's memory format (in place; returned for chaining)."""
+        return self.plan.prepare(self.kind.place_module(module, self.device))
+
+    def load(self, module, arrays: Sequence[np.ndarray]) -> None:
+        """Copy host ``arrays`` (in ``module.parameters()`` order) into the module's parameters on the device.
+
+        Raises :class:`~edgeprof.errors.ModelError`, before changing anything, if the count or a shape differs.
+        """
+        import torch
+
+        from edgeprof.nn.backbones import check_params
+
+        targets = list(module.parameters())
+        check_params([tuple(t.shape) for t in targets], arrays)
+        with torch.no_grad():
+            for target, value in zip(targets, arrays):
+                target.copy_(self.tensor(value))
+
+    # ---------------------------------------------------------------------------------------- device -> host
+
+    def host(self, t: "torch.Tensor", *, copy: bool = True) -> np.ndarray:
+        """A device tensor (detached) as a float32 C-order host array: a copy of its own, or with ``copy=False``
+        for a fresh result nothing else writes to, the tensor's own memory where it already lies on the host."""
+        out = self.kind.to_host(t.detach()).numpy()
+        return np.array(out, dtype=np.float32, order="C") if copy else np.ascontiguousarray(out, dtype=np.float32)
+
+    def hosts(self, ts: Sequence["torch.Tensor"]) -> list[np.ndarray]:
+        """:meth:`host` of each tensor."""
+        return [self.host(t) for t in ts]
+
+    def host_labels(self, t: "torch.Tensor") -> np.ndarray:
+        """Integer predictions (argmax and the like) back on the host."""
+        return self.kind.to_host(t.detach()).numpy()
+
+    def params(self, module) -> list[np.ndarray]:
+        """Host copies of the module's parameters, in ``module.parameters()`` order."""
+        return self.hosts(list(module.parameters()))
+
+    # ---------------------------------------------------------------------------------------- running
+
+    def forward(self, module, x: np.ndarray) -> "torch.Tensor":
+        """``module`` over the images without autograd, chunk by chunk: one (N, ...) tensor on the device."""
+        import torch
+
+        with torch.no_grad():
+            outs = [module(xb) for xb, _ in self.batches(x)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def mean_loss_and_grads(self, logits, batches: Sequence, n: int, params: Sequence) -> tuple[float, list]:
+        """The mean cross-entropy over the ``n`` samples of ``batches`` and its gradients wrt ``params``.
+
+        ``logits(images)`` maps one chunk's images to its logits. Each chunk contributes the gradient of its
+        *summed* loss divided by ``n``; the sum over chunks is the full-batch gradient of the mean. Returns (the
+        loss as a float, read back to the host once, after the last chunk; one gradient tensor per parameter on
+        the device, [] when ``params`` is empty).
+        """
+        import torch
+
+        total = None
+        grads: Optional[list] = None
+        for xb, yb in batches:
+            loss = torch.nn.functional.cross_entropy(logits(xb), yb, reduction="sum") / n
+            if params:
+                step = torch.autograd.grad(loss, list(params))
+                grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
+            part = loss.detach().double()  # summed in float64, as a host float sum of the chunks would be
+            total = part if total is None else total + part
+        return (self.scalar(total) if total is not None else 0.0), grads if grads is not None else []
+
+    def scalar(self, t: "torch.Tensor") -> float:
+        """A one-element device tensor as a host float."""
+        return float(self.kind.to_host(t.detach()))
+
+    def sync(self) -> None:
+        """Wait for the device's queued work: the profiler calls this at every window and phase edge, only there."""
+        self.kind.synchronize(self.device)
+
+    def ort_providers(self) -> list:
+        return self.kind.ort_providers(self.device)
+
+    def describe(self) -> dict:
+        """What the sidecar records: the device, the plan (and how it was chosen), the threads."""
+        return {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads}
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """Limit torch's (and through FeatureRunner, ONNX Runtime's) intra-op threads.
+
+    numpy's BLAS is not governed by it: the numpy head always runs it on one thread (:mod:`edgeprof.nn.head`).
+    A seed's run is bitwise reproducible for a given thread count and machine, not promised across either.
+    """
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def resolve(device: str, execution: str, module, threads: Optional[int] = None) -> Compute:
+    """The run's Compute: ``device`` checked (one line when this machine cannot use it), the threads set, the
+    ``--execution`` word resolved for ``module`` on this machine (:func:`edgeprof.nn.execution.resolve`)."""
+    from edgeprof.nn import execution as executionlib
+
+    kind = kind_of(device)
+    why = kind.unavailable(device)
+    if why:
+        raise ConfigError(why)
+    set_threads(threads)
+    return Compute(device, executionlib.resolve(execution, module, threads, device), threads, kind)
