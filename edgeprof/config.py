@@ -92,7 +92,8 @@ class RunConfig:
     server_optimizer: str = "adam"
     engine: Optional[str] = None
     execution: str = "auto"
-    device: str = "cpu"
+    #: where torch runs (:mod:`edgeprof.nn.compute`): ``auto`` is cuda where torch sees a GPU, else cpu
+    device: str = "auto"
     evaluate: bool = False
     eval_protocol: str = "global"
     # energy (meters issue)

@@ -157,6 +157,9 @@ Execution = Annotated[str, _opt(panel=MODEL, help="How torch's forwards and back
                                                 "store the fastest), or FORMAT:CHUNK, e.g. channels_last:64 or "
                                                 "contiguous:all (README: Speed).")]
 
+Device = Annotated[str, _opt(panel=MODEL, help="Where torch runs the rounds: auto (CUDA when torch sees a GPU, "
+                                             "else cpu), cpu, cuda or cuda:N (docs: GPUs).")]
+
 # --- federation -------------------------------------------------------------------------------------------
 Rounds = Annotated[int, _opt(panel=FEDERATION, help="Federated rounds to run.")]
 Clients = Annotated[int, _opt(panel=FEDERATION, help="Number of clients I the data is partitioned across.")]

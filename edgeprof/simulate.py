@@ -60,8 +60,7 @@ def build_federation(cfg: RunConfig, clients) -> Federation:
     profiler window, as set-up.
     """
     federation = Federation(cfg, clients)
-    if federation.runtime.engine == "onnx":
-        federation.runtime.runner  # noqa: B018 - built for its side effect
+    federation.runtime.prepare()
     return federation
 
 
@@ -151,7 +150,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     stage(stages["meters"] if cfg.idle_seconds <= 0 else stages["idle"])
     try:
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,
-                      compute=federation.runtime.compute) as session:
+                      runtime=federation.runtime) as session:
             if progress:
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))

@@ -230,9 +230,11 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         stage("opening the energy meters")
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
         finish = functools.partial(_sweep_sections, cfg, cells)
-        compute = next(iter(federations.values())).runtime.compute  # one backbone, device and plan for all
+        # one backbone, device and plan for all; the ONNX engine's runtime says what ran its cached forward
+        runtime = next((f.runtime for f in federations.values() if f.runtime.engine == "onnx"),
+                       next(iter(federations.values())).runtime)
         with open_run(cfg.base, run_id=make_run_id(cfg.base, prefix="sweep"), phases=phases,
-                      finish=finish, compute=compute) as session:
+                      finish=finish, runtime=runtime) as session:
             if cfg.warmup:
                 stage("warm-up: one unrecorded round per algorithm")
                 _warm_up(federations, cfg, participants)

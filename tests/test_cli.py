@@ -56,6 +56,10 @@ def _one_error_line(result) -> str:
     return lines[0]
 
 
+#: a case about a machine without a CUDA GPU (this one, CI's), skipped on one that has a GPU
+NEEDS_NO_GPU = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
+
+
 def _report_file(tmp_path: Path) -> str:
     path = tmp_path / "not-a-report.csv"
     path.write_text("a,b\n1,2\n")
@@ -67,6 +71,10 @@ def _report_file(tmp_path: Path) -> str:
     (["measure", *FAST, "--tau", "abc"], 2, "Invalid value for '--tau'"),
     (["measure", *FAST, "--execution", "nchw:64"], 2, "execution must be auto, calibrate or FORMAT:CHUNK"),
     (["sweep", "--execution", "channels_last:0"], 2, "execution chunk must be a number of images"),
+    (["measure", *FAST, "--device", "tpu"], 2, "device must be auto, cpu, cuda or KIND:N"),
+    pytest.param(["measure", *FAST, "--device", "cuda"], 2, "--device cuda: torch", marks=NEEDS_NO_GPU),
+    pytest.param(["sweep", "--device", "cuda:1"], 2, "--device cuda:1: torch", marks=NEEDS_NO_GPU),
+    (["train", *FAST[:-1], "--device", "cuda:x"], 2, "device must be KIND or KIND:N"),
     (["measure", *FAST, "--no-such-option"], 2, "No such option"),
     (["measre"], 2, "No such command 'measre'"),
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
@@ -334,6 +342,7 @@ def _values(tmp_path: Path) -> dict:
             "synthetic_samples": (["--synthetic-samples", "300"], 300),
             "synthetic_classes": (["--synthetic-classes", "5"], 5), "threads": (["--threads", "2"], 2),
             "execution": (["--execution", "channels_last:32"], "channels_last:32"),
+            "device": (["--device", "cpu"], "cpu"),
             "beta": (["--beta", "0.5"], 0.5), "rho": (["--rho", "0.25"], 0.25), "mu": (["--mu", "0.125"], 0.125),
             "server_optimizer": (["--server-optimizer", "sgd"], "sgd"), "run_name": (["--run-name", "r1"], "r1"),
             "evaluate": (["--evaluate"], True), "eval_protocol": (["--eval-protocol", "paper"], "paper"),

@@ -16,6 +16,7 @@ from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.nn import compute as computelib
 from edgeprof.nn.compute import Compute, DeviceKind
+from tolerances import float32_atol
 
 
 class RecordingKind(DeviceKind):
@@ -110,19 +111,126 @@ def test_a_trained_leaf_never_shares_the_callers_array():
     assert head.sum() == 6.0
 
 
-@pytest.mark.parametrize("device,message", [("tpu", "device must be one of cpu"), ("cpu:x", "KIND:N"),
-                                            ("cpu:²", "KIND:N")])
+@pytest.mark.parametrize("device,message", [("tpu", "device must be auto, cpu, cuda or KIND:N"),
+                                            ("cpu:x", "KIND:N"), ("cuda:²", "KIND:N"), ("cuda:-1", "KIND:N")])
 def test_an_unknown_device_is_one_line(device, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig(device=device).resolved()
 
 
-def test_the_sidecar_records_the_runs_compute(tmp_path):
+def test_the_sidecar_records_the_runs_compute_and_what_ran_the_cached_forward(fake):
     from edgeprof.report.session import numerics
 
-    compute = Compute(threads=1)
-    got = numerics(compute)
+    federation = _federation("pflego", device="cpu")
+    got = numerics(federation.runtime)
     assert got["compute"] == {"kind": "cpu", "device": "cpu", "threads": 1,
-                              "execution": {"requested": "contiguous:all", "memory_format": "contiguous",
-                                            "chunk": "all", "source": "given"}}
-    assert got["execution"] == [compute.plan.describe()]
+                              "execution": {"requested": "auto", "memory_format": "contiguous", "chunk": "all",
+                                            "source": got["compute"]["execution"]["source"]}}
+    assert got["execution"] == [federation.runtime.compute.plan.describe()]
+    assert got["cached_forward"] == "onnxruntime (CPUExecutionProvider)"
+
+
+def test_without_an_onnx_runtime_provider_the_cached_forward_runs_in_torch_on_the_device(fake, caplog):
+    """A device ONNX Runtime has no provider for: PFLEGO's cached forward runs in torch there, said in one note."""
+    fake.ort_providers = lambda device: []
+    federation = _federation("pflego")
+    reference = _federation("pflego", device="cpu")
+    theta = federation.global_arrays
+    x = federation.clients[0].x_train
+
+    got = federation.runtime.features(x, theta)
+
+    assert not federation.runtime.ort_here and not federation.runtime.has_runner
+    assert federation.runtime.forward_engine == "torch on fake:1 (onnxruntime has no execution provider for it here)"
+    assert sum("the cached forward runs in torch on fake:1" in r.getMessage() for r in caplog.records) == 1
+    want = reference.runtime.features(x, theta)
+    np.testing.assert_allclose(got, want, rtol=0, atol=_atol(reference.runtime.backbone, want))
+
+
+def _atol(module, reference, extra_depth: int = 0, unit_ratio: float = 1.0) -> float:
+    """float32_atol over the module's longest reduction and its number of layers (``unit_ratio``: a coarser
+    arithmetic's unit roundoff over float32's, e.g. 2**13 for TF32)."""
+    weights = [p for p in module.parameters() if p.dim() > 1]
+    fan_in = max(int(np.prod(p.shape[1:])) for p in weights)
+    return unit_ratio * float32_atol(reference, fan_in=fan_in, depth=len(weights) + extra_depth)
+
+
+# ---------------------------------------------------------------------------------------------------- CUDA kind
+# torch here is a CPU build: torch.cuda is faked at its function boundary, as NVML is at pynvml's.
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """``set(n)``: make torch report ``n`` CUDA GPUs."""
+    import torch
+
+    def set_count(n: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+
+    set_count(0)
+    return set_count
+
+
+@pytest.mark.parametrize("count,want", [(0, "cpu"), (1, "cuda"), (2, "cuda")])
+def test_auto_is_cuda_where_torch_sees_a_gpu_else_cpu(gpus, count, want):
+    gpus(count)
+    assert computelib.resolve_device("auto") == want
+    assert computelib.resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("count,device,message", [
+    (0, "cuda", "--device cuda: torch .* sees no CUDA GPU on this machine"),
+    (2, "cuda:2", r"--device cuda:2: torch sees 2 CUDA GPU\(s\) here \(cuda:0..cuda:1\)"),
+])
+def test_a_cuda_device_this_machine_lacks_is_refused_in_one_line(gpus, count, device, message):
+    import torch
+
+    gpus(count)
+    with pytest.raises(ConfigError, match=message) as err:
+        computelib.resolve(device, "contiguous:all", torch.nn.Linear(2, 2))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("available,want", [
+    (["CPUExecutionProvider"], []),
+    (["CUDAExecutionProvider", "CPUExecutionProvider"],
+     [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]),
+    (["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"],
+     [("TensorrtExecutionProvider", {"device_id": 1}), ("CUDAExecutionProvider", {"device_id": 1}),
+      "CPUExecutionProvider"]),
+])
+def test_onnx_runtime_providers_for_a_gpu_follow_what_the_installed_build_offers(available, want):
+    from edgeprof.nn.cuda import gpu_providers
+
+    assert gpu_providers(available, 1) == want
+
+
+def test_the_cuda_kind_asks_onnx_runtime_which_providers_it_has(monkeypatch):
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    kind = computelib.kind_of("cuda:3")
+    assert kind.name == "cuda" and kind.keeps_data
+    assert kind.ort_providers("cuda:3") == [("CUDAExecutionProvider", {"device_id": 3}), "CPUExecutionProvider"]
+    assert kind.ort_providers("cuda") == [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+
+
+@pytest.mark.gpu
+def test_a_round_on_the_gpu_equals_the_cpu_round_to_float32_rounding():
+    """On a machine with a CUDA GPU: PFLEGO's and FedAvg's rounds on the GPU agree with the CPU's."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU: torch.cuda.is_available() is False")
+    # cuDNN may compute convolutions in TF32 (10-bit mantissa) where torch allows it: its unit roundoff is 2**13
+    # times float32's; matrix products stay float32 unless allowed too
+    tf32 = torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32
+    for algo in ("pflego", "fedavg"):
+        gpu, cpu = _federation(algo, device="cuda"), _federation(algo, "cpu")
+        on_gpu, on_cpu = gpu.client_round(0), cpu.client_round(0)
+        assert gpu.runtime.compute.device == "cuda" and next(gpu.runtime.backbone.parameters()).is_cuda
+        for a, b in zip(on_gpu.payload, on_cpu.payload):
+            # forward, tau steps and backward: each step a chain of the layers' reductions
+            atol = _atol(cpu.runtime.backbone, b, extra_depth=2 * 3 + 2, unit_ratio=2.0**13 if tf32 else 1.0)
+            np.testing.assert_allclose(a, b, rtol=0, atol=atol + 1e-7)

@@ -210,6 +210,15 @@ class Runtime:
         self.engine = engine
         self.server_optimizer = server_optimizer
         self._cache: dict[Any, Any] = {}
+        #: whether the ``onnx`` engine's forward runs in ONNX Runtime here (False: its build has no provider for
+        #: the run's device, and the forward runs in torch on the device; :attr:`forward_engine` says so)
+        self.ort_here = engine != "onnx" or bool(compute.ort_providers())
+        if not self.ort_here:
+            import logging
+
+            logging.getLogger("edgeprof").warning(f"the cached forward runs in torch on {compute.device}: this "
+                                                  "onnxruntime has no execution provider for it (install "
+                                                  "onnxruntime-gpu, or NVIDIA's build on a Jetson)")
 
     @property
     def threads(self) -> Optional[int]:
@@ -222,11 +231,26 @@ class Runtime:
 
     @property
     def runner(self):
-        """The ONNX Runtime session of the backbone (built on first use)."""
+        """The ONNX Runtime session of the backbone (built on first use, from a host copy of the module)."""
         from edgeprof.nn.ort import FeatureRunner
 
-        return self.cached("onnx-runner", lambda: FeatureRunner(self.backbone, threads=self.threads,
+        return self.cached("onnx-runner", lambda: FeatureRunner(self.compute.host_module(self.backbone),
+                                                                threads=self.threads,
                                                                 providers=self.compute.ort_providers()))
+
+    def prepare(self) -> None:
+        """Build what the first round would otherwise build inside its window: the ONNX Runtime session."""
+        if self.engine == "onnx" and self.ort_here:
+            self.runner  # noqa: B018 - built for its side effect
+
+    @property
+    def forward_engine(self) -> str:
+        """What runs phi(x; theta) for :meth:`features`, for the sidecar."""
+        if self.engine == "onnx" and self.ort_here:
+            names = [p if isinstance(p, str) else p[0] for p in self.compute.ort_providers()]
+            return f"onnxruntime ({', '.join(names)})"
+        note = " (onnxruntime has no execution provider for it here)" if self.engine == "onnx" else ""
+        return f"torch on {self.compute.device}{note}"
 
     @property
     def has_runner(self) -> bool:
@@ -236,7 +260,7 @@ class Runtime:
     def features(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
         """phi(x; weights) on the host: ONNX Runtime for the ``onnx`` engine, else one torch forward without
         autograd on the run's device."""
-        if self.engine == "onnx":
+        if self.engine == "onnx" and self.ort_here:
             return self.runner.features(x, weights)
         self.compute.load(self.backbone, weights)
         return self.compute.host(self.compute.forward(self.backbone, x), copy=False)

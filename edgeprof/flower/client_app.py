@@ -146,8 +146,7 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
     cfg = cfg_of(context)
     client = load_client(cfg, partition_id(context, cfg))
     rt = runtime_for(cfg, int(msg.content[CONFIG_KEY]["num-outputs"]))
-    if rt.engine == "onnx":
-        rt.runner  # noqa: B018 - built for its side effect
+    rt.prepare()
     spec = ALGORITHMS[cfg.algo]
     personal = personal_state(spec, rt, client, context.state)
     if str(context.node_config.get("warmup", "1")).lower() not in ("0", "false", "no"):

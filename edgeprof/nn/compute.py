@@ -10,9 +10,10 @@ synchronisation of the device goes through it:
 * device -> host: :meth:`Compute.host`, :meth:`Compute.hosts`, :meth:`Compute.params`;
 * synchronisation: :meth:`Compute.sync`, called by the profiler at window and phase edges only.
 
-What differs between devices is a :class:`DeviceKind` in :data:`KINDS` (one entry: ``cpu``). A new kind is one
-class and one registry line; a test plugs in a fake kind that records every placement and synchronisation and
-runs a round of every algorithm through it.
+What differs between devices is a :class:`DeviceKind` in :data:`KINDS` (``cpu``, and ``cuda`` in
+:mod:`edgeprof.nn.cuda`). A new kind is one class and one registry line; a test plugs in a fake kind that records
+every placement and synchronisation and runs a round of every algorithm through it. ``--device auto`` is
+``cuda`` where torch sees a GPU, else ``cpu`` (:func:`resolve_device`).
 """
 
 from __future__ import annotations
@@ -62,24 +63,41 @@ class DeviceKind:
         """``module`` moved onto the device (in place), returned."""
         return module
 
+    def host_module(self, module):
+        """``module`` on the host (a copy where it lies elsewhere), for what runs there: the ONNX export."""
+        return module
+
     def synchronize(self, device: str) -> None:
         """Wait until the device has finished the work queued so far (nothing to wait for on the CPU)."""
 
     def ort_providers(self, device: str) -> list:
-        """ONNX Runtime's execution providers for this device, in order of preference."""
+        """ONNX Runtime's execution providers for this device, in order of preference ([]: ONNX Runtime has none
+        for it here, and the cached forward runs in torch on the device instead)."""
         return ["CPUExecutionProvider"]
+
+    def reset_peak_memory(self, device: str) -> None:
+        """Start a new peak-memory period of the device (nothing to do where none is kept apart)."""
+
+    def peak_memory_mb(self, device: str) -> Optional[float]:
+        """The device memory allocated at most since the last reset, MiB (None: the host's, in peak_rss_mb)."""
+        return None
 
     def describe(self, device: str) -> dict:
         return {"kind": self.name, "device": device}
 
 
-#: the device kinds, by the word before ``:`` in ``--device`` (``cuda:1`` -> ``cuda``)
-KINDS: dict[str, DeviceKind] = {"cpu": DeviceKind()}
+#: the device kinds, by the word before ``:`` in ``--device`` (``cuda:1`` -> ``cuda``): an instance, or where
+#: its module imports this one, ``module:Class`` (built on first use)
+KINDS: dict = {"cpu": DeviceKind(), "cuda": "edgeprof.nn.cuda:CudaKind"}
+#: the ``--device`` word that picks a kind for this machine
+AUTO = "auto"
 
 
 def check_device(device: str) -> None:
-    """ConfigError with one line unless ``device`` is a known kind, alone or as ``KIND:N`` (N a device index)."""
+    """ConfigError with one line unless ``device`` is ``auto``, a known kind, or ``KIND:N`` (N a device index)."""
     name, sep, index = str(device).partition(":")
+    if device == AUTO:
+        return
     kind_of(name)
     if sep and not (index.isascii() and index.isdigit() and len(index) <= 3):
         raise ConfigError(f"device must be KIND or KIND:N with N a device index (0, 1, ...), got {device!r}")
@@ -89,8 +107,21 @@ def kind_of(device: str) -> DeviceKind:
     """The :class:`DeviceKind` of a device word (ConfigError with one line for an unknown kind)."""
     name = str(device).partition(":")[0]
     if name not in KINDS:
-        raise ConfigError(f"device must be one of {', '.join(KINDS)} (optionally :N), got {device!r}")
-    return KINDS[name]
+        raise ConfigError(f"device must be {AUTO}, {', '.join(KINDS)} or KIND:N (a device index), got {device!r}")
+    kind = KINDS[name]
+    if isinstance(kind, str):
+        import importlib
+
+        module, _, cls = kind.partition(":")
+        kind = KINDS[name] = getattr(importlib.import_module(module), cls)()
+    return kind
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` where torch sees a CUDA GPU, else ``cpu``; any other word as it is."""
+    if device != AUTO:
+        return device
+    return "cuda" if kind_of("cuda").unavailable("cuda") is None else "cpu"
 
 
 @dataclass(frozen=True)
@@ -251,6 +282,16 @@ class Compute:
     def ort_providers(self) -> list:
         return self.kind.ort_providers(self.device)
 
+    def host_module(self, module):
+        """``module`` on the host (itself on the CPU, a copy from another device), for the ONNX export."""
+        return self.kind.host_module(module)
+
+    def reset_peak_memory(self) -> None:
+        self.kind.reset_peak_memory(self.device)
+
+    def peak_memory_mb(self) -> Optional[float]:
+        return self.kind.peak_memory_mb(self.device)
+
     def describe(self) -> dict:
         """What the sidecar records: the device, the plan (and how it was chosen), the threads."""
         return {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads}
@@ -273,6 +314,7 @@ def resolve(device: str, execution: str, module, threads: Optional[int] = None) 
     ``--execution`` word resolved for ``module`` on this machine (:func:`edgeprof.nn.execution.resolve`)."""
     from edgeprof.nn import execution as executionlib
 
+    device = resolve_device(device)
     kind = kind_of(device)
     why = kind.unavailable(device)
     if why:

@@ -101,20 +101,21 @@ def open_energy(cfg, meters: MeterSet) -> Energy:
     return energy
 
 
-def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Sequence[str], compute=None,
+def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Sequence[str], runtime=None,
                  **status) -> dict:
     """The sidecar every run shares: config, device, libraries, meters, energy, phases, notes, status."""
     from edgeprof.device import device_info, library_versions
 
     return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
-            "libraries": library_versions(), "numerics": numerics(compute), "meters": meters.describe(),
+            "libraries": library_versions(), "numerics": numerics(runtime), "meters": meters.describe(),
             "energy": energy.sidecar, "phases": list(phases), "notes": list(energy.notes), **status}
 
 
-def numerics(compute=None) -> dict:
+def numerics(runtime=None) -> dict:
     """What a run's float results and speed depend on besides its seed: torch's threads, its CPU kernel family
     and the run's :class:`~edgeprof.nn.compute.Compute` (device, execution plan: memory format and chunks, and
-    how it was chosen; ``execution`` repeats the plan as the list earlier sidecars had)."""
+    how it was chosen; ``execution`` repeats the plan as the list earlier sidecars had), and what ran the cached
+    forward (``cached_forward``: ONNX Runtime and its providers, or torch on the device)."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -122,8 +123,9 @@ def numerics(compute=None) -> dict:
         return {}
     out = {"torch_threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "numpy_blas_threads_in_head_steps": 1}
-    if compute is not None:
-        out.update(compute=compute.describe(), execution=[compute.plan.describe()])
+    if runtime is not None:
+        out.update(compute=runtime.compute.describe(), execution=[runtime.compute.plan.describe()],
+                   cached_forward=runtime.forward_engine)
     return out
 
 
@@ -175,14 +177,15 @@ def _finish_sidecar(session: ReportSession, write: Callable[[], None]) -> None:
 @contextlib.contextmanager
 def open_run(cfg, *, run_id: str, phases: Sequence[str],
              finish: Callable[[dict], dict] = lambda data: data, profiler: Optional[Profiler] = None,
-             columns: Optional[Sequence[str]] = None, compute=None) -> Iterator[ReportSession]:
+             columns: Optional[Sequence[str]] = None, runtime=None) -> Iterator[ReportSession]:
     """Open meters, energy, the CSV and a ``running`` sidecar; yield the session; always close them.
 
     ``finish(data)`` adds the caller's sections to the sidecar (written at the start and at the end). The
     final sidecar says ``complete``, ``interrupted`` (a signal) or ``failed`` with the ``reason``.
     ``profiler``: a ready one over the caller's meters (tests: fake clocks and meters), closed with the run
-    like meters opened here; ``columns``: the header, when not :func:`columns_for` ``(phases)``; ``compute``: the
-    run's :class:`~edgeprof.nn.compute.Compute`, recorded in the sidecar (``numerics.compute``).
+    like meters opened here; ``columns``: the header, when not :func:`columns_for` ``(phases)``; ``runtime``: the
+    run's :class:`~edgeprof.algorithms.contract.Runtime`, whose Compute (device, plan, threads) and cached-forward
+    engine the sidecar records (``numerics``).
     """
     from edgeprof.device import device_label
 
@@ -193,7 +196,7 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
 
         def sidecar(**status) -> dict:
-            return finish(sidecar_data(cfg, run_id, meters, energy, phases, compute, **status))
+            return finish(sidecar_data(cfg, run_id, meters, energy, phases, runtime, **status))
 
         with ReportWriter(csv_path, columns or columns_for(phases)) as writer:
             try:

@@ -1,0 +1,101 @@
+"""The CUDA device kind: NVIDIA GPUs (desktop, laptop, data-centre) and Jetson boards, through torch.cuda.
+
+What it does differently from the host CPU (:class:`~edgeprof.nn.compute.DeviceKind`):
+
+* data is copied to the GPU once per run and kept there (``keeps_data``), modules are moved with ``.to``;
+* :meth:`CudaKind.synchronize` waits for the GPU's queued kernels: torch launches them asynchronously, so a
+  profiler edge that did not wait would charge a phase's GPU work to the next one. The compute seam calls it
+  at window and phase edges only;
+* ONNX Runtime runs on the GPU when the installed build offers a GPU execution provider (onnxruntime-gpu, or
+  NVIDIA's build on a Jetson): TensorRT first, then CUDA, each pinned to this device's index, with the CPU
+  provider last for the operators they lack (:func:`gpu_providers`);
+* peak GPU memory per window: ``torch.cuda.max_memory_allocated``, reset at each window's start.
+
+``--device cuda`` on a machine whose torch sees no GPU is refused before anything runs (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from edgeprof.nn.compute import DeviceKind
+
+#: ONNX Runtime's GPU execution providers, in order of preference
+GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+
+
+def gpu_providers(available: Sequence[str], index: int) -> list:
+    """ONNX Runtime providers for GPU ``index`` from the installed ``available`` ones: each GPU provider offered,
+    in :data:`GPU_PROVIDERS` order, with its ``device_id``; then the CPU provider. [] when none is a GPU's."""
+    chosen: list = [(name, {"device_id": index}) for name in GPU_PROVIDERS if name in available]
+    return chosen + ["CPUExecutionProvider"] if chosen else []
+
+
+def _index(device: str) -> int:
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
+
+
+class CudaKind(DeviceKind):
+    """A CUDA GPU as torch sees it (``cuda`` = ``cuda:0``; indices follow ``CUDA_VISIBLE_DEVICES``)."""
+
+    name = "cuda"
+    keeps_data = True
+
+    def unavailable(self, device: str) -> Optional[str]:
+        import torch
+
+        if not torch.cuda.is_available():
+            return (f"--device {device}: torch {torch.__version__} sees no CUDA GPU on this machine "
+                    f"(install a CUDA build of torch, or use --device cpu or auto)")
+        count = torch.cuda.device_count()
+        if _index(device) >= count:
+            return f"--device {device}: torch sees {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})"
+        return None
+
+    def torch_device(self, device: str):
+        import torch
+
+        return torch.device("cuda", _index(device))
+
+    def to_device(self, t, device: str):
+        return t.to(self.torch_device(device))
+
+    def to_host(self, t):
+        return t.cpu()
+
+    def place_module(self, module, device: str):
+        return module.to(self.torch_device(device))
+
+    def host_module(self, module):
+        import copy
+
+        return copy.deepcopy(module).cpu()
+
+    def synchronize(self, device: str) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.torch_device(device))
+
+    def ort_providers(self, device: str) -> list:
+        import onnxruntime
+
+        return gpu_providers(onnxruntime.get_available_providers(), _index(device))
+
+    def reset_peak_memory(self, device: str) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(self.torch_device(device))
+
+    def peak_memory_mb(self, device: str) -> Optional[float]:
+        import torch
+
+        return torch.cuda.max_memory_allocated(self.torch_device(device)) / 2**20
+
+    def describe(self, device: str) -> dict:
+        import torch
+
+        props = torch.cuda.get_device_properties(self.torch_device(device))
+        return {"kind": self.name, "device": device, "name": props.name,
+                "capability": f"{props.major}.{props.minor}", "memory_gib": round(props.total_memory / 2**30, 2),
+                "uuid": str(getattr(props, "uuid", "") or ""), "torch_cuda": torch.version.cuda}
