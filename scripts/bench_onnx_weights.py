@@ -8,11 +8,15 @@ set, so the figure that matters is seconds per round = weight refresh + one forw
 * ``same theta``: the same call again (what the other clients of one round pay; the rebuilding
   strategies reuse their session),
 
-next to torch's no-grad forward (after ``set_params``) as the reference, with the ratios of the
+next to torch's no-grad forward (after loading the weights) as the reference, with the ratios of the
 new-theta figure to torch's and to the best method's. ``setup s`` is the one-off construction of the
 runner (the export is cached per process, so only the first runner of a backbone pays for it).
 
+``--device cuda`` runs torch on the GPU (synchronised after each forward) and ONNX Runtime on its GPU
+providers where the installed build has them: the evidence for :data:`edgeprof.nn.ort.GPU_STRATEGY`.
+
     python scripts/bench_onnx_weights.py [--threads 2] [--batch 600] [--repeats 7] [--backbones mlp cnn-omniglot]
+                                         [--device cpu|cuda|cuda:N]
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import time
 from typing import Callable
 
 import numpy as np
-import torch
 
-from edgeprof.nn.backbones import BACKBONES, build_backbone, get_params, set_params
-from edgeprof.nn.ort import DEFAULT_STRATEGY, STRATEGIES, FeatureRunner
+from edgeprof.nn.backbones import BACKBONES, build_backbone, get_params
+from edgeprof.nn.compute import Compute, resolve
+from edgeprof.nn.ort import STRATEGIES, FeatureRunner, default_strategy
 
 
 Step = Callable[[int], object]
@@ -38,14 +42,15 @@ def _thetas(base: list[np.ndarray], count: int, seed: int = 1) -> list[list[np.n
     return [[p + rng.normal(0, 1e-3, p.shape).astype(np.float32) for p in base] for _ in range(count + 1)]
 
 
-def _torch_steps(module: torch.nn.Module, x: np.ndarray, thetas) -> tuple[Step, Step]:
-    """(new theta, same theta) rounds in torch: ``set_params`` then a no-grad forward."""
-    images = torch.from_numpy(x)
+def _torch_steps(compute: Compute, module, x: np.ndarray, thetas) -> tuple[Step, Step]:
+    """(new theta, same theta) rounds in torch on the compute's device: load the weights, a no-grad forward,
+    wait for the device."""
+    module = compute.module(module)
 
     def round_(i: int) -> None:
-        set_params(module, thetas[i])
-        with torch.no_grad():
-            module(images)
+        compute.load(module, thetas[i])
+        compute.forward(module, x)
+        compute.sync()
 
     return round_, lambda i: round_(0)
 
@@ -73,15 +78,16 @@ def _interleaved_medians(steps: list[tuple[Step, Step]], repeats: int) -> list[t
     return [(statistics.median(new), statistics.median(same)) for new, same in times]
 
 
-def bench_backbone(name: str, batch: int, threads: int, repeats: int) -> list[tuple[str, float, float, float]]:
+def bench_backbone(name: str, batch: int, compute: Compute, repeats: int) -> list[tuple[str, float, float, float]]:
     """Rows (method, new-theta s, same-theta s, runner construction s) for one backbone."""
     module = build_backbone(name)
     x = np.random.default_rng(0).random((batch, *module.input_shape), dtype=np.float32)
     thetas = _thetas(get_params(module), repeats)
-    methods, steps, setup_s = ["torch no-grad"], [_torch_steps(build_backbone(name), x, thetas)], [0.0]
+    steps = [_torch_steps(compute, build_backbone(name), x, thetas)]
+    methods, setup_s = [f"torch no-grad ({compute.device})"], [0.0]
     for strategy in STRATEGIES:
         start = time.perf_counter()
-        runner = FeatureRunner(module, threads=threads, strategy=strategy)
+        runner = FeatureRunner(module, threads=compute.threads, strategy=strategy, providers=compute.ort_providers())
         setup_s.append(time.perf_counter() - start)
         methods.append(f"ort {strategy}")
         steps.append(_ort_steps(runner, x, thetas))
@@ -108,11 +114,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--backbones", nargs="+", choices=BACKBONES, default=["cnn-omniglot", "mlp"])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, default strategy: {DEFAULT_STRATEGY}")
+    import torch
+
+    compute = resolve(args.device, "contiguous:all", build_backbone(args.backbones[0]), args.threads)
+    providers = compute.ort_providers()
+    if not providers:
+        raise SystemExit(f"this onnxruntime has no execution provider for {compute.device}")
+    names = [p if isinstance(p, str) else p[0] for p in providers]
+    print(f"torch {torch.__version__} on {compute.device}, {args.threads} threads; onnxruntime providers "
+          f"{', '.join(names)}, default strategy there: {default_strategy(providers)}")
     for name in args.backbones:
-        print_table(name, args.batch, bench_backbone(name, args.batch, args.threads, args.repeats))
+        print_table(name, args.batch, bench_backbone(name, args.batch, compute, args.repeats))
 
 
 if __name__ == "__main__":

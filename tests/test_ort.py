@@ -146,3 +146,22 @@ def test_empty_batch_gives_empty_features(runners, strategy):
     features = runners("cnn-omniglot", strategy).features(np.zeros((0, 1, 28, 28)), params)
     # Assert
     assert features.shape == (0, 64) and features.dtype == np.float32
+
+
+@pytest.mark.parametrize("providers,device,strategy", [
+    (["CPUExecutionProvider"], ("cpu", 0), "initializers-rebuild"),
+    ([], ("cpu", 0), "initializers-rebuild"),
+    ([("CUDAExecutionProvider", {"device_id": 2}), "CPUExecutionProvider"], ("cuda", 2), "io-binding"),
+    ([("TensorrtExecutionProvider", {"device_id": 1}), ("CUDAExecutionProvider", {"device_id": 1}),
+      "CPUExecutionProvider"], ("cuda", 1), "io-binding"),
+])
+def test_the_weight_strategy_follows_the_sessions_first_provider(providers, device, strategy):
+    from edgeprof.nn.ort import default_strategy, ort_device
+
+    assert ort_device(providers) == device
+    assert default_strategy(providers) == strategy
+
+
+def test_a_runner_given_the_cpu_provider_uses_the_measured_cpu_strategy():
+    runner = FeatureRunner(build_backbone("mlp"), threads=1, providers=["CPUExecutionProvider"])
+    assert runner.strategy == "initializers-rebuild" and runner.providers == ("CPUExecutionProvider",)

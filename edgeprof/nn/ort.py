@@ -12,6 +12,10 @@ whole local set, so what a round costs is "get the fresh weights into ONNX Runti
   share one process-wide CPU arena, so a new session does not page-fault its activations in again.
 * ``inputs``: the weights are graph inputs of one session built once and fed with every run; nothing
   is rebuilt, but ONNX Runtime cannot pre-pack or constant-fold them.
+* ``io-binding``: as ``inputs``, through ONNX Runtime's IO binding: on a GPU provider each client's images are
+  copied to the GPU once per run and stay bound there, the weights are copied at each run and the features
+  come back to host memory. The default where the session runs on a GPU provider (:func:`default_strategy`);
+  ``scripts/bench_onnx_weights.py --device cuda`` measures the three there.
 
 Every runner checks its export before its first use (:mod:`edgeprof.nn.verify`): ONNX Runtime
 must give torch's features, within a float32 tolerance, for a perturbed theta fed through the runner's
@@ -47,8 +51,10 @@ from edgeprof.errors import ConfigError, ModelError, OutputError
 from edgeprof.nn.backbones import Backbone, check_params, file_stem
 from edgeprof.nn.verify import check_export
 
-STRATEGIES = ("initializers-rebuild", "inputs")
+STRATEGIES = ("initializers-rebuild", "inputs", "io-binding")
 DEFAULT_STRATEGY = "initializers-rebuild"
+#: the strategy when the session's first provider is a GPU's (measured by scripts/bench_onnx_weights.py)
+GPU_STRATEGY = "io-binding"
 INPUT_NAME = "x"
 OUTPUT_NAME = "features"
 
@@ -322,7 +328,52 @@ class _InputsFeed:
         return self._session.run([OUTPUT_NAME], feeds)[0]
 
 
-_FEEDS = {"initializers-rebuild": _RebuildFeed, "inputs": _InputsFeed}
+class _BoundFeed:
+    """Weights as graph inputs of one session, through IO binding: images bound once per array on the provider's
+    device (kept while the run keeps the array), weights copied in at each run, features bound to host memory."""
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], threads: int | None,
+                 providers: Sequence = CPU_PROVIDERS):
+        self._names = list(names)
+        model_bytes = _weights_as_inputs(model, names).SerializeToString()
+        self._session = _session(model_bytes, _session_options(threads), providers)
+        self._device, self._device_id = ort_device(providers)
+        self._images: dict[int, tuple[np.ndarray, ort.OrtValue]] = {}
+
+    def _bound_images(self, x: np.ndarray) -> ort.OrtValue:
+        if self._device == "cpu":  # an OrtValue over host memory shares the array's: nothing to keep
+            return ort.OrtValue.ortvalue_from_numpy(x)
+        kept = self._images.get(id(x))
+        if kept is None or kept[0] is not x:
+            kept = self._images[id(x)] = (x, ort.OrtValue.ortvalue_from_numpy(x, self._device, self._device_id))
+        return kept[1]
+
+    def run(self, x: np.ndarray, params: Sequence[np.ndarray]) -> np.ndarray:
+        binding = self._session.io_binding()
+        binding.bind_ortvalue_input(INPUT_NAME, self._bound_images(x))
+        for name, p in zip(self._names, params):
+            binding.bind_cpu_input(name, np.ascontiguousarray(p, dtype=np.float32))
+        binding.bind_output(OUTPUT_NAME, "cpu")
+        self._session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+def ort_device(providers: Sequence) -> tuple[str, int]:
+    """(ONNX Runtime's device name, device id) of the first provider: ``("cuda", N)`` for TensorRT and CUDA, else
+    ``("cpu", 0)``."""
+    first = providers[0] if providers else "CPUExecutionProvider"
+    name, options = (first, {}) if isinstance(first, str) else first
+    if name in ("TensorrtExecutionProvider", "CUDAExecutionProvider"):
+        return "cuda", int(options.get("device_id", 0))
+    return "cpu", 0
+
+
+def default_strategy(providers: Sequence) -> str:
+    """:data:`GPU_STRATEGY` when the first provider is a GPU's, else :data:`DEFAULT_STRATEGY` (measured on CPUs)."""
+    return GPU_STRATEGY if ort_device(providers)[0] != "cpu" else DEFAULT_STRATEGY
+
+
+_FEEDS = {"initializers-rebuild": _RebuildFeed, "inputs": _InputsFeed, "io-binding": _BoundFeed}
 
 
 class FeatureRunner:
@@ -340,11 +391,12 @@ class FeatureRunner:
         self,
         module: torch.nn.Module,
         threads: int | None = None,
-        strategy: str = DEFAULT_STRATEGY,
+        strategy: str | None = None,
         model_dir: Path | None = None,
         opset: int = 17,
         providers: Sequence = CPU_PROVIDERS,
     ):
+        strategy = default_strategy(providers) if strategy is None else strategy
         if strategy not in STRATEGIES:
             raise ConfigError(f"unknown ONNX weight strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
         self.strategy = strategy
