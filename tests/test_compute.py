@@ -234,3 +234,19 @@ def test_a_round_on_the_gpu_equals_the_cpu_round_to_float32_rounding():
             # forward, tau steps and backward: each step a chain of the layers' reductions
             atol = _atol(cpu.runtime.backbone, b, extra_depth=2 * 3 + 2, unit_ratio=2.0**13 if tf32 else 1.0)
             np.testing.assert_allclose(a, b, rtol=0, atol=atol + 1e-7)
+
+
+def test_pflego_head_steps_on_a_device_take_the_cached_features_there_once_per_round(fake):
+    fake.head_on_device = True
+    federation = _federation("pflego")
+    reference = _federation("pflego", device="cpu")
+    n, m = len(federation.clients[0].y_train), federation.runtime.feature_dim
+
+    on_device = federation.client_round(0)
+    on_host = reference.client_round(0)
+
+    assert fake.count("to_device", (n, m + 1)) == 1  # the bias-augmented features, once for tau-1 = 2 steps
+    head_dev, head_host = federation.personal[0][0], reference.personal[0][0]
+    np.testing.assert_allclose(head_dev, head_host, rtol=0, atol=float32_atol(head_host, fan_in=max(n, m + 1),
+                                                                               depth=2 * 3 + 1))
+    assert np.isfinite(on_device.loss) and on_device.loss == pytest.approx(on_host.loss, rel=1e-5)

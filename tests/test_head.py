@@ -55,3 +55,45 @@ def test_init_head_shape_and_zero_bias(rng):
     w = headlib.init_head(4, 10, rng)
     assert w.shape == (4, 11) and w.dtype == np.float32
     assert np.all(w[:, -1] == 0) and np.all(np.abs(w[:, :-1]) <= 1 / np.sqrt(10))
+
+
+@pytest.mark.parametrize("n,m,k,steps", [(7, 5, 2, 1), (120, 64, 5, 9)])
+def test_the_device_head_steps_equal_float64_gradient_descent(rng, n, m, k, steps):
+    """The torch head steps (run on a GPU by the cuda kind's rule; here on the CPU) against an independent
+    float64 computation of the same steps, within float32 rounding of the chained products."""
+    from tolerances import float32_atol
+
+    from edgeprof.nn.compute import Compute
+
+    feats_b = headlib.with_bias(rng.normal(size=(n, m)).astype(np.float32))
+    labels = rng.integers(0, k, size=n)
+    w0 = rng.normal(scale=0.1, size=(k, m + 1)).astype(np.float32)
+    lr = 0.3
+
+    got = headlib.device_gradient_steps(Compute(), w0, feats_b, labels, lr, steps)
+
+    ref = w0.astype(np.float64)
+    f64 = feats_b.astype(np.float64)
+    for _ in range(steps):
+        z = f64 @ ref.T
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(n), labels] -= 1.0
+        ref = ref - lr * (p.T @ f64) / n
+    assert got.dtype == np.float32 and got.flags["C_CONTIGUOUS"]
+    assert not np.shares_memory(got, w0) and np.array_equal(w0, w0.copy())
+    np.testing.assert_allclose(got, ref, rtol=0, atol=float32_atol(ref, fan_in=max(n, m + 1), depth=2 * steps + 1))
+
+
+def test_the_rule_picks_numpy_on_the_cpu_and_the_device_where_its_kind_says_so(monkeypatch):
+    from edgeprof.nn import compute as computelib
+    from edgeprof.nn.compute import Compute, DeviceKind
+
+    class OnDevice(DeviceKind):
+        name = "ondevice"
+        head_on_device = True
+
+    monkeypatch.setitem(computelib.KINDS, "ondevice", OnDevice())
+    assert headlib.steps_for(Compute()) is headlib.gradient_steps
+    steps = headlib.steps_for(Compute("ondevice"))
+    assert steps.func is headlib.device_gradient_steps and steps.args[0].device == "ondevice"

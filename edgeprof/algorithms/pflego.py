@@ -114,16 +114,17 @@ class GraphReuse:
 
 def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray, x: np.ndarray,
                  y: np.ndarray, *, tau: int, beta: float, rho: float, scale: float,
-                 phase: Phase = no_phase) -> PflegoClientResult:
+                 phase: Phase = no_phase, head_steps: Callable = headlib.gradient_steps) -> PflegoClientResult:
     """One PFLEGO client round (Algorithm 1, ClientI_Update) on arrays.
 
     ``features(x)`` returns phi(x; theta_{t-1}); ``joint_grad(head, x, y)`` returns the loss and both
-    gradients at theta_{t-1}; ``scale`` is I/r.
+    gradients at theta_{t-1}; ``scale`` is I/r; ``head_steps`` runs the tau-1 head steps (numpy on the host, or
+    torch on the device: :func:`edgeprof.nn.head.steps_for`).
     """
     with phase("cache_forward"):
         feats_b = headlib.with_bias(features(x))
     with phase("head_steps"):
-        head = headlib.gradient_steps(head, feats_b, y, beta, tau - 1)
+        head = head_steps(head, feats_b, y, beta, tau - 1)
     with phase("joint_grad"):
         loss, grad_head, grad_theta = joint_grad(head, x, y)
         head = head - np.float32(rho * scale) * grad_head
@@ -154,7 +155,7 @@ def client(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], dat
     """The client program: one round from W_i = ``personal[0]``; replies grad_theta l_i, keeps the new W_i."""
     features, joint = _engine(rt, theta)
     res = client_round(features, joint, personal[0], data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                       rho=s.rho, scale=s.scale, phase=s.phase)
+                       rho=s.rho, scale=s.scale, phase=s.phase, head_steps=headlib.steps_for(rt.compute))
     return ClientResult(res.theta_grad, [res.head], res.loss, res.n_samples)
 
 

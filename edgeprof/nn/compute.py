@@ -36,11 +36,14 @@ class DeviceKind:
 
     The base class is the host CPU; a subclass overrides what its device needs. ``keeps_data`` says whether a
     client's data is copied to the device once per run and kept there (a GPU) or read from the host arrays at
-    each use (the CPU, where a tensor shares the array's memory).
+    each use (the CPU, where a tensor shares the array's memory). ``head_on_device``: see the attribute.
     """
 
     name = "cpu"
     keeps_data = False
+    #: whether PFLEGO's head steps run in torch on this device (else numpy on the host): a rule per kind,
+    #: measured by scripts/bench_head_steps.py (:func:`edgeprof.nn.head.steps_for`)
+    head_on_device = False
 
     def unavailable(self, device: str) -> Optional[str]:
         """Why ``device`` cannot be used on this machine (one line), or None when it can."""

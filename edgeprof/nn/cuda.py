@@ -41,6 +41,10 @@ class CudaKind(DeviceKind):
 
     name = "cuda"
     keeps_data = True
+    #: the tau-1 head steps in torch on the GPU (a few small products per step, next to the features): chosen
+    #: before any GPU measurement; scripts/bench_head_steps.py --device cuda (run by scripts/gpu_check.py) measures
+    #: numpy on the host against it, and is the evidence this rule is to be checked against
+    head_on_device = True
 
     def unavailable(self, device: str) -> Optional[str]:
         import torch

@@ -12,6 +12,11 @@ does not govern, and for large local sets (from about 1,500 samples with M=200) 
 samples between them, which changes the head's last bits. ``scripts/bench_head_blas.py`` measures the cost:
 none at a few hundred samples; with thousands, a second thread gained up to 14% or lost up to 3.5x
 depending on the load on a 2-core machine.
+
+On a device whose kind says so (``DeviceKind.head_on_device``: a CUDA GPU, not the CPU) PFLEGO's tau-1 head
+steps run in torch on the device instead (:func:`device_gradient_steps`, the same closed form), so the cached
+features cross to the device once per round rather than each step's products running on the host;
+:func:`steps_for` picks by that rule and ``scripts/bench_head_steps.py`` measures both on a device.
 """
 
 from __future__ import annotations
@@ -125,6 +130,30 @@ def _gradient_steps(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, l
         _, grad = _loss_and_grad(head, feats_b, labels)
         head -= np.float32(lr) * grad
     return head
+
+
+def device_gradient_steps(compute, head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float,
+                          steps: int) -> np.ndarray:
+    """:func:`gradient_steps` in torch on ``compute``'s device (same closed-form gradient); a new host array."""
+    import torch
+
+    w = compute.tensor(head, requires_grad=True).detach()  # a copy of its own, updated in place below
+    f = compute.tensor(feats_b)
+    onehot = torch.zeros((f.shape[0], w.shape[0]), dtype=f.dtype, device=f.device)
+    onehot.scatter_(1, compute.labels(labels).unsqueeze(1), 1.0)
+    scale = float(lr) / f.shape[0]
+    with torch.no_grad():
+        for _ in range(steps):
+            residual = torch.softmax(f @ w.T, dim=1).sub_(onehot)
+            w.sub_(residual.T @ f, alpha=scale)
+    return compute.host(w)
+
+
+def steps_for(compute):
+    """The head-steps function of ``compute``'s device kind: numpy on the host, or torch on the device."""
+    if not getattr(compute.kind, "head_on_device", False):
+        return gradient_steps
+    return functools.partial(device_gradient_steps, compute)
 
 
 def predict(head: np.ndarray, feats_b: np.ndarray) -> np.ndarray:
