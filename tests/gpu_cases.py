@@ -1,0 +1,98 @@
+"""Checks that need a CUDA GPU, in plain Python (numpy and torch, no pytest) so that ``scripts/gpu_check.py`` runs
+them on a machine that has only what a CUDA PyTorch image has; ``tests/test_gpu.py`` runs the same under pytest
+(skipped, with the reason, where torch sees no GPU).
+
+Each ``check_*`` raises AssertionError when it fails. Tolerances are derived from float32 rounding; where cuDNN
+or cuBLAS may compute in TF32 (10-bit mantissa, torch's ``allow_tf32`` switches), its unit roundoff is 2**13
+times float32's and the bound is scaled by that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tolerances import float32_atol
+
+
+def _federation(algo: str, device: str, backbone: str = "mlp"):
+    from edgeprof.config import RunConfig
+    from edgeprof.federation import Federation
+    from edgeprof.simulate import load_clients
+
+    cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=120, synthetic_classes=3, clients=2,
+                    participation=1.0, backbone=backbone, tau=3, threads=1, device=device,
+                    execution="contiguous:all").resolved()
+    return Federation(cfg, load_clients(cfg))
+
+
+def _tf32_ratio() -> float:
+    import torch
+
+    return 2.0**13 if (torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32) else 1.0
+
+
+def _atol(module, reference, extra_depth: int) -> float:
+    weights = [p for p in module.parameters() if p.dim() > 1]
+    fan_in = max(int(np.prod(p.shape[1:])) for p in weights)
+    return _tf32_ratio() * float32_atol(reference, fan_in=fan_in, depth=len(weights) + extra_depth)
+
+
+def check_every_algorithm_runs_a_round_on_the_gpu() -> None:
+    """Every registered algorithm: one round and a server step on cuda, its module and data on the GPU."""
+    from edgeprof.algorithms import ALGORITHMS
+
+    for algo in sorted(ALGORITHMS):
+        federation = _federation(algo, "cuda")
+        update = federation.client_round(0)
+        federation.server_step([update])
+        assert next(federation.runtime.backbone.parameters()).is_cuda, algo
+        assert np.isfinite(update.loss), algo
+        assert all(np.all(np.isfinite(a)) for a in update.payload), algo
+
+
+def check_a_round_on_the_gpu_equals_the_cpu_round() -> None:
+    """PFLEGO's and FedAvg's replies on the GPU agree with the CPU's to float32 (or TF32) rounding."""
+    for algo, backbone in (("pflego", "mlp"), ("fedavg", "mlp"), ("pflego", "cnn-omniglot"),
+                           ("fedavg", "cnn-omniglot")):
+        gpu, cpu = _federation(algo, "cuda", backbone), _federation(algo, "cpu", backbone)
+        on_gpu, on_cpu = gpu.client_round(0), cpu.client_round(0)
+        for a, b in zip(on_gpu.payload, on_cpu.payload):
+            # forward, tau = 3 steps and a backward, each a chain through the layers
+            np.testing.assert_allclose(a, b, rtol=0, atol=_atol(cpu.runtime.backbone, b, 2 * 3 + 2) + 1e-7,
+                                       err_msg=f"{algo} on {backbone}")
+
+
+def check_the_device_head_steps_equal_the_host_head_steps() -> None:
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.compute import resolve
+    from edgeprof.nn.backbones import build_backbone
+
+    rng = np.random.default_rng(0)
+    compute = resolve("cuda", "contiguous:all", build_backbone("mlp"), None)
+    feats_b = headlib.with_bias(rng.normal(size=(600, 64)).astype(np.float32))
+    labels = rng.integers(0, 5, 600)
+    w0 = rng.normal(scale=0.1, size=(5, 65)).astype(np.float32)
+    host = headlib.gradient_steps(w0, feats_b, labels, 0.2, 9)
+    device = headlib.device_gradient_steps(compute, w0, feats_b, labels, 0.2, 9)
+    np.testing.assert_allclose(device, host, rtol=0,
+                               atol=_tf32_ratio() * float32_atol(host, fan_in=600, depth=2 * 9 + 1))
+
+
+def check_the_gpu_peak_memory_is_reset_per_window() -> None:
+    import torch
+
+    from edgeprof.nn.compute import resolve
+    from edgeprof.nn.backbones import build_backbone
+
+    compute = resolve("cuda", "contiguous:all", build_backbone("mlp"), None)
+    big = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    del big
+    compute.reset_peak_memory()
+    small = torch.empty(2**20, dtype=torch.uint8, device="cuda")
+    peak = compute.peak_memory_mb()
+    del small
+    assert peak is not None and 0.9 <= peak < 64, peak
+
+
+CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
+          check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window]
