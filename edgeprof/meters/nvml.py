@@ -205,9 +205,10 @@ def round_gpu(nvml: ModuleType, gpu: Any, *, device_properties: Callable[[int], 
               environ: Mapping[str, str] | None = None) -> gpu_map.Mapped | None:
     """The NVML GPU that runs torch device ``gpu`` (None for a host device such as ``"cpu"``).
 
-    ``device_properties(ordinal)`` gives torch's properties (default :func:`~edgeprof.meters.gpu_map.torch_properties`); ``environ``
-    holds ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` (default ``os.environ``). One-line errors:
-    ConfigError for what is no torch device, MeterError for a device no NVML GPU can be matched to.
+    ``device_properties(ordinal)`` gives torch's properties (default
+    :func:`~edgeprof.meters.gpu_map.torch_properties`); ``environ`` holds ``CUDA_VISIBLE_DEVICES`` and
+    ``CUDA_DEVICE_ORDER`` (default ``os.environ``). One-line errors: ConfigError for what is no torch device,
+    MeterError for a device no NVML GPU can be matched to.
     """
     ordinal = gpu_map.parse_device(gpu, current=gpu_map.current_ordinal())
     if ordinal is None:
