@@ -3,8 +3,8 @@
 
 One client with ``--samples`` synthetic images (seeded) of the backbone's shape, ``--threads`` threads. After a
 warm-up, every variant below runs once per repeat, interleaved (variant 1, 2, ..., 1, 2, ...), and the medians are
-printed with achieved GFLOP/s against the CPU's FP32 peak (:mod:`edgeprof.hardware`: vector width, FMA units,
-cores, clock) and against a measured sgemm:
+printed with achieved GFLOP/s against a measured sgemm and the CPU's FP32 peak (vector width, FMA units, cores,
+clock), one line per rate that never shows a share above 100% without why (:func:`edgeprof.hardware.rate_line`):
 
 1. the joint gradient (PFLEGO's torch forward+backward over the whole local set) in each memory format and chunk
    size, ``contiguous:all`` being edgeprof's path before execution plans;

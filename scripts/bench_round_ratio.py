@@ -7,8 +7,9 @@ interleaved (PFLEGO, FedAvg, PFLEGO, ...) after a warm-up, each inside the same 
 ``measure`` command uses; the script prints the per-round medians, the per-phase split and the ratio, for
 each execution plan of ``--executions`` (both algorithms always run the same plan: the ratio is never taken
 with one side slowed; ``contiguous:all`` is edgeprof's path before plans). For PFLEGO's joint gradient and
-cached forward it prints the achieved GFLOP/s and the fraction of the CPU's FP32 peak (FLOPs counted from the
-backbone, peak from vector width, FMA units, cores and clock: :mod:`edgeprof.hardware`). Then PFLEGO's round
+cached forward it prints the achieved GFLOP/s against a measured sgemm and the CPU's FP32 peak (FLOPs counted
+from the backbone, peak from vector width, FMA units, cores and clock; one line per rate, never above 100% without
+why: :func:`edgeprof.hardware.rate_line`). Then PFLEGO's round
 at tau = ``--growth-taus`` (its time should not grow with tau). A ratio is what this script reports: absolute
 seconds depend on the machine and its load (printed first).
 

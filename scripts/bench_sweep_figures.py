@@ -87,8 +87,9 @@ def report_figures(csv_path: Path) -> None:
 
 
 def rates(rows, threads: int | None = None, ghz: float | None = None) -> None:
-    """PFLEGO's joint gradient and cached forward (onnx engine, every tau) in GFLOP/s and as a fraction of the
-    FP32 peak of this machine (:mod:`edgeprof.hardware`; the FLOPs from the backbone and the rows' sample count).
+    """PFLEGO's joint gradient and cached forward (onnx engine, every tau) in GFLOP/s against this machine's
+    measured sgemm and FP32 peak (:func:`edgeprof.hardware.rate_line`; the FLOPs from the backbone and the rows'
+    sample count).
     Meaningful for a report measured on this machine."""
     from edgeprof.hardware import count_flops, roofs
     from edgeprof.nn.backbones import build_backbone, input_shape_for

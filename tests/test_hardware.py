@@ -1,19 +1,23 @@
-"""edgeprof.hardware: FLOP counts against hand arithmetic, CPU peak from real-layout files, sgemm sanity."""
+"""edgeprof.hardware: FLOP counts against hand arithmetic, CPU and GPU peaks from real-layout files and stand-in
+properties, sgemm sanity, and the one rate line (measured GEMM first, never above 100% without why)."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from edgeprof.hardware import (PeakEstimate, count_flops, cpu_fp32_peak, describe, forward_flops, sgemm_gflops,
-                               train_flops)
+from edgeprof.hardware import (PeakEstimate, Roofs, count_flops, cpu_fp32_peak, describe, forward_flops, gemm_gflops,
+                               gpu_fp32_peak, rate_line, sgemm_gflops, train_flops)
+from edgeprof.hardware import rates
 from edgeprof.nn.backbones import build_backbone
 
 
@@ -117,11 +121,11 @@ EPYC_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr sse sse2 ht sysc
 SSE_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat clflush mmx fxsr sse sse2 ss ht lm"
 
 
-def write_cpuinfo(path: Path, model: str, flags: str, mhz: list[float]) -> Path:
+def write_cpuinfo(path: Path, model: str, flags: str, mhz: list[float], vendor: str = "x", family: int = 6) -> Path:
     blocks = []
     for cpu, speed in enumerate(mhz):
         blocks.append(
-            f"processor\t: {cpu}\nvendor_id\t: x\ncpu family\t: 6\nmodel name\t: {model}\nstepping\t: 4\n"
+            f"processor\t: {cpu}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel name\t: {model}\nstepping\t: 4\n"
             f"cpu MHz\t\t: {speed:.3f}\ncache size\t: 28160 KB\nphysical id\t: 0\ncore id\t\t: {cpu}\n"
             f"flags\t\t: {flags}\nbogomips\t: 4800.00\n"
         )
@@ -226,8 +230,81 @@ def test_roofs_state_the_rate_against_the_peak_and_sgemm_and_flag_a_peak_below_s
     peak = cpu_fp32_peak(info, tmp_path / "nosys", cores=2)  # 2 x 2.5 GHz x 32 = 160 GFLOP/s
     assert peak.gflops == pytest.approx(160.0)
     line = Roofs(peak, 128.0).rate(flops=40e9, seconds=0.5)  # 80 GFLOP/s
-    assert line == "  80.0 GFLOP/s =   50% of FP32 peak,   62% of sgemm"
+    assert line == "  80.0 GFLOP/s =   62% of measured sgemm,   50% of FP32 peak"
     assert not any("overstated" in x for x in Roofs(peak, 128.0).lines())
     lines = Roofs(peak, 176.0).lines()
     assert "sgemm 2048^3 measured: 176.0 GFLOP/s = 110% of that peak" in lines
     assert any("overstated" in x and "--ghz" in x for x in lines)
+
+
+# ------------------------------------------------------------------------------------------------ % of peak, honestly
+
+
+@pytest.mark.parametrize(("gflops", "measured", "peak", "line"), [
+    (80.0, 128.0, 160.0, "  80.0 GFLOP/s =   62% of measured sgemm,   50% of FP32 peak"),
+    (128.0, 128.0, 160.0, " 128.0 GFLOP/s =  100% of measured sgemm,   80% of FP32 peak"),
+    # the EPYC figures: a cached forward at 1.67x the measured sgemm and 1.13x the computed peak
+    (200.4, 120.0, 177.0, " 200.4 GFLOP/s = >100% of measured sgemm (1.67x), >100% of FP32 peak (1.13x): "
+                          + rates.ABOVE_GEMM),
+    # under the measured sgemm but above a peak that sgemm itself exceeds: the peak is wrong
+    (171.0, 176.0, 160.0, " 171.0 GFLOP/s =   97% of measured sgemm, >100% of FP32 peak (1.07x): " + rates.ABOVE_PEAK),
+    (200.0, 180.0, 160.0, " 200.0 GFLOP/s = >100% of measured sgemm (1.11x), >100% of FP32 peak (1.25x): "
+                          + rates.ABOVE_GEMM + "; " + rates.ABOVE_PEAK),
+    (50.0, 128.0, 0.0, "  50.0 GFLOP/s =   39% of measured sgemm, FP32 peak unknown"),
+])
+def test_the_rate_line_is_against_the_measured_gemm_then_the_peak(gflops, measured, peak, line):
+    assert rate_line(gflops, measured, peak) == line
+
+
+@pytest.mark.parametrize("gflops", [0.5, 99.4, 100.0, 100.6, 160.0, 250.0, 1e4])
+def test_no_share_above_100_percent_is_printed_without_why(gflops):
+    line = rate_line(gflops, 100.0, 150.0)
+
+    shares = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)% of", line)]
+    assert all(x <= 100 for x in shares)
+    assert (">100%" in line) == (gflops > 100.0) and ("direct convolution" in line) == (gflops > 100.0)
+
+
+def test_a_gpu_rate_names_its_gemm_and_datasheet_peak():
+    h100 = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
+                                 clock_rate=1_980_000)  # kHz
+    peak = gpu_fp32_peak(h100)
+
+    line = Roofs(peak, 50_000.0, "cuBLAS sgemm").rate(flops=30e12, seconds=1.0)
+
+    assert peak.gflops == pytest.approx(132 * 1.98 * 128 * 2) == pytest.approx(66_908.16)
+    assert describe(peak).startswith("NVIDIA H100 80GB HBM3: FP32 peak 66908.2 GFLOP/s = 132 SMs x 1.98 GHz")
+    assert line == "30000.0 GFLOP/s =   60% of measured cuBLAS sgemm,   45% of FP32 peak"
+    assert gpu_fp32_peak(types.SimpleNamespace(major=5, minor=2, multi_processor_count=24, clock_rate=1e6)).gflops == 0
+
+
+def test_zen4_avx512_runs_on_256_bit_pipes(tmp_path):
+    info = write_cpuinfo(tmp_path / "cpuinfo", "AMD EPYC 9R14", XEON_FLAGS, [3700.0], vendor="AuthenticAMD", family=25)
+
+    peak = cpu_fp32_peak(info, tmp_path / "nosys", cores=2, ghz=3.7)
+
+    assert (peak.lanes, peak.fma_units, peak.flops_per_cycle, peak.isa) == (8, 2, 32, "avx512f")
+    assert peak.gflops == pytest.approx(2 * 3.7 * 32) and "Zen 4" in peak.how
+
+
+def test_a_gemm_is_timed_between_two_synchronisations():
+    events, t = [], iter(range(100))
+    clock = lambda: events.append("clock") or next(t)  # noqa: E731
+
+    best = rates._best_seconds(lambda: events.append("mm"), lambda: events.append("sync"), 2, clock)
+
+    assert events == ["sync", "clock", "mm", "sync", "clock"] * 2 and best == 1
+
+
+def test_a_cuda_device_is_synchronised_and_a_cpu_is_not(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+
+    rates._sync_for(torch.device("cpu"))()
+    rates._sync_for(torch.device("cuda:1"))()
+
+    assert calls == [torch.device("cuda:1")]
+
+
+def test_gemm_on_the_cpu_returns_a_positive_rate():
+    assert gemm_gflops("cpu", n=64, repeats=1) > 0 and gemm_gflops(torch.device("cpu"), n=32, dtype=torch.float64) > 0

@@ -27,9 +27,10 @@ from fixtures_sysfs import build_rapl, fake_pynvml
 NO_GPU = fake_pynvml([], init_error=9)
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-#: the energy columns of every report before the registry existed, in header order
-TODAYS_COLUMNS = ("cpu_package", "dram", "psys", "gpu", "board_total", "board_cpu", "board_gpu", "board_soc",
-                  "cpu_estimate")
+#: the energy columns of every report before the registry existed, in header order, and NVML's gpu_other (the GPUs
+#: beside the round's, since the round's GPU is known)
+TODAYS_COLUMNS = ("cpu_package", "dram", "psys", "gpu", "gpu_other", "board_total", "board_cpu", "board_gpu",
+                  "board_soc", "cpu_estimate")
 
 
 # --- a back-end defined here: amdsmi-like, over a file tree ---------------------------------------------------
@@ -163,7 +164,7 @@ def test_its_column_joins_the_header_and_a_profiled_window_fills_it(tmp_path):
     row = read_report(tmp_path / "r.csv").rows[0]
 
     at = header.index("gpu_amd_j")
-    assert header[at - 1:at + 3] == ("gpu_method", "gpu_amd_j", "gpu_amd_method", "board_total_j")
+    assert header[at - 1:at + 3] == ("gpu_other_method", "gpu_amd_j", "gpu_amd_method", "board_total_j")
     assert float(row["gpu_amd_j"]) == pytest.approx(240_000 * 15.25e-6, rel=1e-5)
     assert row["gpu_amd_method"] == "counter" and row["energy_method"] == "counter+estimate"
     assert row["cpu_package_j"] == "" and row["local_steps_j"] != ""

@@ -7,9 +7,18 @@ Per GPU, the most direct source available:
     (milliwatts) sampled by a :class:`~edgeprof.meters.sampler.PowerSampler` thread and integrated
     -> method ``integrated_power``.
 
-``update_period_s`` is 0.1 s: NVML refreshes both the energy counter and the power reading about every
-100 ms on most GPUs (on Ampere and newer the power reading is itself an average over up to 1 s), so a
-window shorter than that is flagged by the profiler rather than reported as zero. The module is
+The round's GPU (``gpu``, a torch device such as ``"cuda:1"``, also a ``discover()`` setting): its domain
+``gpu_<nvml index>`` adds into column ``gpu`` and counts towards the total; every other GPU is measured beside
+it, domain ``gpu_other_<nvml index>`` in column ``gpu_other``, never in the total (its work is not the round's).
+Which NVML GPU a torch device is, honouring ``CUDA_VISIBLE_DEVICES``, is :mod:`edgeprof.meters.gpu_map`'s
+business; torch's device properties (PCI address, UUID) are read only when torch is already imported.
+``gpu="cpu"`` makes every GPU "other"; ``gpu=None`` (the default: the run does not say where its work runs,
+e.g. a monitor around a user's code) counts every GPU in ``gpu``, as before the round's GPU was known.
+
+``update_period_s`` is 0.1 s where every GPU has the energy counter: NVML refreshes it about every 100 ms.
+Where a GPU's figure is integrated power it is :data:`POWER_AVERAGE_S` (1 s): on Ampere and newer NVML's power
+reading is itself an average over up to 1 s, so a window shorter than that cannot be told from its
+neighbours. Either way a shorter window is flagged by the profiler (``short_window``) rather than trusted. The module is
 injectable (``nvml_module``, also a ``discover()`` setting) so tests pass a fake with the same functions,
 ``NVMLError`` and error codes.
 Every exception the binding raises (``NVMLError`` or any other) is translated into
@@ -27,20 +36,28 @@ integrated (``implausible power``, see :mod:`edgeprof.meters.sampler`).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from types import ModuleType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
+from edgeprof.meters import gpu_map
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
 from edgeprof.meters.sampler import PowerSampler
 
 INSTALL_FIX = "pip install 'edgeprof[nvidia]' (nvidia-ml-py) and install the NVIDIA driver"
+MAPPING_FIX = ("pass the torch device the round runs on (gpu='cuda:N', N counted among the GPUs torch sees) and "
+               "check CUDA_VISIBLE_DEVICES; import torch first so that its PCI address can be read")
 #: watts no single GPU board draws (the largest today are rated about 1.2 kW), used when NVML gives no limit
 DEFAULT_MAX_POWER_W = 2000
 #: seconds added to the elapsed time before a counter step's implied power is compared with the bound
 SLACK_S = 1.0
+#: seconds NVML's power reading may average over (Ampere and newer): the update period of integrated power
+POWER_AVERAGE_S = 1.0
+#: seconds between updates of the energy counter
+COUNTER_PERIOD_S = 0.1
 
 
 def load_nvml(nvml_module: ModuleType | None = None) -> ModuleType:
@@ -162,8 +179,78 @@ def _list_gpus(nvml: ModuleType) -> tuple[_Gpu, ...]:
     return tuple(g for g in (_classify(nvml, i) for i in range(count)) if g)
 
 
-def probe(nvml_module: ModuleType | None = None) -> ProbeResult:
-    """Whether NVML loads and at least one GPU reports energy or power."""
+def _optional(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or None when it fails or the binding lacks it: an identity that is not read maps nothing."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _identity(nvml: ModuleType, index: int) -> gpu_map.NvmlGpu:
+    """NVML's PCI address, UUID, name and MIG UUIDs of GPU ``index`` (each empty where NVML does not answer)."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    pci = _optional(lambda: nvml.nvmlDeviceGetPciInfo(handle).busId)
+    uuid = _optional(lambda: nvml.nvmlDeviceGetUUID(handle))
+    migs = []
+    for slot in range(_optional(lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))) or 0):
+        mig = _optional(lambda: nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)))
+        if mig:
+            migs.append(mig.decode(errors="replace") if isinstance(mig, bytes) else str(mig))
+    uuid = uuid.decode(errors="replace") if isinstance(uuid, bytes) else str(uuid or "")
+    return gpu_map.NvmlGpu(index, gpu_map.pci_from_nvml(pci), uuid, _name(nvml, handle), tuple(migs))
+
+
+def round_gpu(nvml: ModuleType, gpu: Any, *, device_properties: Callable[[int], Any] | None = None,
+              environ: Mapping[str, str] | None = None) -> gpu_map.Mapped | None:
+    """The NVML GPU that runs torch device ``gpu`` (None for a host device such as ``"cpu"``).
+
+    ``device_properties(ordinal)`` gives torch's properties (default
+    :func:`~edgeprof.meters.gpu_map.torch_properties`); ``environ`` holds ``CUDA_VISIBLE_DEVICES`` and
+    ``CUDA_DEVICE_ORDER`` (default ``os.environ``). One-line errors: ConfigError for what is no torch device,
+    MeterError for a device no NVML GPU can be matched to.
+    """
+    ordinal = gpu_map.parse_device(gpu, current=gpu_map.current_ordinal())
+    if ordinal is None:
+        return None
+    env = os.environ if environ is None else environ
+    try:
+        gpus = [_identity(nvml, i) for i in range(int(nvml.nvmlDeviceGetCount()))]
+    except Exception as err:
+        raise _translate(nvml, err, f"identity of the GPUs (to find {gpu})") from err
+    props = (device_properties or gpu_map.torch_properties)(ordinal)
+    return gpu_map.map_device(ordinal, gpus, props, visible=env.get("CUDA_VISIBLE_DEVICES"),
+                              device_order=env.get("CUDA_DEVICE_ORDER"))
+
+
+def _round_indices(nvml: ModuleType, gpus: tuple[_Gpu, ...], gpu: Any, device_properties, environ,
+                   ) -> tuple[frozenset[int], gpu_map.Mapped | None]:
+    """The NVML indices whose energy is the round's (every GPU when ``gpu`` is None), and the mapping."""
+    if gpu is None:
+        return frozenset(g.index for g in gpus), None
+    mapped = round_gpu(nvml, gpu, device_properties=device_properties, environ=environ)
+    if mapped is None:
+        return frozenset(), None
+    if mapped.nvml_index not in {g.index for g in gpus}:
+        raise MeterError(f"NVML GPU {mapped.nvml_index}, which runs torch device {gpu} ({mapped.how}), reports "
+                         "neither an energy counter nor power")
+    return frozenset({mapped.nvml_index}), mapped
+
+
+def _domain(gpu: _Gpu, round_indices: frozenset[int]) -> Domain:
+    """``gpu_<i>`` in column ``gpu`` for the round's GPU, ``gpu_other_<i>`` beside the total for the others."""
+    if gpu.index in round_indices:
+        return Domain(f"gpu_{gpu.index}", "gpu", gpu.method, in_total=True)
+    return Domain(f"gpu_other_{gpu.index}", "gpu_other", gpu.method, in_total=False)
+
+
+def probe(nvml_module: ModuleType | None = None, gpu: Any = None, *,
+          device_properties: Callable[[int], Any] | None = None, environ: Mapping[str, str] | None = None,
+          ) -> ProbeResult:
+    """Whether NVML loads, at least one GPU reports energy or power, and the round's GPU ``gpu`` (a torch
+    device, see the module docstring) is one of them. A ``gpu`` that is no torch device is a ConfigError."""
+    if gpu is not None:
+        gpu_map.parse_device(gpu)  # a typo is the user's: one line, before any driver call
     try:
         nvml = load_nvml(nvml_module)
     except MeterError as err:
@@ -174,52 +261,78 @@ def probe(nvml_module: ModuleType | None = None) -> ProbeResult:
         return ProbeResult("nvml", False, f"no NVIDIA GPU usable: {err}",
                            "install the NVIDIA driver (nvidia-smi must work) and check the GPU is visible here")
     try:
+        return _probe_gpus(nvml, gpu, device_properties, environ)
+    finally:
+        _shutdown(nvml)
+
+
+def _probe_gpus(nvml: ModuleType, gpu: Any, device_properties, environ) -> ProbeResult:
+    try:
         gpus = _list_gpus(nvml)
     except MeterError as err:
         return ProbeResult("nvml", False, f"NVML error while listing GPUs: {err}", "check nvidia-smi")
-    finally:
-        _shutdown(nvml)
     if not gpus:
         return ProbeResult("nvml", False, "NVML found no GPU with an energy counter or a power reading",
                            "a GPU that reports power is needed (nvidia-smi -q -d POWER)")
-    return ProbeResult("nvml", True, domains=tuple(f"gpu_{g.index}" for g in gpus))
+    try:
+        rounds = _round_indices(nvml, gpus, gpu, device_properties, environ)[0]
+    except MeterError as err:
+        return ProbeResult("nvml", False, f"the round's GPU cannot be measured: {err}", MAPPING_FIX)
+    return ProbeResult("nvml", True, domains=tuple(_domain(g, rounds).name for g in gpus))
 
 
 class NvmlMeter(Meter):
     """Cumulative joules per NVIDIA GPU: the energy counter where present, else integrated power.
 
-    ``clock_ns`` (default :func:`time.monotonic_ns`) times the power samples and the counter steps.
+    ``gpu``: the torch device the round runs on (see the module docstring); ``device_properties`` and
+    ``environ`` as for :func:`round_gpu`. ``clock_ns`` (default :func:`time.monotonic_ns`) times the power
+    samples and the counter steps.
     """
 
     name = "nvml"
-    update_period_s = 0.1
+    update_period_s = COUNTER_PERIOD_S
 
-    def __init__(self, nvml_module: ModuleType | None = None, *, hz: float = 10.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns, start_thread: bool = True) -> None:
+    def __init__(self, nvml_module: ModuleType | None = None, *, gpu: Any = None, hz: float = 10.0,
+                 clock_ns: Callable[[], int] = time.monotonic_ns, start_thread: bool = True,
+                 device_properties: Callable[[int], Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        if gpu is not None:
+            gpu_map.parse_device(gpu)  # a typo is the user's: one line, before any driver call
         self._nvml = load_nvml(nvml_module)
         _init(self._nvml)
         self._closed = False
         self._sampler: PowerSampler | None = None
         self.hz = hz
         self._clock_ns = clock_ns
+        self._gpu = gpu
         try:
             self._gpus = _list_gpus(self._nvml)
-            self._counter_gpus = tuple(g for g in self._gpus if g.method == "counter")
-            self._last_t_ns = clock_ns()
-            self._last_mj = {f"gpu_{g.index}": self._energy_mj(g) for g in self._counter_gpus}
-            self._total_mj = {key: 0 for key in self._last_mj}
-            powered = tuple(g for g in self._gpus if g.method == "integrated_power")
-            if powered:  # its first sample is taken here
-                self._sampler = PowerSampler(
-                    tuple(f"gpu_{g.index}" for g in powered),
-                    lambda: {f"gpu_{g.index}": self._power_mw(g) * 1000 for g in powered},
-                    hz=hz, clock_ns=clock_ns, max_power_uw={f"gpu_{g.index}": g.max_power_mw * 1000 for g in powered},
-                )
+            rounds, self._mapped = _round_indices(self._nvml, self._gpus, gpu, device_properties, environ)
+            self._domains = {g.index: _domain(g, rounds) for g in self._gpus}
+            self._open_readers(hz, clock_ns)
         except MeterError:
             self.close()
             raise
         if self._sampler is not None and start_thread:
             self._sampler.start()
+
+    def _open_readers(self, hz: float, clock_ns: Callable[[], int]) -> None:
+        """The counters' first readings and, for GPUs without the counter, the power sampler (first sample now)."""
+        self._counter_gpus = tuple(g for g in self._gpus if g.method == "counter")
+        self._last_t_ns = clock_ns()
+        self._last_mj = {self._key(g): self._energy_mj(g) for g in self._counter_gpus}
+        self._total_mj = {key: 0 for key in self._last_mj}
+        powered = tuple(g for g in self._gpus if g.method == "integrated_power")
+        if powered:
+            self.update_period_s = POWER_AVERAGE_S
+            self._sampler = PowerSampler(
+                tuple(self._key(g) for g in powered),
+                lambda: {self._key(g): self._power_mw(g) * 1000 for g in powered},
+                hz=hz, clock_ns=clock_ns, max_power_uw={self._key(g): g.max_power_mw * 1000 for g in powered},
+            )
+
+    def _key(self, gpu: _Gpu) -> str:
+        return self._domains[gpu.index].name
 
     @property
     def sampler(self) -> PowerSampler | None:
@@ -238,13 +351,13 @@ class NvmlMeter(Meter):
             raise _translate(self._nvml, err, f"power of GPU {gpu.index}") from err
 
     def domains(self) -> tuple[Domain, ...]:
-        return tuple(Domain(f"gpu_{g.index}", "gpu", g.method, in_total=True) for g in self._gpus)
+        return tuple(self._domains[g.index] for g in self._gpus)
 
     def read_j(self) -> Mapping[str, float]:
         t_ns = self._clock_ns()
         elapsed_s = max(t_ns - self._last_t_ns, 0) / 1e9
         for gpu in self._counter_gpus:
-            key, now = f"gpu_{gpu.index}", self._energy_mj(gpu)
+            key, now = self._key(gpu), self._energy_mj(gpu)
             problem = self._problem(gpu, self._last_mj[key], now, elapsed_s)
             if problem:
                 self.flag_invalid(key, problem)
@@ -289,15 +402,32 @@ class NvmlMeter(Meter):
     def describe(self) -> dict:
         info = super().describe()
         info["gpus"] = [{"index": g.index, "name": g.gpu_name, "method": g.method, "max_power_w": g.max_power_mw / 1000,
-                         "max_power_source": g.bound_source} for g in self._gpus]
+                         "max_power_source": g.bound_source, "domain": self._key(g)} for g in self._gpus]
+        info["round_gpu"] = self._describe_round()
         if self._sampler is not None:
             info["sampling_hz"] = self.hz
+            info["power"] = (f"NVML's power reading, on Ampere and newer an average over up to {POWER_AVERAGE_S:g} s: "
+                             f"windows shorter than {POWER_AVERAGE_S:g} s are flagged short_window")
         info["resolution"] = "1 mJ counter" if self._counter_gpus else "1 mW power samples"
         return info
 
+    def _describe_round(self) -> dict:
+        """Which GPU is the round's, how that was found, and what happens to the others."""
+        if self._gpu is None:
+            return {"device": None, "how": "no torch device given: every GPU counts in column gpu and the total"}
+        if self._mapped is None:
+            return {"device": str(self._gpu), "how": "a host device: every GPU is in column gpu_other, not the total"}
+        out = {"device": str(self._gpu), "nvml_index": self._mapped.nvml_index, "how": self._mapped.how,
+               "others": "column gpu_other, not in the total"}
+        if self._mapped.mig:
+            out["mig"] = "a MIG instance: NVML's figures are its whole GPU's, every instance on it included"
+        return out
 
-#: discovery's view of NVML: every NVIDIA GPU into column ``gpu``; ``nvml_module`` injects a fake pynvml
+
+#: discovery's view of NVML: the round's GPU (setting ``gpu``: a torch device) into column ``gpu``, the other GPUs
+#: into ``gpu_other``; ``nvml_module`` injects a fake pynvml
 BACKEND = Backend(
-    name="nvml", title="NVML", columns=("gpu",), settings={"nvml_module": None},
-    probe=lambda ctx: probe(ctx.settings["nvml_module"]), open=lambda ctx: NvmlMeter(ctx.settings["nvml_module"]),
+    name="nvml", title="NVML", columns=("gpu", "gpu_other"), settings={"nvml_module": None, "gpu": None},
+    probe=lambda ctx: probe(ctx.settings["nvml_module"], ctx.settings["gpu"]),
+    open=lambda ctx: NvmlMeter(ctx.settings["nvml_module"], gpu=ctx.settings["gpu"]),
 )
