@@ -100,11 +100,14 @@ def nvml_handle(device: str):
     import pynvml
     import torch
 
-    from edgeprof.meters.gpu_map import nvml_index_of
+    from edgeprof.meters.nvml import round_gpu
 
     pynvml.nvmlInit()
-    index = nvml_index_of(torch.device(device), pynvml)
-    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    mapped = round_gpu(pynvml, str(torch.device(device)))
+    if mapped is None:
+        raise SystemExit(f"gpu_check: {device} is no CUDA device")
+    print(f"  NVML GPU {mapped.nvml_index} runs {device} ({mapped.how})")
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(mapped.nvml_index)
 
 
 def integral_j(samples, start: float, end: float) -> tuple[float, int]:
