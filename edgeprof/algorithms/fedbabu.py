@@ -5,8 +5,10 @@ outputs (local labels 0..K_i-1 share output units, as in edgeprof's FedAvg). Fed
 
 1. Federated training: the head is set once to an *orthogonal* initialisation (rows orthonormal, bias
    zero) and never trained; each participating client takes tau full-batch gradient steps on the body
-   only (phase ``local_steps``), heavy-ball momentum 0.999 as in the PFLEGO paper's Appendix A.3; the
-   server averages the bodies by N_i. Each step is a full forward and backward pass: O(tau).
+   only (phase ``local_steps``), heavy-ball momentum 0.9 as in the PFLEGO authors' reference code
+   (``optimizers.momentum(step_size=client_lr, mass=0.9)``, its velocity reset every round); the paper's
+   Appendix A.3 says 0.999, see ``MOMENTUM``. The server averages the bodies by N_i. Each step is a full
+   forward and backward pass: O(tau).
 2. Personalisation, for evaluation only: each client fine-tunes a copy of the fixed head for
    ``FINE_TUNE_STEPS`` = 5 gradient steps (step beta) on its features, computed once with the current
    body; loss and accuracy are those of the fine-tuned head. This happens outside the profiled
@@ -29,8 +31,11 @@ from edgeprof.algorithms.fedper import local_steps
 from edgeprof.nn import head as headlib
 from edgeprof.nn.compute import Compute
 
-#: client momentum for the body steps (PFLEGO paper, Appendix A.3)
-MOMENTUM = 0.999
+#: client momentum for the body steps: the reference code's 0.9, not the 0.999 of the paper's Appendix A.3.
+#: Under the paper protocol on digits (High-Pers, 14 clients, tau=50, T=200, seeds 0-2) 0.999 scored
+#: 84.82 +- 10.74 % (heavy-ball at 0.999 keeps nearly every one of the 50 gradients in its velocity and
+#: overshoots), 0.9 scored 97.13 +- 1.38 %, the paper's MNIST figure being 97.19 +- 0.33 (docs: paper protocol).
+MOMENTUM = 0.9
 #: head fine-tuning steps before evaluation
 FINE_TUNE_STEPS = 5
 
