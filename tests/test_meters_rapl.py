@@ -112,11 +112,28 @@ def test_no_powercap_tree_is_reported_with_a_fix(tmp_path):
 def test_counter_that_becomes_unreadable_raises_meter_error(tmp_path):
     zone = rapl_zone(tmp_path, "intel-rapl:0", "package-0", 10)
     meter = rapl.RaplMeter(tmp_path)
-    (zone / "energy_uj").unlink()
-    (zone / "energy_uj").mkdir()  # reading a directory fails like a vanished counter
+    (zone / "energy_uj").write_text("gone\n")  # the open counter no longer reads as a number
 
-    with pytest.raises(MeterError, match="cannot read RAPL counter"):
+    with pytest.raises(MeterError, match="cannot read RAPL counter .*energy_uj"):
         meter.read_j()
+
+
+def test_a_counter_is_opened_once_and_each_read_sees_the_file_now(tmp_path):
+    """The meter keeps energy_uj open (one pread a reading); rewritten values are read; close gives it back."""
+    zone = rapl_zone(tmp_path, "intel-rapl:0", "package-0", 10)
+    fds = Path("/proc/self/fd")
+    meter = rapl.RaplMeter(tmp_path)
+    open_fds = len(list(fds.iterdir()))
+    seen = []
+    for uj in (1_000_010, 3_000_010, 3_500_010):
+        (zone / "energy_uj").write_text(f"{uj}\n")
+        seen.append(sum(meter.read_j().values()))
+
+    assert seen == [1.0, 3.0, 3.5]
+    assert len(list(fds.iterdir())) == open_fds  # no file opened per reading
+    meter.close()
+    meter.close()  # idempotent
+    assert len(list(fds.iterdir())) == open_fds - 1
 
 
 def _probe_as_nobody(root: str) -> dict:
@@ -348,3 +365,18 @@ def test_the_reason_of_an_invalid_window_reaches_the_runs_final_sidecar(tmp_path
     assert (second["energy_j"], second["energy_method"]) == ("2", "counter")
     [seen] = report.sidecar["meters"]["invalid"]["cpu_package_0"]
     assert seen["kind"] == "counter jump" and seen["readings"] == 1 and "fell from 5000000 to 4000000" in seen["first"]
+
+
+def test_the_overhead_benchmark_prints_a_row_per_meter_set_and_the_read_ratio():
+    """scripts/bench_overhead.py runs the production RAPL and NVML meters under the profiler (tiny sizes here)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_overhead.py"
+    out = subprocess.run([sys.executable, str(script), "--windows", "5", "--zones", "1,3", "--gpus", "0,2"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["3"])]
+    assert [(r[0], r[1]) for r in rows] == [("1", "0"), ("1", "2"), ("3", "0"), ("3", "2")]
+    assert all(float(v) > 0 for r in rows for v in r[2:])
+    assert "kept open + pread" in out and "ratio" in out

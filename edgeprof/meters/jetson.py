@@ -39,10 +39,13 @@ from typing import Callable, Mapping
 from edgeprof.errors import MeterError, MeterPermissionError
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
 from edgeprof.meters.sampler import Implausible, PowerSample, PowerSampler
-from edgeprof.meters.sysfs import read_label
+from edgeprof.meters.sysfs import IntFile, read_label
 
 #: names of the board's input rail (the total), upper-cased
 TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN", "VDD_IN_TOTAL")
+
+#: what a permission error on a rail file names as its fix
+PERMISSION_FIX = "run as root or chmod a+r it"
 
 NO_TOTAL_NOTE = (
     "this board has no total input rail; total = sum of the listed rails, which excludes regulator "
@@ -59,24 +62,41 @@ class Rail:
     power_file: Path  # in_power<k>_input (mW) or in<k>_input (mV)
     current_file: Path | None  # curr<k>_input (mA) for hwmon
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.power_file,) if self.current_file is None else (self.power_file, self.current_file)
+
+    def open(self) -> "OpenRail":
+        """The rail with its files kept open, for a sampler that reads it many times a second."""
+        return OpenRail(self)
+
+    def read_uw(self) -> PowerSample:
+        """Microwatts now (files opened and closed again), or :class:`Implausible` (see :class:`OpenRail`)."""
+        rail = self.open()
+        try:
+            return rail.read_uw()
+        finally:
+            rail.close()
+
+
+class OpenRail:
+    """A rail whose files stay open between readings (one ``pread`` a file a sample)."""
+
+    def __init__(self, rail: Rail) -> None:
+        self.rail = rail
+        self._files = tuple(IntFile(path, "Jetson rail", PERMISSION_FIX) for path in rail.files)
+
     def read_uw(self) -> PowerSample:
         """Microwatts now, or :class:`Implausible` (naming the file) when a reading is negative."""
-        files = (self.power_file,) if self.current_file is None else (self.power_file, self.current_file)
-        values = [_read_int(f) for f in files]
-        for path, value in zip(files, values):
+        values = [f.read() for f in self._files]
+        for path, value in zip(self.rail.files, values):
             if value < 0:
-                return Implausible(f"rail {self.label}: {path.name} reads {value} (negative)")
-        return values[0] * 1000 if self.current_file is None else values[0] * values[1]
+                return Implausible(f"rail {self.rail.label}: {path.name} reads {value} (negative)")
+        return values[0] * 1000 if self.rail.current_file is None else values[0] * values[1]
 
-
-def _read_int(path: Path) -> int:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except PermissionError as err:
-        raise MeterPermissionError(f"cannot read {path}: permission denied; run as root or chmod a+r it") from err
-    except (OSError, ValueError) as err:
-        raise MeterError(f"cannot read Jetson rail {path}: {err}") from err
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
 
 
 def _skip(label: str) -> bool:
@@ -199,7 +219,8 @@ class JetsonMeter(Meter):
         self.hz = float(hz)
         #: the INA3221 averages over a few ms; the effective period is the sampling period
         self.update_period_s = 1.0 / self.hz
-        pairs = tuple(zip((d.name for d in self._domains), self._rails))
+        pairs = tuple(zip((d.name for d in self._domains), (r.open() for r in self._rails)))
+        self._open = tuple(rail for _, rail in pairs)
         self._sampler = PowerSampler(
             tuple(name for name, _ in pairs), lambda: {name: rail.read_uw() for name, rail in pairs},
             hz=hz, clock_ns=clock_ns,
@@ -226,6 +247,8 @@ class JetsonMeter(Meter):
 
     def close(self) -> None:
         self._sampler.stop()
+        for rail in self._open:
+            rail.close()
 
     def describe(self) -> dict:
         info = super().describe()

@@ -45,7 +45,7 @@ from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
-from edgeprof.meters.sysfs import read_label
+from edgeprof.meters.sysfs import IntFile, read_label
 
 _ZONE_RE = re.compile(r"^intel-rapl(?P<mmio>-mmio)?:(?P<top>\d+)(?::(?P<sub>\d+))?$")
 
@@ -83,14 +83,18 @@ def _read_text(path: Path) -> str:
         return fh.read().strip()
 
 
+def _counter(zone_path: Path) -> IntFile:
+    """The zone's ``energy_uj``, kept open; permission problems become :class:`MeterPermissionError`."""
+    return IntFile(zone_path / "energy_uj", "RAPL counter", PERMISSION_FIX)
+
+
 def _read_uj(path: Path) -> int:
-    """Read an integer counter; permission problems become :class:`MeterPermissionError`."""
+    """Read an integer counter once (probing); permission problems become :class:`MeterPermissionError`."""
+    counter = IntFile(path, "RAPL counter", PERMISSION_FIX)
     try:
-        return int(_read_text(path))
-    except PermissionError as err:
-        raise MeterPermissionError(f"cannot read {path}: permission denied. Fix: {PERMISSION_FIX}") from err
-    except (OSError, ValueError) as err:
-        raise MeterError(f"cannot read RAPL counter {path}: {err}") from err
+        return counter.read()
+    finally:
+        counter.close()
 
 
 def _socket_label(zone_name: str, parent_name: str | None) -> str:
@@ -225,9 +229,10 @@ class RaplMeter(Meter):
         if not self._zones:
             raise MeterError(f"no RAPL zones under {powercap_dir(sysfs_root)}"
                              + (f" ({'; '.join(skipped)})" if skipped else ""))
+        self._counters = {z.domain.name: _counter(z.path) for z in self._zones}
         self._clock_ns = clock_ns
         self._last_t_ns = clock_ns()
-        self._last: dict[str, int | None] = {z.domain.name: self._in_range(z, _read_uj(z.path / "energy_uj"))
+        self._last: dict[str, int | None] = {z.domain.name: self._in_range(z, self._counters[z.domain.name].read())
                                              for z in self._zones}
         self._total_uj = {z.domain.name: 0 for z in self._zones}
 
@@ -243,7 +248,7 @@ class RaplMeter(Meter):
         elapsed_s = max(t_ns - self._last_t_ns, 0) / 1e9
         for zone in self._zones:
             key = zone.domain.name
-            now = _read_uj(zone.path / "energy_uj")
+            now = self._counters[key].read()
             problem = self._problem(zone, self._last[key], now, elapsed_s)
             if problem:
                 self.flag_invalid(key, Invalid("counter jump", problem))
@@ -268,6 +273,10 @@ class RaplMeter(Meter):
         return (f"{counter} {what} from {last} to {now} uJ in {elapsed_s:.3g} s: {delta / 1e6:.6g} J, over "
                 f"{zone.max_power_uw / 1e6:g} W ({zone.max_power_source}) x (elapsed + {SLACK_S:g} s)"
                 + ("; not a plausible wrap" if now < last else ""))
+
+    def close(self) -> None:
+        for counter in self._counters.values():
+            counter.close()
 
     def describe(self) -> dict:
         info = super().describe()
