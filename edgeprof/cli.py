@@ -130,9 +130,29 @@ def guard() -> Iterator[None]:
         _err(str(err))
         raise typer.Exit(err.exit_code) from None
     except KeyboardInterrupt as err:
-        what = getattr(err, "reason", "interrupted (SIGINT)")
-        typer.echo(f"edgeprof: {what}; the report keeps every round that finished", err=True)
+        typer.echo(f"edgeprof: {_interrupted(err)}", err=True)
         raise typer.Exit(exit_code(err)) from None
+
+
+def _interrupted(err: KeyboardInterrupt) -> str:
+    """What a stop signal left: the report it names (``err.report``: set where a report was open, see
+    :func:`edgeprof.report.session.open_run` and :func:`_report_done`), whole or with the finished rounds."""
+    what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
+    if report is None:
+        return what
+    if getattr(err, "report_complete", False):
+        return f"{what} after the run completed; the report is whole ({report})"
+    return f"{what}; the report keeps every round that finished ({report})"
+
+
+@contextlib.contextmanager
+def _report_done(csv_path: Path) -> Iterator[None]:
+    """Around what a command prints after its run completed: a Ctrl-C there names the whole report."""
+    try:
+        yield
+    except KeyboardInterrupt as err:
+        err.report, err.report_complete = csv_path, True
+        raise
 
 
 def _run_with_progress(cfg, display=None) -> "object":
@@ -199,9 +219,10 @@ def _print_final_eval(csv_path: Path) -> None:
 def _measure_and_report(cfg) -> None:
     """Run ``cfg``, then print the report's summary (and, with ``--evaluate``, the last evaluation)."""
     result = _run_with_progress(cfg)
-    _print_summary(result.csv_path)
-    if cfg.evaluate:
-        _print_final_eval(result.csv_path)
+    with _report_done(result.csv_path):
+        _print_summary(result.csv_path)
+        if cfg.evaluate:
+            _print_final_eval(result.csv_path)
 
 
 @app.command()
@@ -484,7 +505,7 @@ def flower_simulate(
 
 
 def main() -> None:
-    """The ``edgeprof`` console script (and ``python -m edgeprof.cli``): run the command, then end the process
+    """The ``edgeprof`` console script (through :mod:`edgeprof.__main__`): run the command, then end the process
     with the command's exit code without waiting for the interpreter's teardown.
 
     Once a process has loaded torch and ONNX Runtime, tearing it down (every module, then their C++ libraries)
@@ -497,13 +518,20 @@ def main() -> None:
     The exit codes are the command's own (README: exit codes). Only this entry point exits early: the tests'
     CliRunner and a program that calls ``app`` get their SystemExit as before.
     """
+    from edgeprof.signals import exit_code, ignore_stop_signals
+
     try:
         app()
         code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
     except SystemExit as done:
         code = 0 if done.code is None else done.code
+    except KeyboardInterrupt as err:  # before the command's own guard took over, or after it let go
+        typer.echo(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
+                   "nothing was written", err=True)
+        code = exit_code(err)
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if isinstance(code, int) and run_exit_handlers is not None and _alone() and _flushed():
+        ignore_stop_signals()  # the command is over: a late Ctrl-C must not break the exit handlers into a traceback
         run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
         if _flushed():
             os._exit(code)

@@ -50,22 +50,68 @@ def handle_termination() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold the stop signals back for the block: one that arrives meanwhile is raised at its end.
-
-    Python runs signal handlers in the main thread whichever thread the kernel picked, so deferring is done
-    with a recording handler (a thread signal mask would not stop delivery to torch's worker threads).
+def stop_once() -> None:
+    """The process's own handling from its start (the console script): the first stop signal raises
+    (KeyboardInterrupt for Ctrl-C, :class:`Terminated` for SIGTERM and SIGHUP); later ones are ignored, because
+    the run is already ending: a burst of Ctrl-C cannot break its clean-up into a traceback or a second line.
+    Blocks that install their own handlers (:func:`handle_termination`, :func:`signals_held`) restore this one.
     """
     if threading.current_thread() is not threading.main_thread():
-        yield
         return
-    pending: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
+    stopped: list[int] = []
+
+    def first_stop(signum, _frame) -> None:
+        if stopped:
+            return
+        stopped.append(signum)
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, first_stop)
+
+
+def ignore_stop_signals() -> None:
+    """From now on the stop signals do nothing (the command is over; only the process's exit is left)."""
+    if threading.current_thread() is threading.main_thread():
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
+class HeldSignals:
+    """Stop signals held back from construction until :meth:`release`, which raises the first one that came.
+
+    For a span that does not fit one ``with`` block: a report is created with signals held, and the held
+    Ctrl-C is raised inside the block that records how the run ended. Python runs signal handlers in the
+    main thread whichever thread the kernel picked, so holding is done with a recording handler (a thread
+    signal mask would not stop delivery to torch's worker threads). Outside the main thread: a no-op.
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self._previous: dict | None = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, lambda signum, _frame: self.pending.append(signum))
+                              for s in STOP_SIGNALS}
+
+    def release(self, *, deliver: bool = True) -> None:
+        """Restore the handlers; with ``deliver``, raise the first held signal (KeyboardInterrupt or Terminated)."""
+        if self._previous is None:
+            return
+        previous, self._previous = self._previous, None
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if pending:
-        raise KeyboardInterrupt() if pending[0] == signal.SIGINT else Terminated(pending[0])
+        if deliver and self.pending:
+            raise KeyboardInterrupt() if self.pending[0] == signal.SIGINT else Terminated(self.pending[0])
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the stop signals back for the block: one that arrives meanwhile is raised at its end (when the
+    block ends with an exception of its own, that one goes on and the held signal is dropped)."""
+    hold = HeldSignals()
+    try:
+        yield
+    except BaseException:
+        hold.release(deliver=False)
+        raise
+    hold.release()

@@ -22,6 +22,7 @@ from edgeprof.federation import Federation
 from edgeprof.participants import participant_rng, sample_participants
 from edgeprof.report.session import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
+from edgeprof.runtime import load_native_libraries
 
 
 @dataclass
@@ -143,11 +144,13 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
     check_writable(cfg.out)
+    load_native_libraries()
     stage(stages["data"])
     clients = load_clients(cfg)
     stage(stages["build"])
     federation = build_federation(cfg, clients)
     stage(stages["meters"] if cfg.idle_seconds <= 0 else stages["idle"])
+    session = None
     try:
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,
                       runtime=federation.runtime) as session:
@@ -155,5 +158,9 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))
         return RunResult(session.ctx.run_id, session.csv_path, session.sidecar_path, session.done, session.status)
+    except KeyboardInterrupt as err:
+        if session is not None and session.status == "complete":  # a stop after the final sidecar: the report is whole
+            err.report, err.report_complete = session.csv_path, True
+        raise
     finally:
         federation.close()

@@ -214,9 +214,11 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
+    from edgeprof.runtime import load_native_libraries
     from edgeprof.simulate import build_federation, run_round
 
     check_writable(cfg.base.out)
+    load_native_libraries()
     set_threads(cfg.base.threads)
     cells = plan_cells(cfg)
     stage(f"preparing {cfg.base.dataset} data for {cfg.base.clients} client(s)")

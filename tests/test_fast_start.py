@@ -1,6 +1,6 @@
 """The console script ends without the interpreter's teardown, and loses nothing by it.
 
-``edgeprof`` (the script pyproject.toml installs, ``edgeprof.cli:main``) ends with ``os._exit`` once the command
+``edgeprof`` (the script pyproject.toml installs, ``edgeprof.__main__:main``) ends with ``os._exit`` once the command
 has returned and its output is flushed: these tests run that real script and check the exit code, the report and
 sidecar on disk, and what was printed; and that a ``measure`` run never imports scikit-learn, scipy or pandas
 (nor the optional plotly and flwr), read from ``python -X importtime``, which lists every module imported.
@@ -44,7 +44,7 @@ main()
 def _script() -> Path:
     if not SCRIPT.is_file():
         pytest.skip(f"no installed console script at {SCRIPT} (pip install -e .)")
-    assert "edgeprof.cli import main" in SCRIPT.read_text(), "reinstall: the script predates edgeprof.cli:main"
+    assert "edgeprof.__main__ import main" in SCRIPT.read_text(), "reinstall: the script predates edgeprof.__main__:main"
     return SCRIPT
 
 

@@ -153,3 +153,70 @@ def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_p
     assert _one_line(result.stderr).startswith("edgeprof: interrupted")
     sidecar = json.loads((out / "twice.json").read_text())
     assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
+
+
+def _handlers_installed(pid: int) -> bool:
+    """The console script has taken over its stop signals (SIGTERM is caught: edgeprof.__main__ ran)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # already gone: nothing left to wait for
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.slow
+def test_ctrl_c_bursts_at_any_moment_end_in_one_line_and_whole_files(tmp_path):
+    """Bursts of 1-3 Ctrl-C at seeded moments spread over a whole run (set-up, export, rounds, the final write):
+    every run ends with 0 or 130 and at most one line, and leaves either no report or a whole one whose sidecar
+    says how it ended. Python's own start-up (before edgeprof's entry module runs) is outside edgeprof's reach:
+    the bursts begin once the script has installed its handlers."""
+    import random
+
+    script = Path(sys.executable).parent / "edgeprof"
+    if not script.is_file():
+        pytest.skip(f"no installed console script at {script} (pip install -e .)")
+    rng = random.Random(20261125)
+    command = [str(script), "measure", *FAST, "--rounds", "30", "--run-name", "burst"]
+
+    # one whole run first, timed: until its report appears (set-up) and until it ends
+    whole = tmp_path / "whole"
+    proc = subprocess.Popen([*command, "--out", str(whole)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while not (whole / "burst.csv").exists() and proc.poll() is None:
+        time.sleep(0.002)
+    setup = time.monotonic() - t0
+    assert proc.wait(timeout=120) == 0
+    length = time.monotonic() - t0
+    half, outcomes = 8, []
+    for i in range(2 * half):  # stratified: eight bursts spread over set-up, eight over the rounds and the end
+        start, span = (0.0, setup) if i < half else (setup, length - setup)
+        out = tmp_path / f"run{i}"
+        proc = subprocess.Popen([*command, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        t0 = time.monotonic()
+        while not _handlers_installed(proc.pid):
+            time.sleep(0.002)
+        time.sleep(max(0.0, start + span * (i % half + rng.random()) / half - (time.monotonic() - t0)))
+        for _ in range(rng.randint(1, 3)):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            time.sleep(rng.uniform(0, 0.03))
+        _, stderr = proc.communicate(timeout=120)
+
+        assert proc.returncode in (0, 130), (i, proc.returncode, stderr)
+        files = sorted(p.name for p in out.iterdir()) if out.exists() else []
+        line = _one_line(stderr) if proc.returncode == 130 else ""
+        assert line.startswith("edgeprof: interrupted (SIGINT)") or proc.returncode == 0, (i, stderr)
+        assert "Traceback" not in stderr, (i, stderr)
+        if files:
+            assert files == ["burst.csv", "burst.json"], (i, files)
+            rows = _whole_rows(out / "burst.csv")
+            sidecar = json.loads((out / "burst.json").read_text())
+            # interrupted, or complete when the stop came after the final sidecar (the line then says so)
+            complete = proc.returncode == 0 or "after the run completed; the report is whole" in line
+            assert sidecar["status"] == ("complete" if complete else "interrupted"), (i, line, sidecar)
+            assert sidecar["rows"] == len(rows) - 1
+        outcomes.append("complete" if proc.returncode == 0 else "report" if files else "no report")
+
+    assert {"no report", "report"} <= set(outcomes), outcomes  # the bursts hit set-up and the rounds both

@@ -27,6 +27,7 @@ from edgeprof.meters.discovery import MeterSet
 from edgeprof.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
+from edgeprof.signals import HeldSignals
 
 #: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
 log = logging.getLogger("edgeprof")
@@ -198,25 +199,50 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
         def sidecar(**status) -> dict:
             return finish(sidecar_data(cfg, run_id, meters, energy, phases, runtime, **status))
 
-        with ReportWriter(csv_path, columns or columns_for(phases)) as writer:
+        hold = HeldSignals()  # a Ctrl-C while the report is created waits until it can say "interrupted"
+        try:
+            writer = ReportWriter(csv_path, columns or columns_for(phases))
+            sidecar_written = False
             try:
                 write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
-            except OutputError:
+                sidecar_written = True
+                ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters), energy)
+                session = ReportSession(ctx, csv_path, sidecar_path, meters)
+            except BaseException:
                 writer.close()
                 csv_path.unlink(missing_ok=True)  # nothing recorded: leave no report at all
+                if sidecar_written:
+                    sidecar_path.unlink(missing_ok=True)
                 raise
-            ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters), energy)
-            session = ReportSession(ctx, csv_path, sidecar_path, meters)
+        except BaseException:
+            hold.release(deliver=False)
+            raise
+        with writer:
             error: BaseException | None = None
             try:
+                hold.release()  # raised here, a held Ctrl-C ends the run as interrupted with its report whole
                 yield session
             except BaseException as err:
                 error = err
+                if isinstance(err, KeyboardInterrupt):
+                    err.report = csv_path  # the CLI's line names the report that keeps the finished rounds
                 raise
             finally:
-                session.status, session.reason = ending(error)
-                extra = {"reason": session.reason} if session.reason else {}
-                _finish_sidecar(session, lambda: write_sidecar(sidecar_path, sidecar(
-                    status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)))
+                written: list[str] = []
+
+                def final(err: BaseException | None) -> None:
+                    session.status, session.reason = ending(err)
+                    extra = {"reason": session.reason} if session.reason else {}
+                    _finish_sidecar(session, lambda: (write_sidecar(sidecar_path, sidecar(
+                        status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)),
+                        written.append(session.status)))
+
+                try:
+                    final(error)
+                except KeyboardInterrupt as late:  # a stop that landed before the write held the signals back,
+                    if not written:                # or one held during it and raised after
+                        final(late)
+                    late.report, late.report_complete = csv_path, written[-1:] == ["complete"]
+                    raise
     finally:
         meters.close()

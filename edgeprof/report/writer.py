@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from edgeprof.errors import OutputError, ReportError
+from edgeprof.signals import signals_held
 
 _log = logging.getLogger("edgeprof")
 
@@ -84,9 +85,14 @@ class ReportWriter:
         self._good += len(data)
 
     def write(self, row: Mapping[str, object]) -> None:
-        """Append one whole row to the file (or nothing, and OutputError, when it does not fit)."""
-        self._append(self._line(row))
-        self.rows_written += 1
+        """Append one whole row to the file (or nothing, and OutputError, when it does not fit).
+
+        The stop signals wait for the row (:func:`~edgeprof.signals.signals_held`): a Ctrl-C can neither tear it
+        nor land between the bytes and the count the final sidecar reports (``rows``)."""
+        line = self._line(row)
+        with signals_held():
+            self._append(line)
+            self.rows_written += 1
 
     def add_columns(self, names: Sequence[str]) -> None:
         """Extend the header with those of ``names`` it lacks, keeping every row written so far.
