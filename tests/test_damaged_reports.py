@@ -76,7 +76,43 @@ def test_a_report_with_nothing_usable_is_one_line_and_exit_7(good, tmp_path, con
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 7, result.output
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-        assert lines[-1].startswith("edgeprof: error:") and expected in lines[-1] and "Traceback" not in result.output
+        assert len(lines) == 1, lines  # one failure, one line (no note about the same damaged rows first)
+        assert lines[0].startswith("edgeprof: error:") and expected in lines[0] and "Traceback" not in result.output
+
+
+#: sections of the wrong shape, as a hand edit or another tool leaves them; each is named and left out
+WRONG_SHAPES = {
+    "device": "oops", "meters": "x", "libraries": [1, 2], "energy": {"carbon": "250 g"},
+    "monitor": {"notes": "one"}, "rows": -3,
+}
+
+
+@pytest.mark.parametrize("command", ["summary", "dashboard"])
+@pytest.mark.parametrize("section", list(WRONG_SHAPES))
+def test_a_sidecar_section_of_the_wrong_shape_is_left_out_with_one_note(good, tmp_path, command, section):
+    sidecar = json.loads(good.with_suffix(".json").read_text())
+    sidecar[section] = WRONG_SHAPES[section]
+    path = _copy(good, tmp_path / "r", good.read_bytes(), json.dumps(sidecar).encode())
+    argv = [command, str(path)] + (["--out", str(tmp_path / "page")] if command == "dashboard" else [])
+
+    result = CliRunner().invoke(app, argv)
+
+    assert result.exit_code == 0, result.output
+    notes = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(notes) == 1 and "left out sidecar section(s) of the wrong shape" in notes[0], notes
+    assert notes[0].split("wrong shape: ")[1].startswith(section), notes
+    assert "Traceback" not in result.output
+
+
+def test_a_sidecar_keeps_its_usable_sections_and_the_ones_it_does_not_know():
+    from edgeprof.report.sidecar import usable_sidecar
+
+    data = {"device": "oops", "status": "complete", "meters": {"meters": [{"name": "rapl"}]}, "sweep": {"any": 1}}
+
+    kept, why = usable_sidecar(data)
+
+    assert kept == {"status": "complete", "meters": {"meters": [{"name": "rapl"}]}, "sweep": {"any": 1}}
+    assert why.startswith("left out sidecar section(s) of the wrong shape: device is a string")
 
 
 @pytest.mark.parametrize("sidecar", [b"[1, 2, 3]", b'"text"', b"\xff\xfe{}", b"{not json"])

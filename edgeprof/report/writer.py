@@ -251,6 +251,11 @@ def _read_sidecar(path: Path) -> dict:
     if not isinstance(data, dict):
         _log.warning(f"ignoring sidecar {path}: a JSON {type(data).__name__}, not an object")
         return {}
+    from edgeprof.report.sidecar import usable_sidecar
+
+    data, why = usable_sidecar(data)
+    if why:
+        _log.warning(f"{path.name}: {why}")
     return data
 
 
@@ -292,9 +297,10 @@ def read_report(path: str | Path) -> Report:
             rows.append({**row, **blank, **whole})
         else:
             bad.append(f"line {line}: {problem}")
+    if not rows:  # one line for one failure: the error names the first damage itself
+        raise ReportError(f"{path} has no usable row ({len(raw)} rows, {len(bad)} damaged"
+                          + (f"; {bad[0]}" if bad else "") + ")")
     if bad:
         _log.warning(f"{path.name}: skipped {len(bad)} damaged row(s) of {len(raw)} ({bad[0]}"
                      f"{'; ...' if len(bad) > 1 else ''})")
-    if not rows:
-        raise ReportError(f"{path} has no usable row ({len(raw)} rows, {len(bad)} damaged)")
     return Report(path, fieldnames, rows, _read_sidecar(path.with_suffix(".json")))

@@ -1,0 +1,104 @@
+"""The shape of a report's JSON sidecar, checked when a report is read back.
+
+Readers (``summary``, ``dashboard``, the analysis) look into the sidecar's sections (``device.hostname``,
+``energy.carbon.source``, ``meters.meters[].name`` ...). A sidecar edited by hand, cut by a disk or written by
+something else can hold a string where a section belongs. :func:`usable_sidecar` validates each section
+against the pydantic models below, keeps every section that has its shape and leaves out each one that has
+not, and says which in one line (``why``); sections it does not know (a sweep's, a monitor's) are kept as
+they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Carbon(_Section):
+    g_per_kwh: Optional[float] = None
+    source: str = ""
+
+
+class Energy(_Section):
+    carbon: Optional[Carbon] = None
+    idle: Optional[dict[str, Any]] = None
+
+
+class MeterInfo(_Section):
+    name: str = "?"
+
+
+class Missing(_Section):
+    meter: Optional[str] = None
+    reason: Optional[str] = None
+
+
+class Meters(_Section):
+    meters: list[MeterInfo] = Field(default_factory=list)
+    not_found: list[Missing] = Field(default_factory=list)
+    invalid: dict[str, Any] = Field(default_factory=dict)
+
+
+class Monitor(_Section):
+    notes: list[str] = Field(default_factory=list)
+
+
+class Sidecar(_Section):
+    """The sections readers use; every one optional (an older or a cut sidecar lacks some)."""
+
+    run_id: Optional[str] = None
+    status: Optional[str] = None
+    reason: Optional[str] = None
+    rows: Optional[int] = Field(default=None, ge=0)
+    rounds_completed: Optional[int] = Field(default=None, ge=0)
+    config: Optional[dict[str, Any]] = None
+    device: Optional[dict[str, Any]] = None
+    libraries: Optional[dict[str, Any]] = None
+    meters: Optional[Meters] = None
+    energy: Optional[Energy] = None
+    monitor: Optional[Monitor] = None
+    phases: Optional[list[str]] = None
+    notes: Optional[list[str]] = None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"the number {value!r}"
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return kind.get(type(value), f"a {type(value).__name__}")
+
+
+def usable_sidecar(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the sidecar without the sections whose shape is wrong, one line naming them, '' when none)."""
+    bad: dict[str, str] = {}
+    kept = dict(data)
+    for _ in range(len(data) + 1):  # each pass leaves out at least one section, or ends
+        try:
+            Sidecar.model_validate(kept)
+            break
+        except ValidationError as err:
+            wrong = [e for e in err.errors() if e["loc"] and str(e["loc"][0]) in kept]
+            if not wrong:
+                break
+            for error in wrong:
+                key = str(error["loc"][0])
+                where = ".".join(str(p) for p in error["loc"])
+                bad.setdefault(key, f"{where} is {_shown(_at(data, error['loc']))} ({error['msg'][0].lower()}"
+                                    f"{error['msg'][1:]})")
+                kept.pop(key, None)
+    why = "" if not bad else "left out sidecar section(s) of the wrong shape: " + "; ".join(bad.values())
+    return kept, why
+
+
+def _at(data: Any, loc: tuple) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return data
+    return data
