@@ -151,3 +151,9 @@ def not_a_module(input_shape):
 
 def fails(input_shape):
     raise ValueError("this factory cannot build for " + str(input_shape))
+
+
+def exits(input_shape):
+    import sys
+
+    sys.exit(3)

@@ -126,6 +126,7 @@ REFUSED = [
     ("classifier_left_in", ModelError, "parameter 'classifier.weight' is not used to compute the features"),
     ("not_a_module", ModelError, "the factory returned a str, not a torch.nn.Module"),
     ("fails", ModelError, "the factory failed for input shape (1, 8, 8): ValueError: this factory cannot"),
+    ("exits", ModelError, "the factory failed for input shape (1, 8, 8): it called sys.exit(3)"),
     ("no_such_factory", ConfigError, "custom_backbones has no 'no_such_factory'"),
 ]
 

@@ -173,7 +173,8 @@ def test_a_given_plan_is_parsed(spec, plan):
 
 
 @pytest.mark.parametrize("spec", ["nope", "channels_last", "nchw:64", "channels_last:0", "channels_last:-3",
-                                  "contiguous:x", "channels_last:99999999"])
+                                  "contiguous:x", "channels_last:99999999", "channels_last:\u00b2",
+                                  "channels_last:\u0664"])  # a superscript two, an Arabic-Indic four
 def test_a_bad_plan_is_one_config_error(spec):
     with pytest.raises(ConfigError) as err:
         execution.check(spec)
@@ -197,8 +198,9 @@ def test_auto_is_the_table_until_a_calibration_is_stored_then_the_calibration(tm
     again = execution.resolve("auto", mlp, 1)
     assert again.spec == calibrated.spec and "calibrated on this machine" in again.source
     assert execution.resolve("auto", mlp, 2).source.startswith("table")  # another thread count: not calibrated
-    stored[0].write_text("{damaged")
-    assert execution.resolve("auto", mlp, 1).source.startswith("table")
+    for damage in ("{damaged", "[" * 100_000 + "]" * 100_000):  # cut JSON; nesting deeper than the parser's stack
+        stored[0].write_text(damage)
+        assert execution.resolve("auto", mlp, 1).source.startswith("table")
 
 
 def test_the_calibration_times_every_candidate_and_picks_one_of_them():

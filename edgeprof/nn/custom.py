@@ -92,9 +92,8 @@ def _import(name: str):
             raise ConfigError(f"cannot import backbone module {name!r}: no module named {err.name!r} (is its folder "
                               f"on PYTHONPATH, or the current folder?)") from err
         raise ModelError(f"importing backbone module {name!r} failed: {type(err).__name__}: {err}") from err
-    except Exception as err:  # the user's module raised while being imported
-        raise ModelError(f"importing backbone module {name!r} failed: {type(err).__name__}: {err}".splitlines()[0]) \
-            from err
+    except (Exception, SystemExit) as err:  # the user's module raised (or exited) while being imported
+        raise ModelError(f"importing backbone module {name!r} failed: {_failure(err)}") from err
 
 
 def _load_file(path_text: str):
@@ -112,10 +111,9 @@ def _load_file(path_text: str):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         del sys.modules[name]
-        raise ModelError(f"loading backbone file {path_text} failed: {type(err).__name__}: {err}".splitlines()[0]) \
-            from err
+        raise ModelError(f"loading backbone file {path_text} failed: {_failure(err)}") from err
     return module
 
 
@@ -135,9 +133,15 @@ def _call(factory: Callable[..., Any], spec: str, shape: tuple[int, int, int]) -
         return factory(shape) if _takes_shape(factory) else factory()
     except EdgeprofError:
         raise
-    except Exception as err:
-        raise ModelError(f"backbone {spec!r}: the factory failed for input shape {shape}: "
-                         f"{type(err).__name__}: {err}".splitlines()[0]) from err
+    except (Exception, SystemExit) as err:
+        raise ModelError(f"backbone {spec!r}: the factory failed for input shape {shape}: {_failure(err)}") from err
+
+
+def _failure(err: BaseException) -> str:
+    """One line for what the user's code did: its exception, or the sys.exit it called (not the run's exit)."""
+    if isinstance(err, SystemExit):
+        return f"it called sys.exit({err.code!r})"
+    return f"{type(err).__name__}: {err}".splitlines()[0]
 
 
 def wrap(name: str, net: Any, input_shape: tuple[int, int, int]) -> CustomBackbone:

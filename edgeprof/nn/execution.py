@@ -118,7 +118,7 @@ def parse(spec: str) -> ExecutionPlan:
                           f"{', '.join(MEMORY_FORMATS)} and CHUNK a number of images or 'all', got {spec!r}")
     if chunk == "all":
         return ExecutionPlan(fmt, None, f"given: {spec}")
-    if not chunk.isdigit() or int(chunk) < 1 or int(chunk) > 1_000_000:
+    if not (chunk.isascii() and chunk.isdigit()) or int(chunk) < 1 or int(chunk) > 1_000_000:  # not "²"
         raise ConfigError(f"execution chunk must be a number of images in 1..1000000 or 'all', got {chunk!r}")
     return ExecutionPlan(fmt, int(chunk), f"given: {spec}")
 
@@ -230,7 +230,7 @@ def _stored(module, threads: Optional[int]) -> Optional[ExecutionPlan]:
         data = json.loads(path.read_text())
         plan = parse(data["spec"])
         return dataclasses.replace(plan, source=f"{data['source']}; stored in {path}")
-    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError):  # a damaged cache: calibrate again
         return None
 
 
