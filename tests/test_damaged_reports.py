@@ -162,3 +162,30 @@ def _set_cell_file(good: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "blank.csv"
     copy.write_bytes(_set_cell(good, "energy_j", ""))
     return copy
+
+
+def test_a_diverged_run_is_a_result_every_rows_energy_kept_and_the_round_named(tmp_path):
+    """FedAvg with an absurd step diverges: exit 0, one note naming the first round whose loss is not finite
+    (read independently from the CSV here), the sidecar says so, and summary and dashboard keep every row."""
+    import csv
+    import math
+
+    out = tmp_path / "div"
+    result = CliRunner().invoke(app, ["measure", "--algo", "fedavg", "--beta", "1e9", "--dataset", "synthetic",
+                                      "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp",
+                                      "--clients", "4", "--tau", "2", "--rounds", "4", "--no-progress",
+                                      "--run-name", "d", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((out / "d.csv").open()))
+    clients = [r for r in rows if r["kind"] == "client"]
+    first = next(int(r["round"]) for r in clients if not math.isfinite(float(r["train_loss"])))
+    notes = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert notes == [f"edgeprof: note: the training loss stopped being finite at round {first} "
+                     f"({next(r['train_loss'] for r in clients if int(r['round']) == first)}): the run diverged; its "
+                     "rows and their energy are kept (sidecar: diverged)"]
+    assert json.loads((out / "d.json").read_text())["diverged"]["round"] == first
+    for argv in (["summary", str(out / "d.csv")], ["dashboard", str(out / "d.csv"), "--out", str(tmp_path / "page")]):
+        again = CliRunner().invoke(app, argv)
+        assert again.exit_code == 0 and "damaged" not in again.output, again.output
+    assert f"│ fedavg │ client round  │ {len(clients)} │" in result.stdout  # every client round counted

@@ -233,6 +233,8 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
                 def final(err: BaseException | None) -> None:
                     session.status, session.reason = ending(err)
                     extra = {"reason": session.reason} if session.reason else {}
+                    if writer.diverged is not None:
+                        extra["diverged"] = writer.diverged
                     _finish_sidecar(session, lambda: (write_sidecar(sidecar_path, sidecar(
                         status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)),
                         written.append(session.status)))

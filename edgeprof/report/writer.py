@@ -48,6 +48,8 @@ class ReportWriter:
         self.path = Path(path)
         self.columns = tuple(columns)
         self.rows_written = 0
+        #: the first row whose training loss is not finite (round, kind, client, train_loss), None while none is
+        self.diverged: dict | None = None
         try:
             self._file = open(self.path, "xb", buffering=0)
         except FileExistsError as err:
@@ -93,6 +95,24 @@ class ReportWriter:
         with signals_held():
             self._append(line)
             self.rows_written += 1
+        if self.diverged is None:
+            self._watch_loss(row)
+
+    def _watch_loss(self, row: Mapping[str, object]) -> None:
+        """Note the first round whose training loss is not finite: a diverged run is a result, not damage."""
+        loss = row.get("train_loss")
+        if row.get("kind") not in ("client", "eval") or loss in (None, ""):
+            return
+        try:
+            finite = math.isfinite(float(loss))
+        except (TypeError, ValueError):
+            return
+        if not finite:
+            number = row.get("round")
+            self.diverged = {"round": int(number) if str(number).isdecimal() else number, "kind": row.get("kind"),
+                             "client": row.get("client"), "train_loss": str(loss)}
+            _log.warning(f"the training loss stopped being finite at round {row.get('round')} ({loss}): the run "
+                         "diverged; its rows and their energy are kept (sidecar: diverged)")
 
     def add_columns(self, names: Sequence[str]) -> None:
         """Extend the header with those of ``names`` it lacks, keeping every row written so far.
@@ -207,6 +227,8 @@ class Report:
 
 #: columns every usable row has (a damaged report may lack others: they read as empty)
 REQUIRED_COLUMNS = ("run_id", "algo", "kind")
+#: result columns where NaN or infinity is a result (a diverged run), not damage
+RESULT_COLUMNS = ("train_loss",)
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
 _TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
@@ -234,7 +256,8 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
             number = float(value)
         except ValueError:
             return f"{name} = {value!r} is not a number"
-        if not math.isfinite(number) or (name in INTEGER_COLUMNS and number != int(number)):
+        if (not math.isfinite(number) and name not in RESULT_COLUMNS) or (
+                name in INTEGER_COLUMNS and number != int(number)):
             return f"{name} = {value!r} is not a {'whole' if name in INTEGER_COLUMNS else 'finite'} number"
     return None
 
