@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import sys
 
+from edgeprof.host import prefer_passive_openmp
 from edgeprof.signals import exit_code, stop_once
 
 
 def main() -> None:
-    """Take over the stop signals (:func:`edgeprof.signals.stop_once`), import the CLI, run it."""
+    """Take over the stop signals (:func:`edgeprof.signals.stop_once`), set OpenMP's passive wait before torch
+    loads (:func:`edgeprof.host.prefer_passive_openmp`), import the CLI, run it."""
     stop_once()
+    prefer_passive_openmp()
     try:
         from edgeprof.cli import main as run
     except KeyboardInterrupt as err:

@@ -14,20 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from edgeprof.data import names as data_names
 from edgeprof.errors import ConfigError
+from edgeprof.nn import names as nn_names
 
-DATASETS = ("digits", "synthetic", "mnist", "fashion-mnist", "emnist", "cifar10", "omniglot")
-#: the backbones of the paper's Table 4, built in
-TABLE4_BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
-#: standard edge models from torchvision (the ``vision`` extra), adapted to the data, randomly initialised
-VISION_BACKBONES = ("mobilenet_v3_small", "resnet18", "efficientnet_b0")
-#: every named backbone ``--backbone`` offers; any other value must be your own, as a :func:`factory_spec`
-BACKBONES = TABLE4_BACKBONES + VISION_BACKBONES
-#: how your own backbone is named (README, "Your own backbone")
-FACTORY_FORM = "module:factory"
-_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-_FACTORY = re.compile(rf"(?P<module>{_DOTTED}|[^:]*\.py):(?P<factory>{_DOTTED})")
-DEGREES = ("high", "medium", "none", "group")
 PARTICIPATION_MODES = ("fixed", "bernoulli")
 SERVER_OPTIMIZERS = ("adam", "sgd")
 #: how accuracy is measured with ``evaluate``: ``global`` scores every client after the server step (the
@@ -35,27 +25,20 @@ SERVER_OPTIMIZERS = ("adam", "sgd")
 #: local update, before the server step, as correct predictions summed over them / their test samples (the
 #: PFLEGO authors' reference code, and so Table 1)
 EVAL_PROTOCOLS = ("global", "paper")
-#: how the data is split and clients sampled: ``balanced`` (classes dealt from a balanced stream, train and test
-#: pooled and split 25% per class per client, r = round(pi*I)) or ``paper`` (the PFLEGO authors' reference code:
-#: classes drawn per client independently, the official test split dealt to test sets, r = int(I*pi));
-#: see :mod:`edgeprof.data.partition` and :func:`edgeprof.participants.clients_per_round`
-SPLITS = ("balanced", "paper")
+
+#: names owned by the layers below, read from them whenever asked (``config.DATASETS`` is
+#: ``edgeprof.data.names.DATASETS``): one list each, never a copy here
+_OWNED = {
+    "DATASETS": data_names, "FILE_DATASETS": data_names, "DEGREES": data_names, "SPLITS": data_names,
+    "TABLE4_BACKBONES": nn_names, "VISION_BACKBONES": nn_names, "BACKBONES": nn_names, "FACTORY_FORM": nn_names,
+    "factory_spec": nn_names, "check_backbone": nn_names,
+}
 
 
-def factory_spec(value: str) -> Optional[tuple[str, str]]:
-    """``(module, factory)`` of ``package.module:factory`` or ``path/to/file.py:factory``; None for anything else.
-
-    Only the form is checked here; :mod:`edgeprof.nn.custom` imports the module and calls the factory.
-    """
-    match = _FACTORY.fullmatch(value) if isinstance(value, str) else None
-    return (match["module"], match["factory"]) if match else None
-
-
-def check_backbone(value: str) -> None:
-    """ConfigError unless ``value`` is a named backbone (:data:`BACKBONES`) or a factory spec."""
-    _check(value in BACKBONES or factory_spec(value) is not None,
-           f"unknown backbone {value!r}; choose one of: {', '.join(BACKBONES)}, or your own as {FACTORY_FORM} "
-           "(package.module:factory or path/to/file.py:factory)")
+def __getattr__(name: str):
+    if name in _OWNED:
+        return getattr(_OWNED[name], name)
+    raise AttributeError(f"module 'edgeprof.config' has no attribute {name!r}")
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -213,10 +196,10 @@ def _check_int(name: str, value) -> None:
 def validate(cfg: RunConfig) -> None:
     """Raise ConfigError with one clear line for the first invalid setting."""
     _choice("algorithm", cfg.algo, algorithm_names())
-    _choice("dataset", cfg.dataset, DATASETS)
-    check_backbone(cfg.backbone)
-    _choice("degree of personalization", cfg.degree, DEGREES)
-    _choice("split", cfg.split, SPLITS)
+    _choice("dataset", cfg.dataset, data_names.DATASETS)
+    nn_names.check_backbone(cfg.backbone)
+    _choice("degree of personalization", cfg.degree, data_names.DEGREES)
+    _choice("split", cfg.split, data_names.SPLITS)
     _choice("participation mode", cfg.participation_mode, PARTICIPATION_MODES)
     _choice("server optimizer", cfg.server_optimizer, SERVER_OPTIMIZERS)
     _choice("evaluation protocol", cfg.eval_protocol, EVAL_PROTOCOLS)

@@ -57,7 +57,8 @@ __all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement"
 
 #: cells a row measured elsewhere may bring (:meth:`Monitor.record`), besides domain and phase columns
 MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
-                    "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s")
+                    "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
+                    "device_kind", "gpu_peak_mem_mb", "short_phases")
 
 OVERLAP_NOTE = ("{n} window(s) overlapped another window: each window's energy and CPU seconds are everything the "
                 "machine (the process) spent while it was open, so the rows of overlapping windows double count; "

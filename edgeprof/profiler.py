@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Optional, Protocol
 
 from edgeprof.meters.base import Domain
 from edgeprof.meters.discovery import MeterSet
@@ -87,6 +87,12 @@ class WindowResult:
     short_window: bool
     domains: tuple[Domain, ...] = field(default_factory=tuple)
     overhead_wall_s: float = 0.0
+    #: the compute device's kind ("cpu", "cuda"; "" when the profiler was given no device)
+    device_kind: str = ""
+    #: the device memory allocated at most during the window, MiB (None: a host device, or none given)
+    device_peak_mem_mb: Optional[float] = None
+    #: phases shorter than the meters' update period (their joules are below what the counters resolve)
+    short_phases: tuple[str, ...] = ()
 
     @property
     def wall_s(self) -> float:
@@ -135,53 +141,62 @@ class PeakRss:
         return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
 
 
-class Window:
-    """An open window; ``phase(name)`` marks a named part of it."""
+class Device(Protocol):
+    """Where the measured work runs (:class:`edgeprof.nn.compute.Compute` is one): what the profiler needs of it."""
 
-    def __init__(self, profiler: "Profiler", name: str) -> None:
-        self._profiler = profiler
-        self.name = name
-        self.phases: dict[str, Span] = {}
-        self.overhead_s = 0.0
-        self.overhead_wall_s = 0.0
-        self.result: WindowResult | None = None
+    device: str
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = self._profiler._sample(self)
-        try:
-            yield
-        finally:
-            span = Span.between(start, self._profiler._sample(self))
-            previous = self.phases.get(name)
-            self.phases[name] = span if previous is None else previous + span  # a phase entered twice accumulates
+    def sync(self) -> None:
+        """Wait for the device's queued work."""
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory period."""
+
+    def peak_memory_mb(self) -> Optional[float]:
+        """The device memory allocated at most since the reset, MiB (None for the host)."""
 
 
 class Profiler:
-    """Opens windows over a meter set with injectable clocks.
+    """Samples a meter set with injectable clocks; windows and phases are built on it by the one engine,
+    :class:`edgeprof.windows.Windows` (``profiler.window(name)`` opens one of its windows).
 
     ``clock`` is the wall clock, ``cpu_clock`` the process CPU clock (all threads) whose differences are
     ``cpu_s``, ``thread_clock`` the calling thread's CPU clock that times the profiler's own overhead.
+    ``device`` (a :class:`Device`, e.g. the run's Compute): every sample first waits for it (``sync``), so
+    work queued on an accelerator is counted in the span that queued it, and each window records its peak
+    device memory and the device's kind. Samples are taken at window and phase edges only, so the device is
+    synchronised there and nowhere else.
     """
 
     def __init__(self, meters: MeterSet, *, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.process_time,
-                 thread_clock: Callable[[], float] = time.thread_time, rss: PeakRss | None = None) -> None:
+                 thread_clock: Callable[[], float] = time.thread_time, rss: PeakRss | None = None,
+                 device: Optional[Device] = None) -> None:
         self.meters = meters
         self.domains = meters.domains()
+        self.device = device
         self._clock = clock
         self._cpu_clock = cpu_clock
         self._thread_clock = thread_clock
         self._rss = rss if rss is not None else PeakRss()
         self._flagged: dict[str, tuple[int, str]] = {}  # per domain: readings flagged implausible, latest reason
+        self._windows = None  # the engine, made on first use
 
-    def _charge(self, window: Window, wall0_s: float, thread0_s: float) -> None:
+    @property
+    def device_kind(self) -> str:
+        """``cpu``, ``cuda``, ... of :attr:`device` (``""`` without one)."""
+        return "" if self.device is None else str(self.device.device).partition(":")[0]
+
+    def _charge(self, window, wall0_s: float, thread0_s: float) -> None:
         """Add the bookkeeping since ``(wall0_s, thread0_s)`` to the window's overhead."""
         window.overhead_s += self._thread_clock() - thread0_s
         window.overhead_wall_s += self._clock() - wall0_s
 
-    def _sample(self, window: Window) -> Sample:
-        """Read the clocks and the meters, handing the meters this sample's CPU time; charged to overhead."""
+    def _sample(self, window) -> Sample:
+        """Wait for the device, then read the clocks and the meters, handing the meters this sample's CPU time;
+        the reading (not the wait, which is the span's own work finishing) is charged to overhead."""
+        if self.device is not None:
+            self.device.sync()
         wall0, thread0 = self._clock(), self._thread_clock()
         cpu = self._cpu_clock()
         reading = self.meters.read(cpu_s=cpu)
@@ -190,7 +205,7 @@ class Profiler:
         self._charge(window, wall0, thread0)
         return Sample(wall0, cpu, reading.energy_j, dict(self._flagged))
 
-    # --- for callers that keep their own windows (edgeprof.windows: windows that nest or overlap) ----------
+    # --- for the window engine (edgeprof.windows: windows that may nest and overlap, phases inside) --------
     def sample(self, charge) -> Sample:
         """One sample, as a window's edges and phases take it; its bookkeeping is added to ``charge``'s
         ``overhead_s`` and ``overhead_wall_s``."""
@@ -214,22 +229,34 @@ class Profiler:
         self._charge(charge, wall0, thread0)
         return peak
 
-    @contextlib.contextmanager
-    def window(self, name: str) -> Iterator[Window]:
-        """Measure the body; ``window.result`` holds the :class:`WindowResult` afterwards."""
-        win = Window(self, name)
-        wall0, thread0 = self._clock(), self._thread_clock()
-        self._rss.reset()
-        self._charge(win, wall0, thread0)
-        start = self._sample(win)
-        try:
-            yield win
-        finally:
-            end = self._sample(win)
+    def reset_device_peak(self, charge) -> None:
+        """Start a new peak-device-memory period (no-op without a device); the bookkeeping goes to ``charge``."""
+        if self.device is not None:
             wall0, thread0 = self._clock(), self._thread_clock()
-            peak = self._rss.read_mb()
-            self._charge(win, wall0, thread0)
-            span = Span.between(start, end)
-            short = span.wall_s < self.meters.update_period_s
-            win.result = WindowResult(name, span, dict(win.phases), peak, win.overhead_s, short,
-                                      self.domains, win.overhead_wall_s)
+            self.device.reset_peak_memory()
+            self._charge(charge, wall0, thread0)
+
+    def read_device_peak_mb(self, charge) -> Optional[float]:
+        """The device's peak memory since the last reset, MiB (None: no device, or a host device)."""
+        if self.device is None:
+            return None
+        wall0, thread0 = self._clock(), self._thread_clock()
+        peak = self.device.peak_memory_mb()
+        self._charge(charge, wall0, thread0)
+        return peak
+
+    @property
+    def windows(self):
+        """The window engine over this profiler (:class:`edgeprof.windows.Windows`), made once."""
+        if self._windows is None:
+            from edgeprof.windows import Windows
+
+            self._windows = Windows(self)
+        return self._windows
+
+    @contextlib.contextmanager
+    def window(self, name: str) -> Iterator:
+        """Measure the body as one window of :attr:`windows`; ``window.result`` holds the :class:`WindowResult`
+        afterwards and ``window.phase(name)`` marks its phases."""
+        with self.windows.window(name) as win:
+            yield win

@@ -1,8 +1,10 @@
 """Windows that may nest and overlap, with phases inside, over one Profiler's meters and clocks.
 
-The :class:`~edgeprof.profiler.Profiler` measures one window after another; user code (the
-:func:`edgeprof.monitor` API, the Flower mod for any ClientApp) opens windows inside windows, from
-callbacks, from several threads. :class:`Windows` allows that by giving every window its own start sample:
+This is edgeprof's one window engine: the :class:`~edgeprof.profiler.Profiler` samples the meters and
+clocks; every window and phase of ``measure``, ``sweep``, ``train``, :func:`edgeprof.monitor` and both Flower
+mods is opened here (``profiler.window(name)`` is a window of this engine). User code opens windows inside
+windows, from callbacks, from several threads. :class:`Windows` allows that by giving every window its own
+start sample:
 all windows share the meters' cumulative readings, and a window's figures are the differences between its
 own two samples, exactly as a Profiler window's (same :class:`~edgeprof.profiler.Span`, same
 :class:`~edgeprof.profiler.WindowResult`, so the report row and its method labels are those of
@@ -45,7 +47,19 @@ _OPEN: contextvars.ContextVar[tuple["OpenWindow", ...]] = contextvars.ContextVar
 
 
 def check_phase_name(name: str) -> None:
-    """MonitorError unless ``name`` can head report columns without clashing with any other column."""
+    """MonitorError unless ``name`` can head report columns without clashing with any other column (a name
+    that passed once is not checked again: phases are entered at every round)."""
+    if isinstance(name, str) and name in _GOOD_NAMES:
+        return
+    _check_phase_name(name)
+    _GOOD_NAMES.add(name)
+
+
+#: phase names already checked
+_GOOD_NAMES: set[str] = set()
+
+
+def _check_phase_name(name: str) -> None:
     from edgeprof.report.schema import BESIDE_ROUND, CORE_COLUMNS, GENERIC_COLUMNS, domain_columns
 
     if not isinstance(name, str) or not PHASE_NAME.fullmatch(name) or name.endswith("_cpu"):
@@ -128,6 +142,7 @@ class Windows:
                     other.overlapped = True
             else:
                 self.profiler.reset_peak_rss(cost)
+                self.profiler.reset_device_peak(cost)
             win.start = self.profiler.sample(cost)
             self._open.append(win)
             self._charge(cost, self._open)
@@ -145,13 +160,17 @@ class Windows:
             cost = _Cost()
             end = self.profiler.sample(cost)
             peak = self.profiler.read_peak_rss_mb(cost)
+            device_peak = self.profiler.read_device_peak_mb(cost) if win.peak_rss_exact else None
             self._charge(cost, self._open)
             self._open.remove(win)
             span = Span.between(win.start, end)
+            period = self.profiler.meters.update_period_s
             win.result = WindowResult(
                 name=win.name, span=span, phases=dict(win.phases), peak_rss_mb=peak, overhead_s=win.overhead_s,
-                short_window=span.wall_s < self.profiler.meters.update_period_s, domains=self.profiler.domains,
-                overhead_wall_s=win.overhead_wall_s)
+                short_window=span.wall_s < period, domains=self.profiler.domains,
+                overhead_wall_s=win.overhead_wall_s, device_kind=self.profiler.device_kind,
+                device_peak_mem_mb=device_peak,
+                short_phases=tuple(n for n, p in win.phases.items() if p.wall_s < period))
         _forget(win)
         return win.result
 
@@ -169,9 +188,19 @@ class Windows:
         win = self.begin(name)
         try:
             yield win
-        finally:
+        except BaseException:
             if win.is_open:
+                try:
+                    self.end(win)
+                except Exception:  # the body's own error goes on (a meter failing twice says it once)
+                    self.discard(win)
+            raise
+        if win.is_open:
+            try:
                 self.end(win)
+            except BaseException:  # its end could not be measured: it is no longer open either way
+                self.discard(win)
+                raise
 
     def _enter_phase(self, win: OpenWindow, name: str) -> Sample:
         check_phase_name(name)
@@ -192,9 +221,11 @@ class Windows:
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
         with self._lock:
             cost = _Cost()
-            end = self.profiler.sample(cost)
+            try:
+                end = self.profiler.sample(cost)
+            finally:  # a meter that fails here fails the window's run, not the bookkeeping of its phases
+                win.open_phase = None
             self._charge(cost, self._open)
-            win.open_phase = None
             span = Span.between(start, end)
             previous = win.phases.get(name)
             win.phases[name] = span if previous is None else previous + span

@@ -35,7 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy, as the CLI does
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # before torch loads, as the CLI does
 
 BASELINES = ("fedavg", "fedprox", "fedper", "fedrep", "fedbabu", "ditto", "fedsim", "fedalt")
 JOINT_PLANS = ("contiguous:all", "channels_last:all", "channels_last:128", "channels_last:64", "channels_last:32")

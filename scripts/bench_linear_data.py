@@ -22,7 +22,9 @@ import multiprocessing
 import os
 import statistics
 
-import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy, as the CLI does
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # before torch loads, as the CLI does
 
 
 def _spin(stop) -> None:

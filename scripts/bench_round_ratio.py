@@ -29,7 +29,9 @@ import time
 
 import numpy as np
 
-import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy, as the CLI does
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # before torch loads, as the CLI does
 
 
 def make_client(samples: int, seed: int, backbone: str = "cnn-omniglot"):

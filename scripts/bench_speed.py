@@ -29,7 +29,10 @@ def main() -> None:
     parser.add_argument("--target-s", type=float, default=60.0)
     args = parser.parse_args()
 
-    from edgeprof.simulate import run  # first, as the CLI does: it sets the OpenMP wait policy before torch loads
+    from edgeprof.host import prefer_passive_openmp
+
+    prefer_passive_openmp()  # before torch loads, as the CLI does
+    from edgeprof.simulate import run
     from edgeprof.algorithms import ALGORITHMS
     from edgeprof.config import RunConfig
     from edgeprof.report.writer import read_report

@@ -132,7 +132,7 @@ def tree_env(path: Path, cache: Path, bytecode: Path | None) -> dict:
 
 def cpu_model() -> str:
     sys.path.insert(0, str(REPO))
-    from edgeprof.device import cpu_model as model
+    from edgeprof.host import cpu_model as model
 
     return model()
 

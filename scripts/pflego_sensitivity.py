@@ -22,7 +22,9 @@ import argparse
 import contextlib
 import time
 
-import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # before torch loads, as the CLI does
 import numpy as np
 
 #: (name, RunConfig overrides, what-if patch)

@@ -30,7 +30,9 @@ from pathlib import Path
 
 def run_cell(spec: dict) -> dict:
     """One run (in this process): final and last-k accuracy, a fingerprint of its eval rows, what it ran on."""
-    import edgeprof  # noqa: F401 - before torch: sets the OpenMP wait policy
+    from edgeprof.host import prefer_passive_openmp
+
+    prefer_passive_openmp()  # before torch loads
     from edgeprof.config import RunConfig
     from edgeprof.report.writer import read_report
     from edgeprof.simulate import run

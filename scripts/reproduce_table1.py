@@ -38,7 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from edgeprof.errors import EdgeprofError  # importing edgeprof first sets the OpenMP wait policy
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # before torch loads, as the CLI does
+
+from edgeprof.errors import EdgeprofError  # noqa: E402
 from edgeprof.hyperparams import defaults
 
 #: Table 1 of the PFLEGO paper, High-Pers (mean +- CI over the final 10 rounds), by dataset; an algorithm

@@ -83,3 +83,185 @@ def test_no_execution_plan_or_compute_has_a_default():
         if re.search(r"\bLEGACY\b|_CHOSEN\b|def chosen\(", text):
             found.append(f"{path.name}: a module-level plan")
     assert not found, found
+
+
+# ---------------------------------------------------------------------------------------------------- one window engine
+
+def test_one_window_engine_opens_every_window_and_phase():
+    """Windows and phases are built once, in edgeprof.windows: the profiler only samples (no module but the
+    engine takes its samples), and no module but the engine builds a WindowResult or keeps its own phase marker."""
+    import ast
+
+    samplers, results, markers = [], [], []
+    for path in _py(PACKAGE):
+        rel = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        if re.search(r"profiler\.sample\(|\._sample\(", text) and rel not in ("windows.py", "profiler.py"):
+            samplers.append(rel)
+        if re.search(r"(?<![\w.])WindowResult\(", text) and rel != "windows.py":
+            results.append(rel)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ContextVar") and rel != "windows.py":
+                markers.append(rel)
+    assert samplers == [] and results == [], (samplers, results)
+    assert markers == [], f"context variables outside the engine (a second phase mechanism?): {markers}"
+    from edgeprof.profiler import Profiler
+
+    assert not hasattr(__import__("edgeprof.profiler", fromlist=["Window"]), "Window")
+    assert Profiler.window.__doc__ and "windows" in Profiler.window.__doc__
+
+
+# ---------------------------------------------------------------------------------------------------- layers and names
+
+def _import_graph() -> dict[str, set[str]]:
+    """edgeprof module -> the edgeprof modules it imports, at module level or inside functions (``import x`` and
+    ``from x import y``; an import under ``if TYPE_CHECKING:`` runs never and is left out)."""
+    import ast
+
+    modules = {}
+    for path in _py(PACKAGE):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and ast.unparse(node.test).endswith("TYPE_CHECKING") for b in node.body for n in ast.walk(b)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            graph[module] |= {r for n in names if n.startswith("edgeprof") and (r := resolve(n)) not in (None, module)}
+    return graph
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir() else ""
+
+
+def test_no_import_cycle_spans_two_folders():
+    """Strongly connected components of the import graph (Tarjan) stay inside one folder of edgeprof."""
+    import sys
+
+    graph = _import_graph()
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    spanning = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len({_folder(m) for m in component}) > 1:
+                spanning.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert spanning == [], spanning
+
+
+#: what each lower layer may import besides itself (errors and the host description are below everything)
+LOWER = {"data": {"data"}, "nn": {"nn", "data", "hardware"}, "meters": {"meters"}, "hardware": {"hardware"},
+         "algorithms": {"algorithms", "nn", "data"}}
+
+
+def test_lower_layers_import_nothing_above_them():
+    """data/, nn/, meters/, hardware/ and algorithms/ never import the config, the drivers, reports or the CLI."""
+    up = [(m, sorted(d for d in deps if _folder(d) not in LOWER[_folder(m)] | {""} or
+                     (_folder(d) == "" and d not in ("edgeprof", "edgeprof.errors", "edgeprof.host"))))
+          for m, deps in _import_graph().items() if _folder(m) in LOWER]
+    assert [(m, d) for m, d in up if d] == []
+
+
+def test_the_config_reads_the_layers_own_names_and_imports_no_torch():
+    import subprocess
+    import sys
+
+    from edgeprof import config
+    from edgeprof.data import names as data_names
+    from edgeprof.nn import backbones
+    from edgeprof.nn import names as nn_names
+
+    for name in ("DATASETS", "DEGREES", "SPLITS"):
+        assert getattr(config, name) is getattr(data_names, name)
+    assert config.BACKBONES is nn_names.BACKBONES and backbones.BACKBONES is nn_names.TABLE4_BACKBONES
+    probe = "import sys, edgeprof.config, edgeprof.data.names, edgeprof.nn.names; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_importing_edgeprof_sets_nothing_in_the_environment():
+    """The OpenMP wait policy is the entry points' to set (edgeprof.host.prefer_passive_openmp), not an import's."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    probe = ("import os, edgeprof, edgeprof.config, edgeprof.monitoring, edgeprof.api, edgeprof.simulate; "
+             "print(os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "None"
+
+
+# ---------------------------------------------------------------------------------------------------- recipes
+
+ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+@pytest.mark.parametrize("algo", ["pflego", "fedavg"])
+def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, monkeypatch, algo):
+    """The architecture page's "Add a device kind" block, run as written: a round of PFLEGO and of FedAvg goes
+    through the new kind (data placed once, rows labelled with it) with no other change anywhere."""
+    import csv
+    import sys
+    import types
+
+    from edgeprof.config import RunConfig
+    from edgeprof.nn import compute as computelib
+    from edgeprof.simulate import run
+
+    text = ARCHITECTURE_PAGE.read_text()
+    block = text[text.index("### Add a device kind"):]
+    code = block[block.index("```python") + len("```python"):block.index("```", block.index("```python") + 9)]
+    module_part, registry_part = code.split("# edgeprof/nn/compute.py, KINDS:")
+    line = registry_part.strip().lstrip("#").strip().rstrip(",")
+    name, target = (part.strip().strip('"') for part in line.split(": "))
+    module = types.ModuleType(target.partition(":")[0])
+    exec(module_part, module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(computelib.KINDS, name, target)  # the recipe's registry line
+    kind_class = getattr(module, target.partition(":")[2])
+    placed = []
+    monkeypatch.setattr(kind_class, "to_device", lambda self, t, device: placed.append(tuple(t.shape)) or t.clone())
+
+    cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=2,
+                    participation=1.0, backbone="mlp", tau=2, rounds=2, threads=1, device=name, progress=False,
+                    out=tmp_path, run_name="kind")
+    rows = list(csv.DictReader(run(cfg).csv_path.open()))
+
+    assert len(code.strip().splitlines()) <= 16 and name == "mydevice"
+    assert {r["device_kind"] for r in rows} == {name} and len(rows) == 2 * (2 + 1)
+    images = [s for s in placed if len(s) == 4]  # (N, C, H, W) batches of images
+    assert 1 <= len(images) <= cfg.clients  # each client's images placed once per run, not once per round
+    assert isinstance(computelib.kind_of(name), kind_class)

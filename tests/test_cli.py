@@ -289,7 +289,7 @@ def test_help_shows_the_choices_of_the_registry(command, option, registry):
 
 
 def test_a_name_added_to_a_registry_is_offered_and_accepted(monkeypatch, tmp_path):
-    monkeypatch.setattr(config, "BACKBONES", (*config.BACKBONES, "tiny-net"))
+    monkeypatch.setattr("edgeprof.nn.names.BACKBONES", (*config.BACKBONES, "tiny-net"))  # the layer's list
     received = []
     monkeypatch.setattr("edgeprof.cli._measure_and_report", received.append)
 

@@ -107,7 +107,7 @@ def test_config_accepts_names_and_factory_specs_and_refuses_anything_else():
 
     for value in ("mlp", "resnet18", SPEC, FILE_SPEC):
         check_backbone(value)
-    assert config.TABLE4_BACKBONES == backbones.BACKBONES
+    assert config.TABLE4_BACKBONES is backbones.BACKBONES  # one list, owned by edgeprof.nn.names
     with pytest.raises(ConfigError, match="unknown backbone 'vgg'; choose one of: mlp, .*module:factory"):
         RunConfig(backbone="vgg")
 

@@ -12,15 +12,12 @@ from pathlib import Path
 
 from edgeprof.data.base import ClientData, Dataset, to_shape
 from edgeprof.data.bundled import load_digits, make_synthetic
+from edgeprof.data.names import DATASETS, FILE_DATASETS
 from edgeprof.data.files import load_cifar10, load_idx_dataset, load_omniglot, read_idx
 from edgeprof.data.partition import (DEGREES, SPLITS, assign_classes, classes_for_degree, draw_classes, official_test,
                                      partition, round_robin)
 from edgeprof.errors import ConfigError, DataError
 
-#: every dataset name :func:`load_dataset` accepts
-DATASETS = ("digits", "synthetic", "mnist", "fashion-mnist", "emnist", "cifar10", "omniglot")
-#: the datasets read from files under ``data_dir``
-FILE_DATASETS = ("mnist", "fashion-mnist", "emnist", "cifar10", "omniglot")
 
 __all__ = [
     "DATASETS",

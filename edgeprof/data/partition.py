@@ -24,11 +24,8 @@ from collections import deque
 import numpy as np
 
 from edgeprof.data.base import ClientData, Dataset
+from edgeprof.data.names import DEGREES, SPLITS
 from edgeprof.errors import ConfigError
-
-DEGREES = ("high", "medium", "none", "group")
-#: ``balanced``: the default above; ``paper``: the reference code's assignment and official test split
-SPLITS = ("balanced", "paper")
 
 
 def partition(

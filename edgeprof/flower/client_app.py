@@ -25,6 +25,10 @@ carries the evaluation of the model the client just trained, taken after the rou
 
 from __future__ import annotations
 
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (edgeprof.host)
+
 import contextlib
 import functools
 from typing import Any, Mapping, Optional
@@ -159,11 +163,17 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
         rt.cached("warm-up", lambda: spec.client(rt, arrays, own, client, settings) and True)
 
 
+def round_device(cfg_of, msg: Message, context: Context):
+    """The Compute this node's rounds run on (after :func:`prepare_round`), for the mod's profiler."""
+    return runtime_for(cfg_of(context), int(msg.content[CONFIG_KEY]["num-outputs"])).compute
+
+
 def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     """The ClientApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
     cfg_of = functools.partial(node_cfg, defaults=defaults)
     app = ClientApp(mods=[make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of),
-                                           functools.partial(local_evaluation, cfg_of))])
+                                           functools.partial(local_evaluation, cfg_of),
+                                           functools.partial(round_device, cfg_of))])
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:

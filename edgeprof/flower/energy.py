@@ -39,7 +39,7 @@ from typing import Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message
 
-from edgeprof.device import device_label
+from edgeprof.host import device_label
 from edgeprof.flower.mod import split_row
 
 PROFILE_RECORD = "edgeprof.message-profile"

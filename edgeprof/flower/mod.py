@@ -12,14 +12,13 @@ ClientApp inside a profiler window named ``client``, and adds two records to the
   intensity comes from.
 
 The server turns these into the client's report row (:mod:`edgeprof.flower.report`). Phases are marked
-by the code inside the window through :func:`current_phase`, a context variable the mod sets for the
-duration of the call, so the algorithms' client rounds take the phase marker as in ``edgeprof measure``.
+by the code inside the window through :func:`current_phase`, the engine's own marker
+(:func:`edgeprof.windows.phase`), so the algorithms' client rounds mark phases as in ``edgeprof measure``.
 Messages other than TRAIN pass through unprofiled.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import os
 import sys
@@ -28,27 +27,19 @@ from typing import Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message, MessageType, MetricRecord
 
-from edgeprof.algorithms.contract import Phase, no_phase
+from edgeprof.algorithms.contract import Phase
 from edgeprof.config import RunConfig
-from edgeprof.device import device_label
+from edgeprof.host import device_label
 
 PROFILE_METRICS = "edgeprof.profile"
 PROFILE_INFO = "edgeprof.profile-info"
 
-_PHASE: contextvars.ContextVar[Phase] = contextvars.ContextVar("edgeprof_phase", default=no_phase)
-
-
 def current_phase() -> Phase:
-    """The phase marker of the profiler window around this call (a no-op outside the mod)."""
-    return _PHASE.get()
+    """The phase marker of the window around this call: :func:`edgeprof.windows.phase`, which marks a phase of
+    the innermost window open in this context (the mod's ``client`` window) and does nothing outside one."""
+    from edgeprof.windows import phase
 
-
-def _enter_phase(phase: Phase) -> contextvars.Token:
-    return _PHASE.set(phase)
-
-
-def _exit_phase(token: contextvars.Token) -> None:
-    _PHASE.reset(token)
+    return phase
 
 
 def device_name(node_config: Mapping[str, Any]) -> str:
@@ -103,7 +94,8 @@ def _setup_cells(win) -> dict[str, float]:
 
 def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
                      prepare: Optional[Callable[[Message, Context], None]] = None,
-                     after: Optional[Callable[[Message, Context, Message], None]] = None):
+                     after: Optional[Callable[[Message, Context, Message], None]] = None,
+                     device_of: Optional[Callable[[Message, Context], object]] = None):
     """The mod; ``cfg_of(context)`` gives the run settings of this node (meters options, carbon).
 
     ``prepare(msg, context)`` does the set-up a round needs (data, model, ONNX session, personal state) in
@@ -111,6 +103,8 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
     cover the round alone; the set-up's wall, CPU and joules travel beside it (``setup_*`` columns), with the
     process's own start-up (``startup_*``) when a SuperNode started it for this message. ``after(msg, context,
     reply)`` runs once the round's window is closed (the ``paper`` protocol's local evaluation), unprofiled.
+    ``device_of(msg, context)``: the round's compute device once set-up is done (the runtime's Compute), which
+    the profiler synchronises at every window and phase edge and whose kind and peak memory the row records.
     """
 
     def profile_mod(msg: Message, context: Context, call_next) -> Message:
@@ -121,19 +115,19 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
         from edgeprof.report.schema import row_from_window
         from edgeprof.report.session import open_meters
 
+        from edgeprof.nn.compute import resolve_device
+
         cfg = cfg_of(context)
-        meters = open_meters(cfg)
+        meters = open_meters(cfg, resolve_device(cfg.device))
         try:
             profiler = Profiler(meters)
             with profiler.window("setup") as setup:
                 if prepare is not None:
                     prepare(msg, context)
+            if device_of is not None:
+                profiler.device = device_of(msg, context)
             with profiler.window("client") as win:
-                token = _enter_phase(win.phase)  # module functions: Ray pickles this closure by value
-                try:
-                    reply = call_next(msg, context)
-                finally:
-                    _exit_phase(token)
+                reply = call_next(msg, context)
         finally:
             meters.close()
         if reply.has_error():

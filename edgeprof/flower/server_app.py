@@ -15,6 +15,10 @@ same device) - the note that per-client energy is then attribution, not measurem
 
 from __future__ import annotations
 
+from edgeprof.host import prefer_passive_openmp
+
+prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (edgeprof.host)
+
 import logging
 import time
 from typing import Any, Mapping, Optional

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from edgeprof.errors import ConfigError, ModelError
-
-BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
+from edgeprof.nn.names import TABLE4_BACKBONES as BACKBONES  # the layer's own names (built here)
+from edgeprof.nn.names import check_backbone
 
 _DEFAULT_INPUT_SHAPES = {
     "mlp": (1, 28, 28),
@@ -134,8 +134,6 @@ def param_count(module: nn.Module) -> int:
 
 
 def _check_name(name: str) -> None:
-    from edgeprof.config import check_backbone
-
     if name not in BACKBONES:
         check_backbone(name)
 

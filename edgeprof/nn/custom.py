@@ -35,9 +35,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from edgeprof.config import VISION_BACKBONES, factory_spec
 from edgeprof.errors import ConfigError, EdgeprofError, ModelError
 from edgeprof.nn.backbones import Backbone
+from edgeprof.nn.names import VISION_BACKBONES, factory_spec
 
 SEE = "(README: Your own backbone)"
 VISION_INSTALL = "pip install 'edgeprof[vision]'"

@@ -207,7 +207,7 @@ def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_I
 
 
 def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
-    from edgeprof.device import cpu_model
+    from edgeprof.host import cpu_model
     from edgeprof.nn.ort import cache_dir
 
     folder = cache_dir()

@@ -14,11 +14,13 @@ that name no report column, as compact JSON); their rows are of kind ``window`` 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from edgeprof.meters import registry
 from edgeprof.meters.base import INVALID
-from edgeprof.profiler import Span, WindowResult
+
+if TYPE_CHECKING:  # the schema reads windows; it does not import the engine that makes them
+    from edgeprof.profiler import Span, WindowResult
 
 CORE_COLUMNS = (
     "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "round", "kind", "client",
@@ -26,6 +28,7 @@ CORE_COLUMNS = (
     "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
     "short_window", "profiler_overhead_s", "timestamp_s",
     "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
+    "device_kind", "gpu_peak_mem_mb", "short_phases",
 )
 
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
@@ -84,7 +87,9 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
     total = win.energy_total_j
     row: dict[str, str] = {k: "" if v is None else str(v) for k, v in base.items()}
     row.update(wall_s=_fmt(win.wall_s), cpu_s=_fmt(win.cpu_s), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
-               profiler_overhead_s=_fmt(win.overhead_s), short_window=str(int(win.short_window)))
+               profiler_overhead_s=_fmt(win.overhead_s), short_window=str(int(win.short_window)),
+               device_kind=win.device_kind, short_phases=";".join(win.short_phases),
+               gpu_peak_mem_mb="" if win.device_peak_mem_mb is None else f"{win.device_peak_mem_mb:.1f}")
     if win.domains and not _total_is_valid(win.span, win):
         row.update(energy_j="", energy_method=INVALID, energy_net_j="", carbon_g="")
     elif win.domains:

@@ -76,10 +76,14 @@ def make_run_id(cfg, prefix: Optional[str] = None) -> str:
     return f"{prefix or f'{cfg.algo}-tau{cfg.tau}'}-{stamp}-{secrets.token_hex(2)}"
 
 
-def open_meters(cfg) -> MeterSet:
+def open_meters(cfg, device: Optional[str] = None) -> MeterSet:
+    """This machine's meters for ``cfg``; ``device`` (``cpu``, ``cuda:1``: where the round runs) tells NVML which
+    GPU's energy is the round's (``gpu_j``); the others are measured beside it (``gpu_other_j``)."""
     from edgeprof.meters.discovery import discover
 
-    return discover(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz)
+    if device is not None and device.partition(":")[0] not in ("cpu", "cuda"):
+        device = "cpu"  # a device NVML does not manage: every NVIDIA GPU is measured beside the round
+    return discover(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz, gpu=device)
 
 
 def open_energy(cfg, meters: MeterSet) -> Energy:
@@ -105,7 +109,7 @@ def open_energy(cfg, meters: MeterSet) -> Energy:
 def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Sequence[str], runtime=None,
                  **status) -> dict:
     """The sidecar every run shares: config, device, libraries, meters, energy, phases, notes, status."""
-    from edgeprof.device import device_info, library_versions
+    from edgeprof.host import device_info, library_versions
 
     return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
             "libraries": library_versions(), "numerics": numerics(runtime), "meters": meters.describe(),
@@ -188,10 +192,11 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
     run's :class:`~edgeprof.algorithms.contract.Runtime`, whose Compute (device, plan, threads) and cached-forward
     engine the sidecar records (``numerics``).
     """
-    from edgeprof.device import device_label
+    from edgeprof.host import device_label
 
     out = check_writable(cfg.out)
-    meters = open_meters(cfg) if profiler is None else profiler.meters
+    meters = (open_meters(cfg, None if runtime is None else runtime.compute.device) if profiler is None
+              else profiler.meters)
     try:
         energy = open_energy(cfg, meters)
         csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
@@ -206,7 +211,8 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
             try:
                 write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
                 sidecar_written = True
-                ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters), energy)
+                device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
+                ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
                 session = ReportSession(ctx, csv_path, sidecar_path, meters)
             except BaseException:
                 writer.close()

@@ -232,7 +232,7 @@ RESULT_COLUMNS = ("train_loss",)
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window")
 _TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
-                 "labels")
+                 "labels", "device_kind", "short_phases")
 KINDS = ("client", "server", "eval", "window")
 
 
