@@ -56,12 +56,38 @@ def _silence_stdout() -> None:
         pass
 
 
+class _Stopped(Exception):
+    """A stop signal outside a command's guard (while typer parses the command line): typer would turn it into a
+    silent exit 130; carried out as this instead, it gets its one line."""
+
+    def __init__(self, err: KeyboardInterrupt) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
 class OneLineErrors(TyperGroup):
     """The command group; click's usage errors print one ``edgeprof: error:`` line instead of a box."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as err:
+            raise _Stopped(err) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as err:  # outside the command's own guard (parsing its options)
+            raise _Stopped(err) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _Stopped as stop:
+            from edgeprof.signals import exit_code
+
+            typer.echo(f"edgeprof: {_interrupted(stop.err)} before the command ran; nothing was written", err=True)
+            sys.exit(exit_code(stop.err))
         except click.ClickException as err:
             if not standalone_mode:
                 raise
@@ -238,6 +264,7 @@ def measure(
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
+    meter_setting: o.MeterSetting = None,
     out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
     eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
@@ -280,14 +307,14 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
 
 # --- doctor (meters) -------------------------------------------------------------------------------------
 @app.command()
-def doctor(cpu_watts: o.CpuWatts = None) -> None:
+def doctor(cpu_watts: o.CpuWatts = None, meter_setting: o.MeterSetting = None) -> None:
     """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
     with guard():
-        from edgeprof.config import check_meter_options
+        from edgeprof.config import EnergySettings, parse_meter_settings
         from edgeprof.meters.doctor import doctor_report, render_doctor
 
-        check_meter_options(cpu_watts=cpu_watts)
-        typer.echo(render_doctor(doctor_report(cpu_watts=cpu_watts)))
+        energy = EnergySettings.of(cpu_watts=cpu_watts, meter_settings=parse_meter_settings(meter_setting or ()))
+        typer.echo(render_doctor(doctor_report(**energy.meter_settings)))
 
 
 # --- train (baselines) ------------------------------------------------------------------------------------
@@ -303,6 +330,7 @@ def train(
     data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    meter_setting: o.MeterSetting = None,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
     eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
@@ -357,6 +385,7 @@ def sweep(
     taus: o.Taus = "1,5,10,25,50,100", repeats: o.Repeats = 3, max_baseline_tau: o.MaxBaselineTau = None,
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    meter_setting: o.MeterSetting = None,
     out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""

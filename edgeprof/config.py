@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from edgeprof.data import names as data_names
 from edgeprof.errors import ConfigError
@@ -48,8 +48,83 @@ def algorithm_names() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class EnergySettings:
+    """How a run's energy is measured and priced: one value, composed into :class:`RunConfig` and
+    :class:`edgeprof.monitoring.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
+
+    ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`, e.g.
+    ``cpu_watts``, ``jetson_hz``), name -> value; each is checked by the back-end that declares it, so a new
+    option of a meter is declared in its module and reaches ``--meter-setting NAME=VALUE``, the Flower node
+    config and ``edgeprof.monitor(meter_settings=...)`` with no change elsewhere. Kept as sorted pairs (the
+    value is hashable: run configs are cache keys); :attr:`meter_settings` gives the mapping. ``idle_seconds``:
+    the idle baseline measured before a run (0: none); ``country``, ``region``, ``carbon_intensity``: the
+    carbon intensity (codecarbon's data, or the figure given).
+    """
+
+    meters: tuple = ()
+    idle_seconds: float = 0.0
+    country: Optional[str] = None
+    region: Optional[str] = None
+    carbon_intensity: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        pairs = self.meters.items() if isinstance(self.meters, Mapping) else self.meters
+        meters = tuple(sorted((str(k), v) for k, v in pairs if v is not None))
+        object.__setattr__(self, "meters", meters)
+        check_energy_options(self)
+        if meters:  # one form for one setting: a value equal to its back-end's default is no setting
+            from edgeprof.meters.registry import settings as declared
+
+            defaults = declared()
+            object.__setattr__(self, "meters", tuple((k, v) for k, v in meters if defaults.get(k, object()) != v))
+
+    @classmethod
+    def of(cls, *, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] = None,
+           meter_settings: Optional[Mapping[str, Any]] = None, **rest: Any) -> "EnergySettings":
+        """The settings from the options every command shares (``--cpu-watts``, ``--jetson-hz`` are two meter
+        settings with options of their own) and any other meter setting by name."""
+        meters = {**(meter_settings or {}), "cpu_watts": cpu_watts, "jetson_hz": jetson_hz}
+        return cls(meters={k: v for k, v in meters.items() if v is not None}, **rest)
+
+    @property
+    def meter_settings(self) -> dict[str, Any]:
+        """The meter settings given, name -> value (the back-ends' defaults fill the others)."""
+        return dict(self.meters)
+
+    @property
+    def cpu_watts(self) -> Optional[float]:
+        return self.meter_settings.get("cpu_watts")
+
+    @property
+    def jetson_hz(self) -> float:
+        return self.meter_settings.get("jetson_hz", 10.0)
+
+    def to_dict(self) -> dict:
+        return {"meters": self.meter_settings, "idle_seconds": self.idle_seconds, "country": self.country,
+                "region": self.region, "carbon_intensity": self.carbon_intensity}
+
+
+def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` words (``--meter-setting``) as a mapping; a number is read as one, anything else kept as
+    text. ConfigError with one line for a word without ``=``."""
+    out: dict[str, Any] = {}
+    for word in words:
+        name, sep, value = str(word).partition("=")
+        _check(bool(sep) and bool(name.strip()), f"meter setting must be NAME=VALUE, got {word!r}")
+        try:
+            out[name.strip().replace("-", "_")] = float(value) if value.strip() else None
+        except ValueError:
+            out[name.strip().replace("-", "_")] = value
+    return out
+
+
+#: the energy settings' own names, that a RunConfig answers too (``cfg.cpu_watts`` is ``cfg.energy.cpu_watts``)
+ENERGY_NAMES = ("cpu_watts", "jetson_hz", "idle_seconds", "country", "region", "carbon_intensity")
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """Settings of one federated run (``measure`` or ``train``)."""
+    """Settings of one federated run (``measure`` or ``train``); its energy settings are ``energy``."""
 
     algo: str = "pflego"
     tau: int = 50
@@ -79,17 +154,16 @@ class RunConfig:
     device: str = "auto"
     evaluate: bool = False
     eval_protocol: str = "global"
-    # energy (meters issue)
-    cpu_watts: Optional[float] = None
-    jetson_hz: float = 10.0
-    idle_seconds: float = 0.0
-    country: Optional[str] = None
-    region: Optional[str] = None
-    carbon_intensity: Optional[float] = None
+    energy: EnergySettings = dataclasses.field(default_factory=lambda: EnergySettings())
     progress: bool = True
 
     def __post_init__(self) -> None:
         validate(self)
+
+    def __getattr__(self, name: str):  # cfg.cpu_watts, cfg.country, ...: the energy settings' (read only)
+        if name in ENERGY_NAMES:
+            return getattr(self.energy, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def sampled_per_round(self) -> float:
@@ -121,7 +195,8 @@ class RunConfig:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else value
+            out[f.name] = (str(value) if isinstance(value, Path) else value.to_dict()
+                           if isinstance(value, EnergySettings) else value)
         return out
 
 
@@ -146,14 +221,14 @@ def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     _choice(name, value, allowed)
 
 
-#: the fastest Jetson rail sampling, Hz (the INA3221 converts in about 1 ms per channel)
-MAX_JETSON_HZ = 1000.0
+def check_meter_options(**settings: Any) -> None:
+    """Meter settings by name (``cpu_watts``, ``jetson_hz``, or any a registered back-end declares): ConfigError
+    with one line for a name no back-end declares or a value its back-end refuses (:mod:`edgeprof.meters`)."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    if given:  # nothing given: nothing to check (and no back-end module loaded)
+        from edgeprof.meters.registry import check_settings
 
-
-def check_meter_options(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0) -> None:
-    """The options every command that opens meters takes (measure, sweep, train, doctor, Flower)."""
-    check_positive(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
-    _check(jetson_hz <= MAX_JETSON_HZ, f"jetson-hz must be at most {MAX_JETSON_HZ:g}, got {jetson_hz}")
+        check_settings(given)
 
 
 #: documented bounds of the integer settings: (smallest, largest); see the README
@@ -171,12 +246,13 @@ MAX_IDLE_SECONDS = 3600.0
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
 
-def check_energy_options(settings) -> None:
-    """The meter, idle-baseline and carbon settings a run and a monitor share (``cpu_watts``, ``jetson_hz``,
-    ``idle_seconds``, ``carbon_intensity`` attributes): ConfigError with one line for the first invalid one."""
+def check_energy_options(settings: "EnergySettings") -> None:
+    """The meter, idle-baseline and carbon settings a run and a monitor share: ConfigError with one line for
+    the first invalid one."""
     check_positive(carbon_intensity=settings.carbon_intensity)
-    check_meter_options(cpu_watts=settings.cpu_watts, jetson_hz=settings.jetson_hz)
-    _check(math.isfinite(settings.idle_seconds) and 0 <= settings.idle_seconds <= MAX_IDLE_SECONDS,
+    check_meter_options(**dict(settings.meters))
+    _check(isinstance(settings.idle_seconds, (int, float)) and math.isfinite(settings.idle_seconds)
+           and 0 <= settings.idle_seconds <= MAX_IDLE_SECONDS,
            f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {settings.idle_seconds}")
 
 
@@ -213,7 +289,7 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.threads is None or (isinstance(cfg.threads, int) and 1 <= cfg.threads <= max_threads()),
            f"threads must be an integer in 1..{max_threads()} (this machine's cores), got {cfg.threads}")
     check_positive(beta=cfg.beta, rho=cfg.rho)
-    check_energy_options(cfg)
+    _check(isinstance(cfg.energy, EnergySettings), f"energy must be an EnergySettings, got {cfg.energy!r}")
     _check(cfg.mu is None or (math.isfinite(cfg.mu) and cfg.mu >= 0), f"mu must be finite and >= 0, got {cfg.mu}")
     from edgeprof.algorithms import ALGORITHMS
 

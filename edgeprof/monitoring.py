@@ -46,12 +46,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from edgeprof.errors import MonitorError
 from edgeprof.profiler import Profiler, Span, WindowResult
 from edgeprof.row_labels import labels_cell, split_labels
 from edgeprof.windows import OpenWindow, Windows, check_phase_name, current_window, phase
+
+if TYPE_CHECKING:
+    from edgeprof.config import EnergySettings
 
 __all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement", "phase"]
 
@@ -80,15 +83,15 @@ class MonitorConfig:
     run_name: Optional[str] = None
     labels: Mapping[str, Any] = field(default_factory=dict)
     phases: tuple[str, ...] = ()
-    cpu_watts: Optional[float] = None
-    jetson_hz: float = 10.0
-    idle_seconds: float = 0.0
-    country: Optional[str] = None
-    region: Optional[str] = None
-    carbon_intensity: Optional[float] = None
+    energy: "EnergySettings" = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        from edgeprof.config import RUN_NAME, check_energy_options
+        from edgeprof.config import RUN_NAME, EnergySettings
+
+        if self.energy is None:
+            object.__setattr__(self, "energy", EnergySettings())
+        if not isinstance(self.energy, EnergySettings):
+            raise MonitorError(f"energy must be an EnergySettings, got {self.energy!r}")
 
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "phases", tuple(self.phases))
@@ -99,13 +102,10 @@ class MonitorConfig:
         split_labels(self.labels)
         for p in self.phases:
             check_phase_name(p)
-        check_energy_options(self)
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "name": self.name, "run_name": self.run_name, "labels": dict(self.labels),
-                "phases": list(self.phases), "cpu_watts": self.cpu_watts, "jetson_hz": self.jetson_hz,
-                "idle_seconds": self.idle_seconds, "country": self.country, "region": self.region,
-                "carbon_intensity": self.carbon_intensity}
+                "phases": list(self.phases), "energy": self.energy.to_dict()}
 
 
 def _number(cell: str) -> Optional[float]:
@@ -433,19 +433,26 @@ def _phase_columns(cells: Mapping[str, Any]) -> set[str]:
 
 def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Optional[Mapping[str, Any]] = None,
             *, run_id: Optional[str] = None, phases: Sequence[str] = (), cpu_watts: Optional[float] = None,
-            jetson_hz: float = 10.0, idle_seconds: float = 0.0, country: Optional[str] = None,
+            jetson_hz: Optional[float] = None, idle_seconds: float = 0.0, country: Optional[str] = None,
             region: Optional[str] = None, carbon_intensity: Optional[float] = None,
+            meter_settings: Optional[Mapping[str, Any]] = None, energy: Optional["EnergySettings"] = None,
             profiler: Optional[Profiler] = None) -> Monitor:
     """A :class:`Monitor` writing ``<out>/<run id>.csv`` and ``.json``; use it in ``with`` or start it.
 
     ``name`` prefixes the run id (default ``monitor``: ``monitor-<time>-<random>``); ``run_id`` gives the id
     whole. ``labels`` go on every row (module docstring). ``phases`` declares phase columns up front (others
     join the header when first entered). ``cpu_watts``, ``jetson_hz``, ``idle_seconds``, ``country``,
-    ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``. ``profiler``: a ready
-    :class:`~edgeprof.profiler.Profiler` over its own meters and clocks (tests: fake ones).
+    ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``; ``meter_settings``: any setting a
+    meter back-end declares, by name; or all of them whole as ``energy`` (an
+    :class:`~edgeprof.config.EnergySettings`). ``profiler``: a ready :class:`~edgeprof.profiler.Profiler` over its
+    own meters and clocks (tests: fake ones).
     """
+    from edgeprof.config import EnergySettings
+
+    if energy is None:
+        energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, meter_settings=meter_settings,
+                                   idle_seconds=idle_seconds, country=country, region=region,
+                                   carbon_intensity=carbon_intensity)
     config = MonitorConfig(out=Path(out), name=name or "monitor", run_name=run_id, labels=dict(labels or {}),
-                           phases=tuple(phases), cpu_watts=cpu_watts, jetson_hz=jetson_hz,
-                           idle_seconds=idle_seconds, country=country, region=region,
-                           carbon_intensity=carbon_intensity)
+                           phases=tuple(phases), energy=energy)
     return Monitor(config, profiler=profiler)

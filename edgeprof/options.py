@@ -202,6 +202,9 @@ IdleSeconds = Annotated[float, _opt(panel=ENERGY, help="Seconds of idle baseline
 Country = Annotated[Optional[str], _opt(panel=ENERGY, help="ISO country code for the carbon intensity (e.g. FRA).")]
 Region = Annotated[Optional[str], _opt(panel=ENERGY, help="Region within the country, where data exists.")]
 CarbonIntensity = Annotated[Optional[float], _opt(panel=ENERGY, help="Carbon intensity in gCO2e/kWh (overrides).")]
+MeterSetting = Annotated[Optional[list[str]], _opt("--meter-setting", panel=ENERGY,
+                                                   help="NAME=VALUE: a setting a meter back-end declares (repeat "
+                                                        "for more; edgeprof doctor lists the meters).")]
 
 # --- output: --out is a folder in every command -----------------------------------------------------------
 def out_option(what: str) -> Any:
@@ -257,7 +260,11 @@ def run_config(params: Mapping[str, Any], **fixed: Any):
     ``params`` is the command's ``ctx.params``; options that are not run settings (``--port``, ``--check``)
     are left out. ConfigError (exit 2) for the first invalid setting, as :func:`edgeprof.config.validate` says.
     """
-    from edgeprof.config import RunConfig
+    from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, parse_meter_settings
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{**{k: v for k, v in params.items() if k in fields}, **fixed})
+    given = {**params, **fixed}
+    energy = {k: given[k] for k in ENERGY_NAMES if given.get(k) is not None}
+    meters = parse_meter_settings(given.get("meter_setting") or ())
+    return RunConfig(**{k: v for k, v in given.items() if k in fields},
+                     energy=EnergySettings.of(meter_settings=meters, **energy))

@@ -129,7 +129,7 @@ def setup_stages(cfg: RunConfig) -> dict[str, str]:
         build += " (exporting the backbone to ONNX, opening ONNX Runtime)"
     return {"data": f"loading {source} and partitioning it across {cfg.clients} clients", "build": build,
             "meters": "opening the energy meters",
-            "idle": f"measuring idle power for {cfg.idle_seconds:g} s (keep the machine quiet)"}
+            "idle": f"measuring idle power for {cfg.energy.idle_seconds:g} s (keep the machine quiet)"}
 
 
 def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None,
@@ -149,7 +149,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     clients = load_clients(cfg)
     stage(stages["build"])
     federation = build_federation(cfg, clients)
-    stage(stages["meters"] if cfg.idle_seconds <= 0 else stages["idle"])
+    stage(stages["meters"] if cfg.energy.idle_seconds <= 0 else stages["idle"])
     session = None
     try:
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,

@@ -32,7 +32,7 @@ def main() -> None:
     import torch  # noqa: F401  (imported before measuring so its import is not in the window)
     from codecarbon import OfflineEmissionsTracker
 
-    from edgeprof.config import RunConfig
+    from edgeprof.config import EnergySettings, RunConfig
     from edgeprof.meters import discover
     from edgeprof.report import read_report
     from edgeprof.simulate import run
@@ -45,8 +45,8 @@ def main() -> None:
                                       measure_power_secs=1)
     tracker.start()
     out = Path(tempfile.mkdtemp(prefix="edgeprof-vs-codecarbon-"))
-    cfg = RunConfig(algo=args.algo, tau=args.tau, rounds=args.rounds, out=out, cpu_watts=args.cpu_watts,
-                    country=args.country, progress=False)
+    cfg = RunConfig(algo=args.algo, tau=args.tau, rounds=args.rounds, out=out, progress=False,
+                    energy=EnergySettings.of(cpu_watts=args.cpu_watts, country=args.country))
     before, t0 = meters.read_j(), time.perf_counter()
     result = run(cfg)
     after, wall_s = meters.read_j(), time.perf_counter() - t0

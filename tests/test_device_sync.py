@@ -163,3 +163,19 @@ def test_on_the_cpu_the_kind_is_recorded_and_no_device_memory_is_claimed(tmp_pat
     rows = _run(tmp_path, "pflego", "cpu")
 
     assert {r["device_kind"] for r in rows} == {"cpu"} and {r["gpu_peak_mem_mb"] for r in rows} == {""}
+
+
+def test_a_flower_node_names_itself_and_picks_its_compute_device_with_two_keys():
+    """``device`` is the node's name in the report; ``compute-device`` is where its rounds run (each node its
+    own); a compute device no kind knows is one ConfigError line."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import node_overrides
+    from edgeprof.flower.mod import device_name
+
+    node = {"device": "jetson-3", "compute-device": "cpu", "threads": 1}
+    cfg = node_overrides(RunConfig(device="auto"), node)
+
+    assert cfg.device == "cpu" and cfg.threads == 1 and device_name(node) == "jetson-3"
+    assert node_overrides(RunConfig(device="cpu"), {"device": "pi-4"}).device == "cpu"  # a name moves nothing
+    with pytest.raises(ConfigError, match="device must be"):
+        node_overrides(RunConfig(), {"compute-device": "tpu:0"})

@@ -13,7 +13,7 @@ flwr = pytest.importorskip("flwr")
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, Metadata, MetricRecord, RecordDict  # noqa: E402
 
 from edgeprof.algorithms import ALGORITHMS  # noqa: E402
-from edgeprof.config import RunConfig  # noqa: E402
+from edgeprof.config import EnergySettings, RunConfig  # noqa: E402
 from edgeprof.flower import strategy as st  # noqa: E402
 
 SHAPES = [(3, 2), (3,)]
@@ -230,7 +230,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
 def test_run_config_round_trip():
     from edgeprof.flower.config import FlowerSettings, from_run_config, to_run_config
 
-    cfg = cfg_for(tau=3, threads=None, country="FRA", progress=False).resolved()
+    cfg = cfg_for(tau=3, threads=None, energy=EnergySettings(country="FRA"), progress=False).resolved()
     run_config = to_run_config(cfg, FlowerSettings(round_timeout_s=9.0, total_samples=50))
     assert all(v is not None for v in run_config.values())
     back, settings = from_run_config(run_config)

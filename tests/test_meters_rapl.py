@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeprof.config import RunConfig
+from edgeprof.config import EnergySettings, RunConfig
 from edgeprof.errors import MeterError
 from edgeprof.meters import discover, rapl
 from edgeprof.meters.discovery import MeterSet
@@ -351,7 +351,7 @@ def test_the_reason_of_an_invalid_window_reaches_the_runs_final_sidecar(tmp_path
     """The production session: real meters over a real tree, a counter that jumps back inside a window."""
     build_rapl(tmp_path / "sys", "one_socket", energy_uj=5_000_000)
     monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path / "sys"))
-    cfg = RunConfig(out=tmp_path / "out", run_name="jump", progress=False, carbon_intensity=100.0)
+    cfg = RunConfig(out=tmp_path / "out", run_name="jump", progress=False, energy=EnergySettings(carbon_intensity=100.0))
 
     with open_run(cfg, run_id="jump", phases=()) as session:
         for round_index, energy_uj in enumerate((4_000_000, 6_000_000), start=1):  # a jump back, then 2 J

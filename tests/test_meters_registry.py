@@ -74,6 +74,7 @@ class AmdSmiLikeMeter(Meter):
     update_period_s = 0.001
 
     def __init__(self, ctx: MeterContext) -> None:
+        self.settings = dict(ctx.settings)  # what reached it
         self._smi = ctx.settings["amdsmi_module"]
         self._handles = tuple(self._smi.amdsmi_get_processor_handles())
         self._start_uj = [self._uj(h) for h in self._handles]
@@ -280,3 +281,36 @@ def test_the_readme_recipe_adds_a_meter_in_ten_lines(tmp_path, monkeypatch):
     assert len(recipe) <= 10
     assert line.split(":")[0] == module.__name__ and "edgeprof/meters/registry.py" in code[split]
     assert names == ["amdsmi", "cpu_estimate"] and "gpu_amd_method" in header
+
+
+def test_a_meter_option_declared_in_its_backend_reaches_it_from_every_front_door(tmp_path, monkeypatch):
+    """The recipe's option (``amd_hz``, declared in the BACKEND's settings and nowhere else) reaches the meter
+    through one EnergySettings value from the CLI's --meter-setting, a RunConfig, a Flower run config's round
+    trip and a Flower node config; an option no meter declares is one ConfigError line."""
+    from edgeprof.config import EnergySettings, RunConfig
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import from_run_config, node_overrides, to_run_config
+    from edgeprof.options import run_config
+    from edgeprof.report.session import open_meters
+
+    backend = Backend(name="amdsmi", title="AMD SMI", columns=("gpu_amd",), probe=amd_probe, open=AmdSmiLikeMeter,
+                      settings={"amdsmi_module": None, "amd_hz": 10.0})
+    set_amd_counts(tmp_path / "amd", {0: 0})
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path))
+    smi = FakeAmdSmi(tmp_path / "amd")
+
+    with registry.registered(backend, before="jetson"):
+        from_cli = run_config({"meter_setting": ["amd_hz=20"], "out": tmp_path})
+        flower, _ = from_run_config(to_run_config(from_cli))
+        node = node_overrides(RunConfig(), {"meter-settings": "amd_hz=40"})
+        opened = []
+        for cfg in (from_cli, flower, node):
+            energy = EnergySettings(meters={**cfg.energy.meter_settings, "amdsmi_module": smi, "nvml_module": NO_GPU})
+            with open_meters(RunConfig(energy=energy)) as meters:
+                opened += [m.settings["amd_hz"] for m in meters.meters if m.name == "amdsmi"]
+        with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
+            run_config({"meter_setting": ["amd_hx=20"]})
+
+    assert opened == [20.0, 20.0, 40.0]
+    with pytest.raises(ConfigError, match="unknown meter setting"):  # unregistered: no meter declares it
+        EnergySettings(meters={"amd_hz": 20.0})

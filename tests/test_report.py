@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgeprof.algorithms import ALGORITHMS
-from edgeprof.config import RunConfig
+from edgeprof.config import EnergySettings, RunConfig
 from edgeprof.meters.registry import report_columns
 from edgeprof.report import columns_for, read_report
 from edgeprof.report.schema import CORE_COLUMNS
@@ -122,8 +122,8 @@ def test_interrupted_run_exits_130_and_marks_the_sidecar(tmp_path):
 
 
 def test_net_energy_and_carbon_columns_follow_the_sidecar(tmp_path):
-    result = run(RunConfig(algo="pflego", out=tmp_path, run_name="net", idle_seconds=0.2, carbon_intensity=250.0,
-                           **SMALL))
+    result = run(RunConfig(algo="pflego", out=tmp_path, run_name="net",
+                           energy=EnergySettings(idle_seconds=0.2, carbon_intensity=250.0), **SMALL))
     report = read_report(result.csv_path)
     idle_w = report.sidecar["energy"]["idle"]["total_power_w"]
     assert report.sidecar["energy"]["carbon"]["g_per_kwh"] == 250.0

@@ -15,12 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgeprof.config import RunConfig
+from edgeprof.config import EnergySettings, RunConfig, parse_meter_settings
 from edgeprof.errors import ConfigError
 
 #: RunConfig fields that are not meaningful in a federation (each node profiles itself; the
-#: per-node meters options come from the node config, see :func:`node_overrides`)
-_SKIPPED = ("progress", "idle_seconds")
+#: per-node meters options come from the node config, see :func:`node_overrides`), or written key by key
+_SKIPPED = ("progress", "energy")
+#: the energy settings a run config carries, as keys of their own (``cpu-watts``, ...): the rest of the meter
+#: settings travel as ``meter-settings`` ("name=value,name=value")
+_ENERGY_KEYS = ("cpu_watts", "jetson_hz", "country", "region", "carbon_intensity")
+#: the node-config key of the torch device a node's rounds run on (``device`` is the node's name in the report)
+COMPUTE_DEVICE_KEY = "compute-device"
 #: optional numeric fields, written as 0 when unset
 _OPTIONAL_NUMBERS = ("threads", "beta", "rho", "cpu_watts", "carbon_intensity")
 #: optional numeric fields for which 0 is a setting (a proximal mu = 0), written as "" when unset
@@ -58,6 +63,11 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
         elif isinstance(value, Path):
             value = str(value)
         out[_key(f.name)] = value
+    for name in _ENERGY_KEYS:
+        value = getattr(cfg.energy, name)
+        out[_key(name)] = (0 if name in _OPTIONAL_NUMBERS else "") if value is None else value
+    others = {k: v for k, v in cfg.energy.meter_settings.items() if k not in _ENERGY_KEYS}
+    out["meter-settings"] = ",".join(f"{k}={v}" for k, v in others.items())
     out.update({"round-timeout": float(settings.round_timeout_s), "node-wait": float(settings.node_wait_s),
                 "total-samples": int(settings.total_samples), "simulation": bool(settings.simulation)})
     return out
@@ -87,12 +97,14 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     merged = {**(defaults or {}), **dict(run_config)}
     base = RunConfig()
     known = {_key(f.name): f.name for f in dataclasses.fields(base) if f.name not in _SKIPPED}
-    unknown = sorted(k for k in merged if k not in known and k not in FLOWER_DEFAULTS)
+    energy_keys = {_key(n): n for n in _ENERGY_KEYS}
+    unknown = sorted(k for k in merged if k not in known and k not in FLOWER_DEFAULTS and k not in energy_keys
+                     and k != "meter-settings")
     if unknown:
         raise ConfigError(f"unknown edgeprof run-config key(s): {', '.join(unknown)}")
     kwargs = {name: _from_value(name, merged[key], getattr(base, name)) for key, name in known.items()
               if key in merged}
-    cfg = RunConfig(progress=False, **kwargs).resolved()
+    cfg = RunConfig(progress=False, energy=energy_from(merged), **kwargs).resolved()
     flower = {**FLOWER_DEFAULTS, **{k: merged[k] for k in FLOWER_DEFAULTS if k in merged}}
     settings = FlowerSettings(float(flower["round-timeout"]), float(flower["node-wait"]),
                               int(flower["total-samples"]), bool(flower["simulation"]))
@@ -101,16 +113,42 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     return cfg, settings
 
 
+def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings()) -> EnergySettings:
+    """The energy settings a run or node config gives (``cpu-watts``, ``jetson-hz``, ``country``, ``region``,
+    ``carbon-intensity``, and ``meter-settings`` = "name=value,..." for any setting a meter back-end declares),
+    over ``base``."""
+    meters = base.meter_settings
+    text = str(config.get("meter-settings", "") or "")
+    meters.update(parse_meter_settings([w for w in text.split(",") if w.strip()]))
+    fields = {"country": base.country, "region": base.region, "carbon_intensity": base.carbon_intensity,
+              "idle_seconds": base.idle_seconds}
+    for name in _ENERGY_KEYS:
+        if _key(name) not in config:
+            continue
+        value = _from_value(name, config[_key(name)], getattr(base, name))
+        if name in ("cpu_watts", "jetson_hz"):
+            meters[name] = value
+        else:
+            fields[name] = value
+    return EnergySettings(meters={k: v for k, v in meters.items() if v is not None}, **fields)
+
+
 def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     """``cfg`` with the per-device settings a SuperNode may set in its ``--node-config``.
 
-    ``threads``, ``execution``, ``device``, ``cpu-watts``, ``jetson-hz``, ``country``, ``region`` and
-    ``carbon-intensity`` describe the device, not the experiment, so each node may set its own.
+    ``threads``, ``execution``, ``compute-device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``: where its rounds run;
+    the key ``device`` names the node in the report) and the energy settings (``cpu-watts``, ``jetson-hz``, ``country``,
+    ``region``, ``carbon-intensity``, ``meter-settings``) describe the device, not the experiment, so each node
+    may set its own.
     """
     changes = {}
-    for name in ("threads", "execution", "device", "cpu_watts", "jetson_hz", "country", "region", "carbon_intensity"):
+    for name in ("threads", "execution"):
         if _key(name) in node_config:
             changes[name] = _from_value(name, node_config[_key(name)], getattr(cfg, name))
+    if COMPUTE_DEVICE_KEY in node_config:  # where this node's rounds run; "device" is the node's name in reports
+        changes["device"] = str(node_config[COMPUTE_DEVICE_KEY])
+    if any(_key(n) in node_config for n in _ENERGY_KEYS) or "meter-settings" in node_config:
+        changes["energy"] = energy_from(node_config, cfg.energy)
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 

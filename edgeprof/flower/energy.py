@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message
 
 from edgeprof.host import device_label
 from edgeprof.flower.mod import split_row
+
+if TYPE_CHECKING:
+    from edgeprof.config import EnergySettings
 
 PROFILE_RECORD = "edgeprof.message-profile"
 #: prefix of the keys the mod adds to the reply's MetricRecord
@@ -90,22 +93,27 @@ def _carbon(country: Optional[str], region: Optional[str], override: Optional[fl
     return (None, note or "") if intensity is None else (intensity.g_per_kwh, intensity.source)
 
 
-def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0, country: Optional[str] = None,
-               region: Optional[str] = None, carbon_intensity: Optional[float] = None,
+def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] = None,
+               country: Optional[str] = None, region: Optional[str] = None, carbon_intensity: Optional[float] = None,
                device: Optional[str] = None, metrics: bool = True,
-               meters: Optional[Callable[[], object]] = None) -> Callable[[Message, Context, Callable], Message]:
-    """The mod. Settings as the options of ``edgeprof measure`` (checked now: a bad one fails at import).
+               meters: Optional[Callable[[], object]] = None,
+               energy: Optional["EnergySettings"] = None) -> Callable[[Message, Context, Callable], Message]:
+    """The mod. Settings as the options of ``edgeprof measure``, or whole as ``energy`` (an
+    :class:`~edgeprof.config.EnergySettings`, with any setting a meter back-end declares); checked now: a bad
+    one fails at import.
 
     ``device`` names this device in the report's ``device`` column (``EDGEPROF_DEVICE`` wins; default: the node
     config's ``device``, else the host name); ``metrics=False`` leaves the reply's MetricRecord alone;
-    ``meters`` opens the meter set for one message (default: :func:`~edgeprof.meters.discovery.discover` with these settings; tests pass
-    fake meters).
+    ``meters`` opens the meter set for one message (default: :func:`~edgeprof.meters.discovery.discover` with these
+    settings; tests pass fake meters).
     """
-    from edgeprof.config import check_meter_options, check_positive
+    from edgeprof.config import EnergySettings
 
-    check_meter_options(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
-    check_positive(carbon_intensity=carbon_intensity)
-    g_per_kwh, source = _carbon(country, region, carbon_intensity)
+    if energy is None:
+        energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, country=country, region=region,
+                                   carbon_intensity=carbon_intensity)
+    g_per_kwh, source = _carbon(energy.country, energy.region, energy.carbon_intensity)
+    settings = energy.meter_settings
 
     def edgeprof_energy_mod(msg: Message, context: Context, call_next) -> Message:
         from edgeprof.meters.discovery import discover
@@ -114,7 +122,7 @@ def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: float = 10.0, co
         from edgeprof.windows import Windows
 
         kind = str(msg.metadata.message_type)
-        meter_set = meters() if meters is not None else discover(cpu_watts=cpu_watts, jetson_hz=jetson_hz)
+        meter_set = meters() if meters is not None else discover(**settings)
         try:
             with Windows(Profiler(meter_set)).window(kind) as win:
                 reply = call_next(msg, context)

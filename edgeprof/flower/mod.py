@@ -134,7 +134,7 @@ def make_profile_mod(cfg_of: Callable[[Context], RunConfig],
             return reply
         if after is not None:
             after(msg, context, reply)
-        g_per_kwh, source = _carbon(cfg.country, cfg.region, cfg.carbon_intensity)
+        g_per_kwh, source = _carbon(cfg.energy.country, cfg.energy.region, cfg.energy.carbon_intensity)
         numbers, strings = split_row(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
         numbers.update(_setup_cells(setup), **startup)
         strings.update(device=device_name(context.node_config), carbon_source=source)

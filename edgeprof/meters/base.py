@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 #: how a figure was obtained, from most to least direct
 METHODS = ("counter", "integrated_power", "estimate")
@@ -191,6 +191,9 @@ class Backend:
     settings: Mapping[str, Any] = field(default_factory=dict)
     measures_cpu: bool = False
     cpu_fallback: bool = False
+    #: checks the values of its own settings a user gave (a mapping of those of :attr:`settings` given): the
+    #: first problem as one line, or None (a run's settings are checked before anything is opened)
+    check: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 
     def __post_init__(self) -> None:
         bad = [c for c in self.columns if not _COLUMN_RE.fullmatch(c)]

@@ -127,8 +127,19 @@ def _open(ctx: MeterContext) -> CpuTimeEstimateMeter:
 
 
 #: discovery's view of the estimate: always available, opened only when nothing measures the CPU
+def check_settings(given) -> str | None:
+    """``cpu_watts``, when given, must be a positive finite number."""
+    import math
+
+    watts = given.get("cpu_watts")
+    if watts is not None and (isinstance(watts, bool) or not isinstance(watts, (int, float))
+                              or not (math.isfinite(watts) and watts > 0)):
+        return f"cpu-watts must be positive, got {watts}"
+    return None
+
+
 BACKEND = Backend(
     name="cpu_estimate", title="the CPU-time estimate", columns=("cpu_estimate",), cpu_fallback=True,
-    settings={"cpu_watts": None, "cpu_model": None},
+    settings={"cpu_watts": None, "cpu_model": None}, check=check_settings,
     probe=lambda ctx: ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)), open=_open,
 )

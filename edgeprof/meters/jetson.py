@@ -267,10 +267,26 @@ class JetsonMeter(Meter):
         return info
 
 
+#: the fastest rail sampling, Hz (the INA3221 converts in about 1 ms per channel)
+MAX_HZ = 1000.0
+
+
+def check_settings(given) -> str | None:
+    """``jetson_hz`` must be a number in (0, MAX_HZ]."""
+    import math
+
+    hz = given.get("jetson_hz", 10.0)
+    if isinstance(hz, bool) or not isinstance(hz, (int, float)) or not (math.isfinite(hz) and hz > 0):
+        return f"jetson-hz must be positive, got {hz}"
+    if hz > MAX_HZ:
+        return f"jetson-hz must be at most {MAX_HZ:g}, got {hz}"
+    return None
+
+
 #: discovery's view of the Jetson rails (sampled at ``jetson_hz``); the CPU rail measures the CPU side
 BACKEND = Backend(
     name="jetson", title="the Jetson rails", columns=("board_total", "board_cpu", "board_gpu", "board_soc"),
-    settings={"jetson_hz": 10.0}, measures_cpu=True,
+    settings={"jetson_hz": 10.0}, measures_cpu=True, check=check_settings,
     probe=lambda ctx: probe(ctx.sysfs_root),
     open=lambda ctx: JetsonMeter(ctx.sysfs_root, hz=ctx.settings["jetson_hz"]),
 )

@@ -65,6 +65,22 @@ def settings() -> dict[str, Any]:
     return out
 
 
+def check_settings(given: dict[str, Any]) -> None:
+    """ConfigError with one line for a setting no registered back-end declares, or one its back-end refuses."""
+    from edgeprof.errors import ConfigError
+
+    declared = settings()
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise ConfigError(f"unknown meter setting(s) {', '.join(unknown)}; the registered meters take: "
+                          f"{', '.join(sorted(declared))}")
+    for backend in backends():
+        own = {k: v for k, v in given.items() if k in backend.settings}
+        problem = backend.check(own) if backend.check is not None and own else None
+        if problem:
+            raise ConfigError(problem)
+
+
 def register(entry: str | Backend, *, before: str | None = None) -> None:
     """Add a back-end (a ``"module:attribute"`` line or a Backend) before the one named ``before`` (default: last).
 

@@ -83,7 +83,7 @@ def open_meters(cfg, device: Optional[str] = None) -> MeterSet:
 
     if device is not None and device.partition(":")[0] not in ("cpu", "cuda"):
         device = "cpu"  # a device NVML does not manage: every NVIDIA GPU is measured beside the round
-    return discover(cpu_watts=cfg.cpu_watts, jetson_hz=cfg.jetson_hz, gpu=device)
+    return discover(**{**cfg.energy.meter_settings, "gpu": device})
 
 
 def open_energy(cfg, meters: MeterSet) -> Energy:
@@ -91,11 +91,11 @@ def open_energy(cfg, meters: MeterSet) -> Energy:
     from edgeprof.meters import carbon, idle
 
     energy = Energy()
-    if cfg.idle_seconds > 0:
-        baseline = idle.measure_idle(meters, cfg.idle_seconds)
+    if cfg.energy.idle_seconds > 0:
+        baseline = idle.measure_idle(meters, cfg.energy.idle_seconds)
         energy.idle_power_w = baseline.total_power_w
         energy.sidecar["idle"] = baseline.describe()
-    intensity, note = carbon.carbon_or_note(cfg.country, region=cfg.region, override_g_per_kwh=cfg.carbon_intensity)
+    intensity, note = carbon.carbon_or_note(cfg.energy.country, region=cfg.energy.region, override_g_per_kwh=cfg.energy.carbon_intensity)
     if intensity is None:
         log.warning(note)
         energy.notes.append(note)
