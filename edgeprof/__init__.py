@@ -2,7 +2,7 @@
 
 The public API is re-exported lazily from :mod:`edgeprof.api` so that ``import edgeprof`` stays fast
 (torch, onnxruntime and the optional back-ends are imported only by the modules that use them). Profiling
-your own code: ``edgeprof.monitor`` and ``edgeprof.phase`` (:mod:`edgeprof.monitoring`, which imports
+your own code: ``edgeprof.monitor`` and ``edgeprof.phase`` (:mod:`edgeprof.measure.monitoring`, which imports
 neither torch nor Flower). Importing edgeprof sets nothing in the process: the entry points (the ``edgeprof``
 script, the Flower apps, the scripts) ask for OpenMP's passive wait themselves
 (:func:`edgeprof.host.prefer_passive_openmp`).
@@ -23,7 +23,6 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name in _MONITORING:
-        from edgeprof import monitoring
-
+        from edgeprof.measure import monitoring
         return getattr(monitoring, name)
     raise AttributeError(f"module 'edgeprof' has no attribute {name!r}")

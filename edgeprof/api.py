@@ -5,7 +5,7 @@
 >>> report = read_report(result.csv_path)                                       # doctest: +SKIP
 >>> [r["wall_s"] for r in report.where(kind="client")]                          # doctest: +SKIP
 
-Your own code, profiled with the same meters and method labels (:mod:`edgeprof.monitoring`):
+Your own code, profiled with the same meters and method labels (:mod:`edgeprof.measure.monitoring`):
 
 >>> import edgeprof
 >>> with edgeprof.monitor(out="profiles", name="mine") as mon:                  # doctest: +SKIP
@@ -23,14 +23,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeprof.config import RunConfig
-from edgeprof.monitoring import Measurement, Monitor, monitor, phase
+from edgeprof.measure.monitoring import Measurement, Monitor, monitor, phase
 from edgeprof.report.writer import Report, read_report
-from edgeprof.simulate import RunResult
-from edgeprof.simulate import run as _run
+from edgeprof.rounds.simulate import RunResult
+from edgeprof.rounds.simulate import run as _run
 
 
 def run(cfg: RunConfig, **kwargs) -> RunResult:
-    """Run ``cfg`` (see :func:`edgeprof.simulate.run`); ``out`` may be a str."""
+    """Run ``cfg`` (see :func:`edgeprof.rounds.simulate.run`); ``out`` may be a str."""
     if not isinstance(cfg.out, Path):
         import dataclasses
 

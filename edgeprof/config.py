@@ -1,8 +1,8 @@
 """Run settings: one frozen dataclass, validated in one place.
 
 Everything a run needs is in :class:`RunConfig`; the CLI builds one from its options and hands it to
-:func:`edgeprof.simulate.run`. ``None`` for a learning rate means "the paper's default for this
-dataset, degree and algorithm" (:mod:`edgeprof.hyperparams`), resolved by :meth:`RunConfig.resolved`.
+:func:`edgeprof.rounds.simulate.run`. ``None`` for a learning rate means "the paper's default for this
+dataset, degree and algorithm" (:mod:`edgeprof.rounds.hyperparams`), resolved by :meth:`RunConfig.resolved`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def algorithm_names() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class EnergySettings:
     """How a run's energy is measured and priced: one value, composed into :class:`RunConfig` and
-    :class:`edgeprof.monitoring.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
+    :class:`edgeprof.measure.monitoring.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
 
     ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`, e.g.
     ``cpu_watts``, ``jetson_hz``), name -> value; each is checked by the back-end that declares it, so a new
@@ -169,20 +169,20 @@ class RunConfig:
     def sampled_per_round(self) -> float:
         """r of the paper: the expected number of participating clients per round."""
         if self.participation_mode == "fixed":
-            from edgeprof.participants import clients_per_round
+            from edgeprof.rounds.participants import clients_per_round
 
             return float(clients_per_round(self.clients, self.participation, self.participant_rounding))
         return self.participation * self.clients
 
     @property
     def participant_rounding(self) -> str:
-        """How r follows from pi*I (:data:`edgeprof.participants.ROUNDINGS`): ``floor`` with the paper split."""
+        """How r follows from pi*I (:data:`edgeprof.rounds.participants.ROUNDINGS`): ``floor`` with the paper split."""
         return "floor" if self.split == "paper" else "round"
 
     def resolved(self) -> "RunConfig":
         """A copy with every learning rate left at None filled from the paper's tables."""
         from edgeprof.algorithms import ALGORITHMS
-        from edgeprof.hyperparams import defaults
+        from edgeprof.rounds.hyperparams import defaults
 
         spec = ALGORITHMS[self.algo]
         table = defaults(spec.hyperparams, self.dataset, self.degree)

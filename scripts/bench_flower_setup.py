@@ -88,7 +88,7 @@ def deployment(args, root: Path) -> list[dict]:
 
 def in_process(args, root: Path) -> list[dict]:
     from edgeprof.report import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     return read_report(run(_settings(args, root / "profiles", "in-process")).csv_path).where(kind="client")
 

@@ -40,7 +40,7 @@ def measure(sizes, clients, tau: int, threads: int, backbone: str, execution: st
     from bench_round_ratio import build
 
     from edgeprof.meters.discovery import discover
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
 
     profiler = Profiler(discover())
     feds = {n: build("pflego", clients[n], tau, threads, backbone, execution) for n in sizes}

@@ -35,7 +35,7 @@ from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.nvml import NvmlMeter
 from edgeprof.meters.rapl import RaplMeter
 from edgeprof.meters.sysfs import IntFile
-from edgeprof.profiler import Profiler
+from edgeprof.measure.profiler import Profiler
 
 #: the phases of a PFLEGO client round
 PHASES = ("cache_forward", "head_steps", "joint_grad")

@@ -48,7 +48,7 @@ def make_client(samples: int, seed: int, backbone: str = "cnn-omniglot"):
 
 def build(algo: str, client, tau: int, threads: int, backbone: str = "cnn-omniglot", execution: str = "auto"):
     from edgeprof.config import RunConfig
-    from edgeprof.simulate import build_federation
+    from edgeprof.rounds.simulate import build_federation
 
     cfg = RunConfig(algo=algo, tau=tau, clients=1, participation=1.0, dataset="synthetic",
                     backbone=backbone, threads=threads, progress=False, execution=execution).resolved()
@@ -98,7 +98,7 @@ def main() -> None:
     from edgeprof.hardware import count_flops, roofs
     from edgeprof.meters.discovery import discover
     from edgeprof.nn.backbones import build_backbone, input_shape_for
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
 
     torch.set_num_threads(args.threads)
     roof = roofs(threads=args.threads, ghz=args.ghz)

@@ -5,7 +5,7 @@ Builds PFLEGO (Adam server, equation (4)) and FedAvg (weighted average) over ``m
 chosen backbone, hands each server step r client updates of theta's shapes (seeded random values; the
 step's cost does not depend on them), times it with the same profiler window ``measure`` uses, and prints
 the median seconds per r and the least-squares slope (seconds per extra client, 95% interval) and
-intercept from :func:`edgeprof.analysis.fit_line`. Values of r are interleaved (seeded order) over the
+intercept from :func:`edgeprof.report.analysis.fit_line`. Values of r are interleaved (seeded order) over the
 repeats so machine drift is spread across them.
 
     python scripts/bench_server_r.py [--rs 1,2,5,10,20,50] [--repeats 5] [--backbone cnn-omniglot]
@@ -23,7 +23,7 @@ def build(algo: str, backbone_name: str, clients: int):
     from edgeprof.config import RunConfig
     from edgeprof.data import ClientData
     from edgeprof.nn.backbones import default_input_shape
-    from edgeprof.simulate import build_federation
+    from edgeprof.rounds.simulate import build_federation
 
     shape = default_input_shape(backbone_name)
     x = np.zeros((4, *shape), dtype=np.float32)
@@ -35,7 +35,7 @@ def build(algo: str, backbone_name: str, clients: int):
 
 
 def updates_for(algorithm, r: int, rng: np.random.Generator):
-    from edgeprof.federation import ClientUpdate
+    from edgeprof.rounds.federation import ClientUpdate
 
     shapes = [a.shape for a in algorithm.global_arrays]
     return [ClientUpdate(i, 4, 0.0, [rng.standard_normal(s).astype(np.float32) * 1e-3 for s in shapes])
@@ -52,9 +52,9 @@ def main() -> None:
 
     import torch
 
-    from edgeprof.analysis import fit_line
+    from edgeprof.report.analysis import fit_line
     from edgeprof.meters.discovery import discover
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
 
     torch.set_num_threads(args.threads)
     rs = [int(r) for r in args.rs.split(",")]

@@ -3,7 +3,7 @@
 
 The setting of the paper's MNIST experiments, on the embedded digits data: 100 clients, 20%
 participation (20 clients a round), 200 rounds, tau=50, the ``mlp`` backbone. It calls
-:func:`edgeprof.simulate.run` (what ``edgeprof measure --no-progress`` calls) with the report written to
+:func:`edgeprof.rounds.simulate.run` (what ``edgeprof measure --no-progress`` calls) with the report written to
 a temporary folder, prints the wall seconds of the whole run (set-up included: data, backbone, ONNX
 export, meters) and the breakdown read back from the report: per phase, client rounds, server steps,
 and the rest (profiler, report, set-up). Target on 2 cores: under 60 s.
@@ -32,7 +32,7 @@ def main() -> None:
     from edgeprof.host import prefer_passive_openmp
 
     prefer_passive_openmp()  # before torch loads, as the CLI does
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
     from edgeprof.algorithms import ALGORITHMS
     from edgeprof.config import RunConfig
     from edgeprof.report.writer import read_report

@@ -2,10 +2,10 @@
 """The README's figures, measured side by side in one sweep: FedAvg/PFLEGO per-round ratio at tau=50 (both
 PFLEGO engines), PFLEGO's cost growth from tau=5 to tau=100, and the peak memory of each engine.
 
-Runs ``edgeprof.sweep.run_sweep`` (``cnn-omniglot``, 600 local 28x28 synthetic samples, 2 threads, PFLEGO with
+Runs ``edgeprof.rounds.sweep.run_sweep`` (``cnn-omniglot``, 600 local 28x28 synthetic samples, 2 threads, PFLEGO with
 the ``onnx`` and ``torch-reuse`` engines and FedAvg, cells interleaved in a seeded random order after a
 warm-up), or reads an existing sweep report with ``--report``, and prints the figures with their 95%
-intervals (:mod:`edgeprof.analysis`) and the machine's load average before and after.
+intervals (:mod:`edgeprof.report.analysis`) and the machine's load average before and after.
 
 Peak memory: the sweep's ``peak_rss_mb`` is the high-water mark of the one process that runs every
 variant, so memory that one variant's allocator keeps hides the others' differences. The script therefore
@@ -26,7 +26,7 @@ from pathlib import Path
 
 def measure(args) -> Path:
     from edgeprof.config import RunConfig
-    from edgeprof.sweep import SweepConfig, run_sweep
+    from edgeprof.rounds.sweep import SweepConfig, run_sweep
 
     base = RunConfig(dataset="synthetic", backbone="cnn-omniglot", clients=1, participation=1.0, seed=0,
                      out=Path(args.out), threads=args.threads, run_name=args.run_name, progress=False)
@@ -39,7 +39,7 @@ def measure(args) -> Path:
 
 
 def _values(rows, variant: str, tau: int, column: str) -> list[float]:
-    from edgeprof.analysis import variant_of
+    from edgeprof.report.analysis import variant_of
 
     return [float(r[column]) for r in rows if r["kind"] == "client" and r.get(column)
             and variant_of(r["algo"], r["engine"]) == variant and int(r["tau"]) == tau]
@@ -52,7 +52,7 @@ def _iv(iv, fmt="{:.1f}") -> str:
 
 
 def report_figures(csv_path: Path) -> None:
-    from edgeprof.analysis import analyze, ratio_of_means
+    from edgeprof.report.analysis import analyze, ratio_of_means
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
@@ -123,10 +123,10 @@ def memory_probe(item: str, samples: int, threads: int) -> None:
     import json
 
     from edgeprof.config import RunConfig
-    from edgeprof.profiler import PeakRss
+    from edgeprof.measure.profiler import PeakRss
     from edgeprof.nn.compute import set_threads
-    from edgeprof.simulate import build_federation
-    from edgeprof.sweep import SweepConfig, sweep_clients
+    from edgeprof.rounds.simulate import build_federation
+    from edgeprof.rounds.sweep import SweepConfig, sweep_clients
 
     tau = 50 if item.startswith("pflego") else 2
     base = RunConfig(dataset="synthetic", backbone="cnn-omniglot", clients=1, participation=1.0, threads=threads,
@@ -158,7 +158,7 @@ def memory_table(samples: int, threads: int) -> None:
 
 
 def _variant(row) -> str:
-    from edgeprof.analysis import variant_of
+    from edgeprof.report.analysis import variant_of
 
     return variant_of(row["algo"], row["engine"])
 

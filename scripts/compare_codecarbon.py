@@ -1,7 +1,7 @@
 """Compare edgeprof's energy and carbon with codecarbon's own tracker over one whole edgeprof run.
 
 The workload is a complete ``edgeprof measure`` run (by default the README's ``--algo pflego --tau 50`` on the
-embedded digits data, 3 rounds), executed through :func:`edgeprof.simulate.run` while codecarbon's
+embedded digits data, 3 rounds), executed through :func:`edgeprof.rounds.simulate.run` while codecarbon's
 OfflineEmissionsTracker (no network, no file) runs around it. The script prints codecarbon's figures, edgeprof's
 meters read around the whole run (set-up included), and the sum of the run's report rows (client rounds and
 server steps only), each with how it was obtained. On a machine without RAPL, codecarbon falls back to its own
@@ -35,7 +35,7 @@ def main() -> None:
     from edgeprof.config import EnergySettings, RunConfig
     from edgeprof.meters import discover
     from edgeprof.report import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
     from edgeprof.meters.carbon import J_PER_KWH, carbon_g, carbon_intensity
 
     logging.getLogger("codecarbon").setLevel(logging.ERROR)

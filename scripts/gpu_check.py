@@ -154,7 +154,7 @@ def run_tests() -> bool:
 
 def sweep(backbone: str, args, device: str) -> Path:
     from edgeprof.config import RunConfig
-    from edgeprof.sweep import SweepConfig, run_sweep
+    from edgeprof.rounds.sweep import SweepConfig, run_sweep
 
     base = RunConfig(dataset="synthetic", synthetic_samples=max(2000, 2 * args.samples), clients=1,
                      participation=1.0, backbone=backbone, device=device, out=args.out,

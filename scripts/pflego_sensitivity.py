@@ -87,8 +87,8 @@ def run_pair(seed: int, rounds: int, overrides: dict, last: int) -> dict:
     from edgeprof.algorithms import aggregation
     from edgeprof.algorithms.contract import ServerState
     from edgeprof.config import RunConfig
-    from edgeprof.participants import participant_rng, sample_participants
-    from edgeprof.simulate import build_federation, evaluate_all, load_clients
+    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.rounds.simulate import build_federation, evaluate_all, load_clients
 
     cfg = RunConfig(algo="pflego", dataset="digits", degree="high", backbone="mlp", clients=20, participation=0.2,
                     tau=25, rounds=rounds, seed=seed, threads=1, **overrides).resolved()

@@ -2,7 +2,7 @@
 """PFLEGO at Table 6's rho=0.003 on digits with 1 and 2 threads, side by side: final accuracy per seed and protocol.
 
 Setting of ``edgeprof train --algos pflego --dataset digits --degree high --clients 20 --tau 25 --rounds 100
---backbone mlp --seed S --threads T``: every cell is one :func:`edgeprof.simulate.run` with ``evaluate=True``
+--backbone mlp --seed S --threads T``: every cell is one :func:`edgeprof.rounds.simulate.run` with ``evaluate=True``
 in a fresh process (so that each thread count is set before torch and ONNX Runtime start, as in the CLI),
 one cell at a time. For each seed and evaluation protocol (:data:`edgeprof.config.EVAL_PROTOCOLS`) it prints
 the final test accuracy and the mean over the last ``--last`` rounds for every thread count, and whether the
@@ -35,7 +35,7 @@ def run_cell(spec: dict) -> dict:
     prefer_passive_openmp()  # before torch loads
     from edgeprof.config import RunConfig
     from edgeprof.report.writer import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     start = time.perf_counter()
     cfg = RunConfig(algo="pflego", dataset="digits", degree="high", backbone="mlp", participation=0.2,

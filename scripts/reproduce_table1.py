@@ -6,11 +6,11 @@ column of Table 1 is printed beside it as the closest match), or the official MN
 files with ``--dataset mnist|fashion-mnist --data-dir DIR`` (nothing is downloaded; the matching column of
 Table 1 is printed). Setting: High-Pers (K=2 classes per client), ``--clients`` clients, 20% participation,
 the same T rounds and tau for every algorithm, every seed of ``--seeds``, hyperparameters from Table 6 (the
-dataset's column; the documented fallbacks of ``edgeprof.hyperparams`` where it has none). PFLEGO is run
+dataset's column; the documented fallbacks of ``edgeprof.rounds.hyperparams`` where it has none). PFLEGO is run
 twice: with Table 6's rho and with rho=0.001, the low end of the paper's own search grid
 {0.001, 0.002, 0.003} (Appendix A.3), because Adam at 0.003 oscillates on a much smaller federation.
 
-Protocols (``--protocol``, :mod:`edgeprof.evaluation`): ``global`` scores every client after the server step;
+Protocols (``--protocol``, :mod:`edgeprof.rounds.evaluation`): ``global`` scores every client after the server step;
 ``paper`` (the authors' reference code, hence Table 1) scores the round's sampled clients right after their
 local update, before the server step. One run's eval rows carry one protocol, so with ``both`` every
 (variant, seed) is run once per protocol; each protocol runs with its own split unless ``--split`` names one:
@@ -18,7 +18,7 @@ local update, before the server step. One run's eval rows carry one protocol, so
 ``paper``. Final accuracy, as in the paper: the mean test accuracy over the last ``--last`` rounds, then
 mean +- standard deviation over seeds. Energy: the median client energy per client round over all runs of
 the variant (evaluation lies outside the measured windows), and how it was obtained (``estimate`` on a
-machine without energy counters). Every run goes through :func:`edgeprof.simulate.run` (its report is kept
+machine without energy counters). Every run goes through :func:`edgeprof.rounds.simulate.run` (its report is kept
 under ``--out``; with ``--resume`` a complete report of the same run and settings already there is read instead);
 ``--jobs`` processes run side by side with one thread each.
 
@@ -43,7 +43,7 @@ from edgeprof.host import prefer_passive_openmp
 prefer_passive_openmp()  # before torch loads, as the CLI does
 
 from edgeprof.errors import EdgeprofError  # noqa: E402
-from edgeprof.hyperparams import defaults
+from edgeprof.rounds.hyperparams import defaults
 
 #: Table 1 of the PFLEGO paper, High-Pers (mean +- CI over the final 10 rounds), by dataset; an algorithm
 #: missing from a column is not in Table 1
@@ -210,10 +210,10 @@ def previous_report(cfg) -> Optional[Path]:
 
 
 def run_cell(variant: Variant, column: Column, seed: int, args) -> Cell:
-    """One (variant, column, seed) run through :func:`edgeprof.simulate.run` (or its earlier report: ``--resume``)."""
+    """One (variant, column, seed) run through :func:`edgeprof.rounds.simulate.run` (or its earlier report: ``--resume``)."""
     from edgeprof.config import RunConfig
     from edgeprof.report.writer import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     cfg = RunConfig(algo=variant.algo, tau=args.tau, rounds=args.rounds, clients=args.clients, participation=0.2,
                     dataset=args.dataset, data_dir=args.data_dir, degree="high", split=column.split,

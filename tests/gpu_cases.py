@@ -16,8 +16,8 @@ from tolerances import float32_atol
 
 def _federation(algo: str, device: str, backbone: str = "mlp"):
     from edgeprof.config import RunConfig
-    from edgeprof.federation import Federation
-    from edgeprof.simulate import load_clients
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import load_clients
 
     cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=120, synthetic_classes=3, clients=2,
                     participation=1.0, backbone=backbone, tau=3, threads=1, device=device,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from edgeprof import analysis
-from edgeprof.analysis import Interval, analyze, check_claim, fit_line, ratio_of_means, t_quantile, verdict
+from edgeprof.report import analysis
+from edgeprof.report.analysis import Interval, analyze, check_claim, fit_line, ratio_of_means, t_quantile, verdict
 
 TAUS = (1, 5, 10, 25, 50, 100)
 

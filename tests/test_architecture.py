@@ -10,8 +10,8 @@ import pytest
 from edgeprof.algorithms import ALGORITHMS, REGISTRY
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeprof"
-DRIVERS = sorted((PACKAGE / "flower").glob("*.py")) + [PACKAGE / "simulate.py", PACKAGE / "federation.py",
-                                                       PACKAGE / "sweep.py", PACKAGE / "report" / "session.py"]
+DRIVERS = sorted((PACKAGE / "flower").glob("*.py")) + [PACKAGE / "rounds" / name for name in (
+    "simulate.py", "federation.py", "sweep.py")] + [PACKAGE / "report" / "session.py"]
 
 
 @pytest.mark.parametrize("path", DRIVERS, ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -41,7 +41,8 @@ def _py(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("path", _py(PACKAGE / "algorithms") + [PACKAGE / "federation.py", PACKAGE / "runtime.py"],
+@pytest.mark.parametrize("path", _py(PACKAGE / "algorithms") + [PACKAGE / "rounds" / "federation.py",
+                                                                PACKAGE / "rounds" / "runtime.py"],
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_tensors_cross_between_host_and_device_only_through_the_compute_seam(path):
     """Placements, copies and synchronisation go through :class:`edgeprof.nn.compute.Compute`; a line that builds a
@@ -52,11 +53,11 @@ def test_tensors_cross_between_host_and_device_only_through_the_compute_seam(pat
 
 
 def test_one_runtime_factory_builds_every_runtime():
-    """``Runtime(`` is called in edgeprof.runtime alone; the in-process driver and both Flower apps call it."""
+    """``Runtime(`` is called in edgeprof.rounds.runtime alone; the in-process driver and both Flower apps call it."""
     callers = [p for p in _py(PACKAGE) if re.search(r"(?<![\w.])Runtime\(", p.read_text())
                and p.name != "contract.py"]
-    assert [p.relative_to(PACKAGE).as_posix() for p in callers] == ["runtime.py"]
-    for driver in ("federation.py", "flower/client_app.py", "flower/strategy.py"):
+    assert [p.relative_to(PACKAGE).as_posix() for p in callers] == ["rounds/runtime.py"]
+    for driver in ("rounds/federation.py", "flower/client_app.py", "flower/strategy.py"):
         assert "build_runtime(" in (PACKAGE / driver).read_text(), driver
 
 
@@ -88,7 +89,7 @@ def test_no_execution_plan_or_compute_has_a_default():
 # ---------------------------------------------------------------------------------------------------- one window engine
 
 def test_one_window_engine_opens_every_window_and_phase():
-    """Windows and phases are built once, in edgeprof.windows: the profiler only samples (no module but the
+    """Windows and phases are built once, in edgeprof.measure.windows: the profiler only samples (no module but the
     engine takes its samples), and no module but the engine builds a WindowResult or keeps its own phase marker."""
     import ast
 
@@ -96,18 +97,18 @@ def test_one_window_engine_opens_every_window_and_phase():
     for path in _py(PACKAGE):
         rel = path.relative_to(PACKAGE).as_posix()
         text = path.read_text()
-        if re.search(r"profiler\.sample\(|\._sample\(", text) and rel not in ("windows.py", "profiler.py"):
+        if re.search(r"profiler\.sample\(|\._sample\(", text) and rel not in ("measure/windows.py", "measure/profiler.py"):
             samplers.append(rel)
-        if re.search(r"(?<![\w.])WindowResult\(", text) and rel != "windows.py":
+        if re.search(r"(?<![\w.])WindowResult\(", text) and rel != "measure/windows.py":
             results.append(rel)
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ContextVar") and rel != "windows.py":
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("ContextVar") and rel != "measure/windows.py":
                 markers.append(rel)
     assert samplers == [] and results == [], (samplers, results)
     assert markers == [], f"context variables outside the engine (a second phase mechanism?): {markers}"
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
 
-    assert not hasattr(__import__("edgeprof.profiler", fromlist=["Window"]), "Window")
+    assert not hasattr(__import__("edgeprof.measure.profiler", fromlist=["Window"]), "Window")
     assert Profiler.window.__doc__ and "windows" in Profiler.window.__doc__
 
 
@@ -218,7 +219,7 @@ def test_importing_edgeprof_sets_nothing_in_the_environment():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    probe = ("import os, edgeprof, edgeprof.config, edgeprof.monitoring, edgeprof.api, edgeprof.simulate; "
+    probe = ("import os, edgeprof, edgeprof.config, edgeprof.measure.monitoring, edgeprof.api, edgeprof.rounds.simulate; "
              "print(os.environ.get('OMP_WAIT_POLICY'))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "None"
@@ -239,7 +240,7 @@ def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, mon
 
     from edgeprof.config import RunConfig
     from edgeprof.nn import compute as computelib
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     text = ARCHITECTURE_PAGE.read_text()
     block = text[text.index("### Add a device kind"):]
@@ -265,3 +266,25 @@ def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, mon
     images = [s for s in placed if len(s) == 4]  # (N, C, H, W) batches of images
     assert 1 <= len(images) <= cfg.clients  # each client's images placed once per run, not once per round
     assert isinstance(computelib.kind_of(name), kind_class)
+
+
+def test_the_top_level_holds_only_entry_points_and_what_every_layer_shares():
+    """The flow is in packages (cli, data, nn, algorithms, rounds, measure, meters, hardware, report, flower); loose
+    at the top: the script, the public API, the config, the errors, the host and the stop signals."""
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+
+    assert loose == ["__init__", "__main__", "api", "config", "errors", "host", "signals"]
+    assert packages == ["algorithms", "cli", "data", "flower", "hardware", "measure", "meters", "nn", "report", "rounds"]
+
+
+def test_one_flower_client_mod_and_one_reading_of_its_wire_format():
+    """edgeprof's ClientApp mod is the one client mod (flower/energy.py's profile_mod) set up for its rounds; the
+    profile record is written and read (the older format too) in flower/energy.py alone."""
+    flower = {p.name: p.read_text() for p in (PACKAGE / "flower").glob("*.py")}
+    mod = flower["mod.py"]
+
+    assert "profile_mod(" in mod and "Profiler" not in mod and ".window(" not in mod
+    writers = sorted(n for n, t in flower.items() if re.search(r"content\[[A-Z_]*(PROFILE|OLD)[A-Z_]*\]\s*=", t))
+    readers = sorted(n for n, t in flower.items() if re.search(r"\b(OLD_METRICS|OLD_INFO|PROFILE_RECORD)\b", t))
+    assert writers == ["energy.py"] and readers == ["energy.py"], (writers, readers)

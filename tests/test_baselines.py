@@ -22,8 +22,8 @@ def _backbone(seed: int = 3) -> torch.nn.Module:
 
 def _federation(cfg, clients):
     """The in-process driver over ``clients`` with this file's small seeded backbone."""
-    from edgeprof.federation import Federation
-    from edgeprof.runtime import build_runtime
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.runtime import build_runtime
 
     return Federation(cfg, clients, runtime=build_runtime(cfg.resolved(), max(c.num_classes for c in clients),
                                                           backbone=_backbone()))
@@ -273,7 +273,7 @@ SMALL_PROBLEM_RHO = 0.001
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_training_lowers_the_loss(name, tmp_path):
     from edgeprof.report.writer import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     cfg = RunConfig(algo=name, tau=5, rounds=4, clients=4, participation=1.0, dataset="synthetic",
                     synthetic_samples=240, synthetic_classes=4, backbone="mlp", out=tmp_path, evaluate=True,

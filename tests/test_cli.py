@@ -105,7 +105,8 @@ def test_every_command_fails_with_one_line_and_its_documented_code(tmp_path, mon
                                         ("ReportError", 7), ("ClaimNotShown", 8)])
 def test_each_error_class_has_its_documented_exit_code(error, code):
     """The table the README documents (6, a refused backbone, also through the CLI in test_custom_backbone.py)."""
-    from edgeprof import analysis, errors
+    from edgeprof import errors
+    from edgeprof.report import analysis
 
     cls = getattr(errors, error, None) or getattr(analysis, error)
     assert cls.exit_code == code
@@ -247,9 +248,10 @@ def test_readme_command_runs_through_the_console_script(tmp_path):
 # --- options: declared once, choices from the registries, --out a folder, panels ---------------------------
 import typer.main  # noqa: E402
 
-from edgeprof import config, options  # noqa: E402
+from edgeprof import config  # noqa: E402
+from edgeprof.cli import options  # noqa: E402
 from edgeprof.algorithms import ALGORITHMS  # noqa: E402
-from edgeprof.analysis import METRICS  # noqa: E402
+from edgeprof.report.analysis import METRICS  # noqa: E402
 
 WIDE = {"COLUMNS": "300"}  # help on one line per option, so a list of choices is never wrapped
 

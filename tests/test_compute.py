@@ -55,8 +55,8 @@ def fake(monkeypatch):
 
 
 def _federation(algo: str, device: str = "fake:1"):
-    from edgeprof.federation import Federation
-    from edgeprof.simulate import load_clients
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import load_clients
 
     cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=2,
                     participation=1.0, backbone="mlp", tau=3, threads=1, device=device).resolved()

@@ -8,7 +8,7 @@ import pytest
 import edgeprof
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
-from edgeprof.participants import sample_participants
+from edgeprof.rounds.participants import sample_participants
 
 
 @pytest.mark.parametrize("algo,dataset,degree,expected", [
@@ -60,3 +60,11 @@ def test_top_level_api_runs_and_reads_back(tmp_path):
     assert result.status == "complete" and result.rounds_completed == 2
     assert len(report.values("wall_s", report.where(kind="client"))) == 4
     assert report.sidecar["config"]["beta"] == 0.189  # resolved from Table 6
+
+
+def test_the_public_run_function_survives_the_packages_being_imported():
+    """``edgeprof.run`` is the API's function, whatever edgeprof's packages were imported first."""
+    import edgeprof.rounds.simulate  # noqa: F401
+    from edgeprof import api
+
+    assert edgeprof.run is api.run and callable(edgeprof.run)

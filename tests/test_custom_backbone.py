@@ -27,7 +27,7 @@ from edgeprof.nn.custom import CustomBackbone
 from edgeprof.nn.ort import STRATEGIES, FeatureRunner
 from edgeprof.nn.verify import check_export, perturbed
 from edgeprof.report import read_report
-from edgeprof.simulate import build_federation
+from edgeprof.rounds.simulate import build_federation
 from edgeprof.nn.compute import Compute
 
 from conftest import make_clients
@@ -248,7 +248,7 @@ def test_both_pflego_engines_compute_the_same_round_with_batch_norm_and_dropout(
 def test_the_flower_apps_build_the_same_seeded_backbone_as_the_in_process_run(rng):
     pytest.importorskip("flwr")
     from edgeprof.flower.client_app import runtime_for
-    from edgeprof.runtime import build_runtime
+    from edgeprof.rounds.runtime import build_runtime
     from edgeprof.flower.strategy import server_runtime
 
     cfg = RunConfig(algo="pflego", backbone=SPEC, dataset="cifar10", seed=5, threads=1).resolved()

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.algorithms import phases_of
-from edgeprof.analysis import analyze
+from edgeprof.report.analysis import analyze
 from edgeprof.cli import app
 from edgeprof.report.dashboard import SECTIONS, render, script_json, write_dashboard
 from edgeprof.report.schema import columns_for

@@ -16,8 +16,8 @@ from edgeprof.config import RunConfig
 from edgeprof.meters.base import Domain, Meter
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.nn import compute as computelib
-from edgeprof.profiler import PeakRss, Profiler
-from edgeprof.windows import current_window
+from edgeprof.measure.profiler import PeakRss, Profiler
+from edgeprof.measure.windows import current_window
 from test_compute import RecordingKind
 
 
@@ -105,7 +105,7 @@ def test_phases_shorter_than_the_meters_update_period_are_flagged():
 
 
 def _run(tmp_path, algo: str, device: str) -> list[dict]:
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=3,
                     participation=1.0, backbone="mlp", tau=3, rounds=2, threads=1, device=device, progress=False,

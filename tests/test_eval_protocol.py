@@ -10,10 +10,10 @@ import torch
 from edgeprof.algorithms import aggregation, fedavg, pflego
 from edgeprof.algorithms.contract import EvalResult
 from edgeprof.config import RunConfig
-from edgeprof.evaluation import global_score, paper_score
-from edgeprof.participants import participant_rng, sample_participants
+from edgeprof.rounds.evaluation import global_score, paper_score
+from edgeprof.rounds.participants import participant_rng, sample_participants
 from edgeprof.report import read_report
-from edgeprof.simulate import load_clients, run
+from edgeprof.rounds.simulate import load_clients, run
 from edgeprof.nn.compute import Compute
 
 
@@ -106,7 +106,7 @@ def test_paper_protocol_scores_pflegos_new_heads_with_the_rounds_theta(tmp_path)
 def test_global_protocol_scores_every_client_after_the_server_step(tmp_path):
     cfg = _cfg(tmp_path, "fedavg", "global")
     rows = _eval_rows(cfg)
-    from edgeprof.simulate import build_federation
+    from edgeprof.rounds.simulate import build_federation
 
     federation = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)

@@ -126,7 +126,7 @@ def test_a_stop_signal_ends_the_run_like_ctrl_c(tmp_path, sig, code, name):
 
 
 def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
-    from edgeprof import simulate
+    from edgeprof.rounds import simulate
     from edgeprof.report import session
 
     real_round, real_write = simulate.run_round, session.write_sidecar

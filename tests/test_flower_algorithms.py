@@ -85,8 +85,8 @@ def personal_states(federation) -> tuple[str, list] | None:
 
 def in_process(cfg: RunConfig):
     """The algorithm after cfg.rounds rounds of the in-process loop; and the participants of every round."""
-    from edgeprof.participants import participant_rng, sample_participants
-    from edgeprof.simulate import build_federation, load_clients
+    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.rounds.simulate import build_federation, load_clients
 
     algorithm = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)
@@ -157,7 +157,7 @@ def test_evaluation_on_flower_matches_in_process(algo, protocol, tmp_path, task_
     from edgeprof.flower.config import FlowerSettings, to_run_config
     from edgeprof.flower.server_app import run_server
     from edgeprof.report import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     cfg = dataclasses.replace(tiny_cfg(algo, tmp_path), evaluate=True, eval_protocol=protocol)
     run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))

@@ -1,5 +1,5 @@
 """Real processes on loopback: a SuperLink and three SuperNodes (separate process groups on 127.0.0.1),
-runs submitted with ``flwr run``; theta compared with the in-process loop of :mod:`edgeprof.simulate`.
+runs submitted with ``flwr run``; theta compared with the in-process loop of :mod:`edgeprof.rounds.simulate`.
 
 Both tests share one federation (module fixture); the second kills a SuperNode, so it runs last.
 Every process group is killed by a finalizer registered as soon as the process starts.
@@ -129,11 +129,11 @@ def load_theta(run_dir: Path, name: str) -> list[np.ndarray]:
 def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]:
     """theta of the in-process loop; with ``accepted`` (round -> partitions), the other replies are dropped."""
     from edgeprof.meters.discovery import MeterSet
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.rounds.participants import participant_rng, sample_participants
     from edgeprof.report.session import Energy, RunContext
-    from edgeprof.simulate import build_federation, load_clients, run_rounds
+    from edgeprof.rounds.simulate import build_federation, load_clients, run_rounds
 
     algorithm = build_federation(cfg, load_clients(cfg))
     if accepted is None:  # the very loop of `edgeprof measure`
@@ -187,7 +187,7 @@ def test_a_deployed_round_window_holds_the_round_and_costs_what_the_in_process_r
     import statistics
 
     from edgeprof.report import read_report
-    from edgeprof.simulate import run
+    from edgeprof.rounds.simulate import run
 
     # Prepare: PFLEGO on a conv backbone, rounds long enough (~1 s) that the Flower process's own background
     # threads (heartbeats) and first-use effects are small beside the round's CPU time; one

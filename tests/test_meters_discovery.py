@@ -13,7 +13,7 @@ from edgeprof.meters.estimate import (DEFAULT_WATTS_PER_CORE, CpuTimeEstimateMet
                                       watts_per_core_for)
 from edgeprof.meters.idle import measure_idle
 from edgeprof.meters.rapl import RaplMeter
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from fixtures_sysfs import build_jetson, build_rapl, fake_pynvml, set_energy
 
 NO_GPU = fake_pynvml([], init_error=9)

@@ -15,7 +15,7 @@ from edgeprof.errors import ConfigError, MeterError
 from edgeprof.meters import discover, gpu_map, nvml
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import FakeClock, fake_pynvml
 

@@ -10,7 +10,7 @@ import pytest
 from edgeprof.meters import discover, jetson
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report, render_doctor
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import BAD_LABELS, FakeClock, rail_dir, build_jetson, fake_pynvml, set_rails, spoil_label
 

@@ -12,7 +12,7 @@ from edgeprof.errors import MeterError
 from edgeprof.meters import discover, nvml
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import FakeClock, fake_pynvml
 

@@ -19,7 +19,7 @@ from edgeprof.meters import discover, rapl
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report, render_doctor
 from edgeprof.meters.idle import measure_idle
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report import read_report
 from edgeprof.report.schema import row_from_window
 from edgeprof.report.session import base_row, open_run

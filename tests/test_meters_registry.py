@@ -19,7 +19,7 @@ import pytest
 from edgeprof.errors import MeterError
 from edgeprof.meters import Backend, Domain, Meter, MeterContext, MeterSet, ProbeResult, discover, registry
 from edgeprof.meters.doctor import doctor_report, render_doctor
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report import ReportWriter, columns_for, read_report, row_from_window
 from edgeprof.report.schema import domain_columns
 from fixtures_sysfs import build_rapl, fake_pynvml
@@ -290,7 +290,7 @@ def test_a_meter_option_declared_in_its_backend_reaches_it_from_every_front_door
     from edgeprof.config import EnergySettings, RunConfig
     from edgeprof.errors import ConfigError
     from edgeprof.flower.config import from_run_config, node_overrides, to_run_config
-    from edgeprof.options import run_config
+    from edgeprof.cli.options import run_config
     from edgeprof.report.session import open_meters
 
     backend = Backend(name="amdsmi", title="AMD SMI", columns=("gpu_amd",), probe=amd_probe, open=AmdSmiLikeMeter,

@@ -17,7 +17,7 @@ from edgeprof.errors import MonitorError
 from edgeprof.meters.base import Domain, Meter
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.estimate import CpuTimeEstimateMeter
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.writer import read_report
 
 PKG = Domain("cpu_package_0", "cpu_package", "counter", True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgeprof.config import RunConfig
-from edgeprof.participants import clients_per_round, sample_participants
+from edgeprof.rounds.participants import clients_per_round, sample_participants
 
 #: (I, pi, r with round(pi*I), r with int(I*pi)); the reference code's expression is int(num_clients * fraction)
 ROUNDS = [(14, 0.2, 3, 2), (10, 0.2, 2, 2), (3, 0.1, 1, 1), (100, 0.29, 29, 28), (7, 1.0, 7, 7)]
@@ -53,8 +53,7 @@ def test_an_unknown_rounding_is_refused() -> None:
 @pytest.mark.parametrize(("split", "r"), [("balanced", 3), ("paper", 2)])
 def test_the_in_process_loop_samples_r_of_its_split(monkeypatch, split: str, r: int) -> None:
     # Prepare: record the participants instead of running the rounds
-    from edgeprof import simulate
-
+    from edgeprof.rounds import simulate
     seen: list = []
     monkeypatch.setattr(simulate, "run_round", lambda ctx, cfg, federation, t, participants: seen.append(participants))
     cfg = RunConfig(clients=14, participation=0.2, rounds=5, split=split)

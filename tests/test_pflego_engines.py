@@ -9,7 +9,7 @@ from edgeprof.algorithms import aggregation, pflego
 from edgeprof.config import RunConfig
 from edgeprof.nn.backbones import build_backbone, get_params
 from edgeprof.nn.ort import FeatureRunner
-from edgeprof.simulate import build_federation
+from edgeprof.rounds.simulate import build_federation
 from edgeprof.nn.compute import Compute
 
 from conftest import make_clients

@@ -12,7 +12,7 @@ import pytest
 from edgeprof.meters.base import Domain, Invalid, Meter
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.estimate import CpuTimeEstimateMeter
-from edgeprof.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.schema import row_from_window
 
 

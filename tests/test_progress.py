@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 
 from edgeprof.config import RunConfig
-from edgeprof.progress import Display
-from edgeprof.simulate import run
-from edgeprof.sweep import Cell, SweepConfig, Variant, cell_weights, plan_cells
+from edgeprof.cli.progress import Display
+from edgeprof.rounds.simulate import run
+from edgeprof.rounds.sweep import Cell, SweepConfig, Variant, cell_weights, plan_cells
 
 
 def _tiny(tmp_path, **kw) -> RunConfig:

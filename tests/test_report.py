@@ -17,7 +17,7 @@ from edgeprof.config import EnergySettings, RunConfig
 from edgeprof.meters.registry import report_columns
 from edgeprof.report import columns_for, read_report
 from edgeprof.report.schema import CORE_COLUMNS
-from edgeprof.simulate import run
+from edgeprof.rounds.simulate import run
 
 SMALL = dict(dataset="synthetic", synthetic_samples=240, synthetic_classes=4, backbone="mlp", clients=4,
              participation=0.5, rounds=2, tau=3, progress=False)

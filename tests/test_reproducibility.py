@@ -31,9 +31,9 @@ def torch_threads():
 def _pflego_run(threads: int, engine: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Three rounds of a small PFLEGO federation through the in-process driver: (theta, every client's head)."""
     from edgeprof.config import RunConfig
-    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.rounds.participants import participant_rng, sample_participants
     from edgeprof.nn.compute import set_threads
-    from edgeprof.simulate import build_federation, load_clients
+    from edgeprof.rounds.simulate import build_federation, load_clients
 
     cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=240, synthetic_classes=4, clients=4,
                     participation=0.5, tau=5, rounds=3, backbone="mlp", seed=7, threads=threads, engine=engine)

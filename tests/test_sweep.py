@@ -14,7 +14,7 @@ from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.report.schema import columns_for
 from edgeprof.report.writer import ReportWriter, read_report
-from edgeprof.sweep import SweepConfig, SweepResult, Variant, plan_cells, sweep_clients
+from edgeprof.rounds.sweep import SweepConfig, SweepResult, Variant, plan_cells, sweep_clients
 
 from conftest import make_clients
 from test_analysis import CLAIM_HOLDS, rows_for
@@ -62,7 +62,7 @@ def test_clients_keep_samples_per_client_and_too_many_is_an_error(monkeypatch, r
     clients = sweep_clients(_cfg(samples_per_client=30))
     assert [c.n_train for c in clients] == [30]
 
-    monkeypatch.setattr("edgeprof.simulate.load_clients", lambda cfg: make_clients(rng, sizes=(40, 7)))
+    monkeypatch.setattr("edgeprof.rounds.simulate.load_clients", lambda cfg: make_clients(rng, sizes=(40, 7)))
     digits = SweepConfig(base=RunConfig(dataset="digits", backbone="mlp", clients=2, participation=1.0),
                          samples_per_client=30)
     with pytest.raises(ConfigError, match="client 1 has only 7 training samples, fewer than --samples-per-client 30"):
@@ -102,7 +102,7 @@ def _fake_sweep(monkeypatch, tmp_path: Path, costs: dict) -> None:
     def fake(cfg, progress=None, stage=None):
         return SweepResult("fake", path, path.with_suffix(".json"), 1, 1, "complete")
 
-    monkeypatch.setattr("edgeprof.sweep.run_sweep", fake)
+    monkeypatch.setattr("edgeprof.rounds.sweep.run_sweep", fake)
 
 
 @pytest.mark.parametrize("costs,code", [
@@ -144,7 +144,7 @@ def test_every_sweep_cell_runs_exactly_its_own_tau(algo, tmp_path, monkeypatch):
     """Cells of different tau interleave in one federation: each must do its own tau's local work."""
     from edgeprof.nn import head as headlib
     from edgeprof.nn.backbones import Backbone
-    from edgeprof.sweep import SweepConfig, plan_cells, run_sweep
+    from edgeprof.rounds.sweep import SweepConfig, plan_cells, run_sweep
 
     counts = {"forward": 0, "head_steps": 0}
     forward, steps = Backbone.forward, headlib.gradient_steps

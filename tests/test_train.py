@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from edgeprof.cli import app
 from edgeprof.report.writer import Report, read_report
-from edgeprof.train import energy_to_target
+from edgeprof.rounds.train import energy_to_target
 
 COLUMNS = ("algo", "round", "kind", "energy_j", "energy_method", "carbon_g", "train_loss", "test_accuracy")
 

@@ -16,7 +16,7 @@ and returns the new global state. Everything else (name, phases, engines, hyperp
 server step, what is personal, how it is evaluated) is declared once in an :class:`AlgorithmSpec` and
 registered with one line in :mod:`edgeprof.algorithms`.
 
-Two drivers run that contract and name no algorithm: the in-process loop (:class:`edgeprof.federation.Federation`
+Two drivers run that contract and name no algorithm: the in-process loop (:class:`edgeprof.rounds.federation.Federation`
 under ``measure``, ``sweep`` and ``train``) and Flower (:mod:`edgeprof.flower.client_app` and
 :mod:`edgeprof.flower.strategy`). :class:`Runtime` is what both give the programs on one machine: the
 seeded backbone module, its ONNX Runtime session, the run's :class:`~edgeprof.nn.compute.Compute` (device,
@@ -199,7 +199,7 @@ class Runtime:
     def __init__(self, backbone, *, compute, seed: int, num_outputs: int, engine: str = "torch",
                  server_optimizer: str = "adam") -> None:
         #: where and how every torch forward and backward runs, and every host/device copy: the run's
-        #: :class:`~edgeprof.nn.compute.Compute`, resolved once (:func:`edgeprof.runtime.build_runtime`)
+        #: :class:`~edgeprof.nn.compute.Compute`, resolved once (:func:`edgeprof.rounds.runtime.build_runtime`)
         self.compute = compute
         self.backbone = compute.module(backbone)
         #: the backbone's round-0 weights, taken before any program loads other weights into it

@@ -68,7 +68,7 @@ def partition_id(context: Context, cfg: RunConfig) -> int:
 
 @functools.lru_cache(maxsize=2)
 def _clients(cfg: RunConfig):
-    from edgeprof.simulate import load_clients
+    from edgeprof.rounds.simulate import load_clients
 
     return load_clients(cfg)
 
@@ -82,7 +82,7 @@ def load_client(cfg: RunConfig, pid: int):
 def runtime_for(cfg: RunConfig, num_outputs: int):
     """This process's runtime for ``cfg`` (a freshly seeded backbone, its ONNX session once built), kept
     across the messages a process serves."""
-    from edgeprof.runtime import build_runtime
+    from edgeprof.rounds.runtime import build_runtime
 
     return build_runtime(cfg, num_outputs)
 

@@ -8,7 +8,7 @@ One line in a user's own ClientApp, which needs to know nothing else of edgeprof
 
 For every message (train, evaluate, query, ...) the mod opens this device's meters as ``edgeprof measure``
 does (:func:`edgeprof.meters.discovery.discover`), runs the rest of the ClientApp inside one window named
-after the message type (:mod:`edgeprof.windows`), and adds to every reply that carries no error:
+after the message type (:mod:`edgeprof.measure.windows`), and adds to every reply that carries no error:
 
 * a ConfigRecord :data:`PROFILE_RECORD` (``edgeprof.message-profile``) with every non-empty cell of the
   window's report row, exactly as ``edgeprof measure`` would write it (``wall_s``, ``cpu_s``, ``peak_rss_mb``,
@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional
 from flwr.app import ConfigRecord, Context, Message
 
 from edgeprof.host import device_label
-from edgeprof.flower.mod import split_row
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
@@ -50,6 +49,24 @@ PROFILE_RECORD = "edgeprof.message-profile"
 METRIC_PREFIX = "edgeprof."
 #: report columns copied into the reply's MetricRecord as ``edgeprof.<column>``
 METRIC_KEYS = ("wall_s", "cpu_s", "energy_j", "carbon_g")
+
+
+#: the older wire format (edgeprof's own ClientApp before the mods were one): numbers in a MetricRecord, labels
+#: in a ConfigRecord; :func:`read_profile` still reads it
+OLD_METRICS, OLD_INFO = "edgeprof.profile", "edgeprof.profile-info"
+
+
+def split_row(row: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Numeric cells -> floats; the other non-empty cells -> strings."""
+    numbers, strings = {}, {}
+    for key, value in row.items():
+        if value == "":
+            continue
+        try:
+            numbers[key] = float(value)
+        except ValueError:
+            strings[key] = value
+    return numbers, strings
 
 
 def profile_cells(row: Mapping[str, str]) -> dict[str, float | str]:
@@ -69,19 +86,58 @@ def attach_profile(reply: Message, cells: Mapping[str, float | str], *, metrics:
             record[METRIC_PREFIX + column] = float(value) if isinstance(value, float) else math.nan
 
 
-def take_profile(msg: Message) -> Optional[dict[str, float | str]]:
-    """The profile the mod attached to ``msg`` (None if none), removed from it with the metric keys, so that
-    the reply is exactly what the ClientApp returned."""
+def read_profile(msg: Message) -> Optional[dict[str, float | str]]:
+    """The profile a mod attached to ``msg`` (None if none): the record :data:`PROFILE_RECORD`, or, from an
+    edgeprof ClientApp of the older wire format, its numbers (:data:`OLD_METRICS`) and labels (:data:`OLD_INFO`),
+    read here once for every server-side reader."""
     content = msg.content
-    profile = None
     if PROFILE_RECORD in content:
         record = content[PROFILE_RECORD]
-        profile = dict(record) if isinstance(record, ConfigRecord) else None
-        del content[PROFILE_RECORD]
+        return dict(record) if isinstance(record, ConfigRecord) else None
+    if OLD_METRICS not in content:
+        return None
+    profile: dict[str, float | str] = {k: v for k, v in content[OLD_METRICS].items() if not isinstance(v, list)}
+    if OLD_INFO in content:
+        profile.update({k: v for k, v in content[OLD_INFO].items() if isinstance(v, str)})
+    return profile
+
+
+def take_profile(msg: Message) -> Optional[dict[str, float | str]]:
+    """:func:`read_profile`, and the profile removed from ``msg`` with the metric keys, so that the reply is
+    exactly what the ClientApp returned."""
+    profile = read_profile(msg)
+    content = msg.content
+    for key in (PROFILE_RECORD, OLD_METRICS, OLD_INFO):
+        if key in content:
+            del content[key]
     for record in content.metric_records.values():
         for key in [k for k in record if k.startswith(METRIC_PREFIX)]:
             del record[key]
     return profile
+
+
+def startup_cells() -> dict[str, float]:
+    """Wall and CPU seconds from this process's start to now, when it is a ``flwr-clientapp`` process that a
+    SuperNode started for this message (its start-up is then part of what the round cost the device); empty
+    in a long-lived process (simulation, tests), where the process's age says nothing about the round."""
+    import os
+    import sys
+    import time
+
+    if not os.path.basename(sys.argv[0] if sys.argv else "").startswith("flwr-clientapp"):
+        return {}
+    import psutil
+
+    started = psutil.Process().create_time()
+    return {"startup_s": max(0.0, time.time() - started), "startup_cpu_s": time.process_time()}
+
+
+def _setup_cells(win) -> dict[str, float]:
+    """The set-up window's wall, CPU and (when measured) joules, for the ``setup_*`` report columns."""
+    cells = {"setup_s": win.result.wall_s, "setup_cpu_s": win.result.cpu_s}
+    if win.result.domains:
+        cells["setup_j"] = win.result.energy_total_j
+    return cells
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,25 +168,63 @@ def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] 
     if energy is None:
         energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, country=country, region=region,
                                    carbon_intensity=carbon_intensity)
-    g_per_kwh, source = _carbon(energy.country, energy.region, energy.carbon_intensity)
-    settings = energy.meter_settings
+    _carbon(energy.country, energy.region, energy.carbon_intensity)  # a bad country fails now, at import
+
+    def open_meters(_context):
+        from edgeprof.meters.discovery import discover
+
+        return meters() if meters is not None else discover(**energy.meter_settings)
+
+    return profile_mod(lambda _context: energy, open_meters, device=device, metrics=metrics)
+
+
+def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: Callable[[Context], object], *,
+                only: Optional[tuple] = None, window: Optional[str] = None,
+                prepare: Optional[Callable[[Message, Context], None]] = None,
+                after: Optional[Callable[[Message, Context, Message], None]] = None,
+                compute_of: Optional[Callable[[Message, Context], object]] = None, device: Optional[str] = None,
+                metrics: bool = True, startup: bool = False) -> Callable[[Message, Context, Callable], Message]:
+    """The one client mod: :func:`energy_mod` for any ClientApp and edgeprof's own ClientApp
+    (:func:`edgeprof.flower.mod.make_profile_mod`) are this with their settings.
+
+    Each message (of the types in ``only``; all by default) runs in a window of the one engine named ``window``
+    (default: the message type) over the meters ``open_meters(context)`` opens; ``prepare(msg, context)`` runs
+    first in its own ``setup`` window (its cells travel as ``setup_*``), and ``startup`` adds the process's own
+    start-up (``startup_*``); ``compute_of(msg, context)`` is the compute device the profiler synchronises at
+    every edge; ``after(msg, context, reply)`` runs once the window is closed, unprofiled. The reply of a
+    message without an error gets the profile record :data:`PROFILE_RECORD` (and, with ``metrics``, the
+    :data:`METRIC_KEYS` in its MetricRecord).
+    """
 
     def edgeprof_energy_mod(msg: Message, context: Context, call_next) -> Message:
-        from edgeprof.meters.discovery import discover
-        from edgeprof.profiler import Profiler
+        from edgeprof.measure.profiler import Profiler
         from edgeprof.report.schema import row_from_window
-        from edgeprof.windows import Windows
 
+        if only is not None and msg.metadata.message_type not in only:
+            return call_next(msg, context)
+        started = startup_cells() if startup else {}
         kind = str(msg.metadata.message_type)
-        meter_set = meters() if meters is not None else discover(**settings)
+        energy = energy_of(context)
+        meter_set = open_meters(context)
+        setup = None
         try:
-            with Windows(Profiler(meter_set)).window(kind) as win:
+            profiler = Profiler(meter_set)
+            if prepare is not None:
+                with profiler.window("setup") as setup:
+                    prepare(msg, context)
+            if compute_of is not None:
+                profiler.device = compute_of(msg, context)
+            with profiler.window(window or kind) as win:
                 reply = call_next(msg, context)
         finally:
             meter_set.close()
         if reply.has_error():
             return reply
+        if after is not None:
+            after(msg, context, reply)
+        g_per_kwh, source = _carbon(energy.country, energy.region, energy.carbon_intensity)
         cells = profile_cells(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
+        cells.update(_setup_cells(setup) if setup is not None else {}, **started)
         cells.update(device=device_label(device or str(context.node_config.get("device", "")) or None),
                      carbon_source=source, message_type=kind)
         attach_profile(reply, cells, metrics=metrics)

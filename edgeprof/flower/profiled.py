@@ -55,7 +55,7 @@ class ProfiledStrategy(Strategy):
     """
 
     def __init__(self, strategy: Strategy, **monitor_settings: Any) -> None:
-        from edgeprof.monitoring import monitor
+        from edgeprof.measure.monitoring import monitor
 
         self.inner = strategy
         labels = {"algo": type(strategy).__name__, **dict(monitor_settings.pop("labels", None) or {})}
@@ -77,7 +77,7 @@ class ProfiledStrategy(Strategy):
     # --- the run --------------------------------------------------------------------------------------------
     def start(self, *args, **kwargs):
         """Flower's round loop (same arguments and result as the wrapped strategy's ``start``), reported."""
-        from edgeprof.monitoring import monitor
+        from edgeprof.measure.monitoring import monitor
 
         with monitor(**self._monitor_settings) as mon:
             self.monitor, self.csv_path = mon, mon.csv_path

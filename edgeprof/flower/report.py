@@ -12,13 +12,13 @@ replies simply has no row for that round. The CSV has the schema of ``edgeprof m
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Iterable, Optional
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
+from edgeprof.flower.energy import read_profile
 from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy, num_examples_key
 from edgeprof.report.schema import _fmt
 from edgeprof.report.session import RunContext, base_row
@@ -29,20 +29,26 @@ log = logging.getLogger("edgeprof.flower")
 _INTEGER_COLUMNS = ("short_window",)
 
 
-def profile_cells(msg: Message, columns: Iterable[str]) -> dict[str, str]:
-    """The report cells of a reply's profile records (only columns the report has)."""
-    content = msg.content
-    cells: dict[str, str] = {}
+#: report columns written with one decimal
+_ONE_DECIMAL = ("peak_rss_mb", "gpu_peak_mem_mb")
+
+
+def profile_cells(msg: Message, columns: Iterable[str]) -> Optional[dict[str, str]]:
+    """The report cells of a reply's profile (:func:`~edgeprof.flower.energy.read_profile`: the one wire format,
+    or the older one), only columns the report has; None when the reply carries no profile."""
+    profile = read_profile(msg)
+    if profile is None:
+        return None
     allowed = set(columns)
-    if PROFILE_METRICS in content:
-        for key, value in content[PROFILE_METRICS].items():
-            if key in allowed and not isinstance(value, list):
-                cells[key] = str(int(value)) if key in _INTEGER_COLUMNS else (
-                    f"{value:.1f}" if key == "peak_rss_mb" else _fmt(float(value)))
-    if PROFILE_INFO in content:
-        for key, value in content[PROFILE_INFO].items():
-            if key in allowed and isinstance(value, str):
-                cells[key] = value
+    cells: dict[str, str] = {}
+    for key, value in profile.items():
+        if key not in allowed or isinstance(value, (list, bool)):
+            continue
+        if isinstance(value, str):
+            cells[key] = value
+        else:
+            cells[key] = (str(int(value)) if key in _INTEGER_COLUMNS else
+                          f"{value:.1f}" if key in _ONE_DECIMAL else _fmt(float(value)))
     return cells
 
 
@@ -58,7 +64,8 @@ class ReportingStrategy(Strategy):
         return self.inner.configure_train(server_round, arrays, config, grid)
 
     def _client_row(self, server_round: int, msg: Message) -> dict | None:
-        if msg.has_error() or PROFILE_METRICS not in msg.content:
+        cells = None if msg.has_error() else profile_cells(msg, self.ctx.writer.columns)
+        if cells is None:
             return None
         metrics = msg.content[METRICS_KEY] if METRICS_KEY in msg.content else MetricRecord()
         pid = self.inner.directory.partition_of(msg.metadata.src_node_id)
@@ -67,7 +74,7 @@ class ReportingStrategy(Strategy):
                        n_participants=len(self.inner.sampled.get(server_round, ())),
                        train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
         row = {k: "" if v is None else str(v) for k, v in row.items()}
-        row.update(profile_cells(msg, self.ctx.writer.columns))
+        row.update({k: v for k, v in cells.items() if k != "device" or v})
         return row
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):

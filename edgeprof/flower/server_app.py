@@ -1,6 +1,6 @@
 """The edgeprof ServerApp: roll call, the algorithm's strategy wrapped in the reporter, one report.
 
-Order of work, as in :func:`edgeprof.simulate.run`: parse and validate the run config, check the
+Order of work, as in :func:`edgeprof.rounds.simulate.run`: parse and validate the run config, check the
 output folder, ask every connected node who it is (:func:`roll_call`), build the strategy and the
 initial global model (the same seeded backbone as the in-process run), open this machine's meters;
 only then create the CSV and the sidecar. The rounds are Flower's ``Strategy.start`` loop with the

@@ -2,7 +2,7 @@
 
 Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower through one strategy that names
 no algorithm. :class:`EdgeprofStrategy` samples the round's clients I_t with exactly the random sequence
-of the in-process loop (:func:`edgeprof.participants.sample_participants` on ``participant_rng``), maps
+of the in-process loop (:func:`edgeprof.rounds.participants.sample_participants` on ``participant_rng``), maps
 their partition ids to Flower node ids through a :class:`Directory`, sends one TRAIN message per sampled
 client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its ConfigRecord), rejects any reply that
 is malformed (missing records, wrong number or shape of arrays, non-float or non-finite values, a
@@ -45,7 +45,7 @@ from flwr.serverapp.strategy import Strategy
 
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
-from edgeprof.participants import participant_rng, sample_participants
+from edgeprof.rounds.participants import participant_rng, sample_participants
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -316,8 +316,8 @@ class EdgeprofStrategy(Strategy):
                 for pid, info in sorted(self.directory.nodes.items())]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """The ``global`` protocol over the clients that answered (:func:`edgeprof.evaluation.global_score`)."""
-        from edgeprof.evaluation import global_score
+        """The ``global`` protocol over the clients that answered (:func:`edgeprof.rounds.evaluation.global_score`)."""
+        from edgeprof.rounds.evaluation import global_score
 
         results = [r for r in (eval_result(m, self.directory) for m in replies) if r is not None]
         self.evaluated[server_round] = results
@@ -328,7 +328,7 @@ class EdgeprofStrategy(Strategy):
 
     def paper_score(self, server_round: int, replies: Sequence[Message]) -> tuple[float, float] | None:
         """The ``paper`` protocol over the round's accepted training replies (their local evaluation)."""
-        from edgeprof.evaluation import paper_score
+        from edgeprof.rounds.evaluation import paper_score
 
         accepted = set(self.accepted.get(server_round, ()))
         results = [r for r in (eval_result(m, self.directory) for m in replies)
@@ -371,7 +371,7 @@ def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
 
 def server_runtime(cfg: RunConfig, num_outputs: int):
     """The server's runtime: the seeded backbone of the in-process run, max_i K_i outputs."""
-    from edgeprof.runtime import build_runtime
+    from edgeprof.rounds.runtime import build_runtime
 
     return build_runtime(cfg, num_outputs)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from edgeprof.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
+from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
                                VariantFit, analyze, variant_of)
 from edgeprof.errors import ConfigError, OutputError
 from edgeprof.report.schema import BESIDE_ROUND

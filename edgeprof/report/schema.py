@@ -20,7 +20,7 @@ from edgeprof.meters import registry
 from edgeprof.meters.base import INVALID
 
 if TYPE_CHECKING:  # the schema reads windows; it does not import the engine that makes them
-    from edgeprof.profiler import Span, WindowResult
+    from edgeprof.measure.profiler import Span, WindowResult
 
 CORE_COLUMNS = (
     "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "round", "kind", "client",
@@ -34,7 +34,7 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
-#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.monitoring`)
+#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.measure.monitoring`)
 KINDS = ("client", "server", "eval", "window")
 
 #: columns of the reports that :func:`edgeprof.monitor` writes, after the core ones

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
-from edgeprof.profiler import Profiler
+from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
 from edgeprof.signals import HeldSignals

@@ -1,13 +1,13 @@
 """Windows that may nest and overlap, with phases inside, over one Profiler's meters and clocks.
 
-This is edgeprof's one window engine: the :class:`~edgeprof.profiler.Profiler` samples the meters and
+This is edgeprof's one window engine: the :class:`~edgeprof.measure.profiler.Profiler` samples the meters and
 clocks; every window and phase of ``measure``, ``sweep``, ``train``, :func:`edgeprof.monitor` and both Flower
 mods is opened here (``profiler.window(name)`` is a window of this engine). User code opens windows inside
 windows, from callbacks, from several threads. :class:`Windows` allows that by giving every window its own
 start sample:
 all windows share the meters' cumulative readings, and a window's figures are the differences between its
-own two samples, exactly as a Profiler window's (same :class:`~edgeprof.profiler.Span`, same
-:class:`~edgeprof.profiler.WindowResult`, so the report row and its method labels are those of
+own two samples, exactly as a Profiler window's (same :class:`~edgeprof.measure.profiler.Span`, same
+:class:`~edgeprof.measure.profiler.WindowResult`, so the report row and its method labels are those of
 ``edgeprof measure``).
 
 What overlapping windows mean, and where they are not allowed:
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from edgeprof.errors import MonitorError
-from edgeprof.profiler import Profiler, Sample, Span, WindowResult
+from edgeprof.measure.profiler import Profiler, Sample, Span, WindowResult
 
 #: what a phase may be called: its report columns are ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")

@@ -1,6 +1,6 @@
 """What ``edgeprof train`` adds on top of a run: the energy to reach a target accuracy, and its table.
 
-``edgeprof train`` runs each algorithm with ``evaluate=True`` through :func:`edgeprof.simulate.run`, one
+``edgeprof train`` runs each algorithm with ``evaluate=True`` through :func:`edgeprof.rounds.simulate.run`, one
 report per algorithm (:func:`train_configs`); each report then holds, per round, the eval row
 (equation (1)'s training loss and the test accuracy averaged over clients) and one row per client
 round with its joules. :func:`energy_to_target` reads such a report back and answers the question

@@ -26,11 +26,11 @@ and ``labels`` columns, rows flushed as their windows end, a sidecar that says `
 
 Rows and labels. Every window ends as one row of kind ``window`` (or the ``kind`` given: ``client``,
 ``server`` and ``eval`` rows are read as federated client rounds, server steps and evaluations), with its
-name in ``window``. Labels (the monitor's, then the window's) are :mod:`edgeprof.row_labels`: one that names a
+name in ``window``. Labels (the monitor's, then the window's) are :mod:`edgeprof.measure.row_labels`: one that names a
 report column fills it, every other goes into ``labels`` as compact JSON, one named after a column the monitor
 fills itself (``wall_s``, ``kind``, ...) is refused.
 
-Nesting and overlap (:mod:`edgeprof.windows`): windows may nest and overlap freely, each with its own start
+Nesting and overlap (:mod:`edgeprof.measure.windows`): windows may nest and overlap freely, each with its own start
 sample of the shared meters; but each sees all the machine's energy, so overlapping windows double count
 (the sidecar's ``monitor`` section says how many overlapped); a window opened while another is open has no
 peak RSS of its own (its ``peak_rss_mb`` is empty); the phases of one window never overlap.
@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from edgeprof.errors import MonitorError
-from edgeprof.profiler import Profiler, Span, WindowResult
-from edgeprof.row_labels import labels_cell, split_labels
-from edgeprof.windows import OpenWindow, Windows, check_phase_name, current_window, phase
+from edgeprof.measure.profiler import Profiler, Span, WindowResult
+from edgeprof.measure.row_labels import labels_cell, split_labels
+from edgeprof.measure.windows import OpenWindow, Windows, check_phase_name, current_window, phase
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
@@ -444,7 +444,7 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
     join the header when first entered). ``cpu_watts``, ``jetson_hz``, ``idle_seconds``, ``country``,
     ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``; ``meter_settings``: any setting a
     meter back-end declares, by name; or all of them whole as ``energy`` (an
-    :class:`~edgeprof.config.EnergySettings`). ``profiler``: a ready :class:`~edgeprof.profiler.Profiler` over its
+    :class:`~edgeprof.config.EnergySettings`). ``profiler``: a ready :class:`~edgeprof.measure.profiler.Profiler` over its
     own meters and clocks (tests: fake ones).
     """
     from edgeprof.config import EnergySettings

@@ -45,7 +45,7 @@ def _config(name: str) -> Callable[[], tuple[str, ...]]:
 
 
 def _metrics() -> tuple[str, ...]:
-    from edgeprof.analysis import METRICS
+    from edgeprof.report.analysis import METRICS
 
     return METRICS
 

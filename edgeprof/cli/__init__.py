@@ -1,7 +1,7 @@
 """The ``edgeprof`` command line: thin typer commands; options -> one RunConfig -> one run function.
 
-A command lists the options it takes, each declared once in :mod:`edgeprof.options` (help, help panel,
-choices read from the registries), and hands ``ctx.params`` to :func:`edgeprof.options.run_config`.
+A command lists the options it takes, each declared once in :mod:`edgeprof.cli.options` (help, help panel,
+choices read from the registries), and hands ``ctx.params`` to :func:`edgeprof.cli.options.run_config`.
 ``--out/-o`` is a folder in every command.
 
 Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and its documented exit code in
@@ -27,7 +27,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from edgeprof import options as o
+from edgeprof.cli import options as o
 from edgeprof.errors import EdgeprofError
 
 _log = logging.getLogger("edgeprof.cli")
@@ -183,8 +183,8 @@ def _report_done(csv_path: Path) -> Iterator[None]:
 
 def _run_with_progress(cfg, display=None) -> "object":
     """Run ``cfg`` with a set-up line and a bar of rounds that starts once set-up is over."""
-    from edgeprof.progress import Display
-    from edgeprof.simulate import run
+    from edgeprof.cli.progress import Display
+    from edgeprof.rounds.simulate import run
 
     own = display is None
     display = Display(cfg.progress) if own else display
@@ -346,9 +346,9 @@ def train(
 
 def _train_and_report(base, names, target: float) -> None:
 
-    from edgeprof.progress import Display
+    from edgeprof.cli.progress import Display
     from edgeprof.report.writer import read_report
-    from edgeprof.train import energy_to_target, render, train_configs
+    from edgeprof.rounds.train import energy_to_target, render, train_configs
 
     configs = train_configs(base, names)  # every config is validated before the first run starts
     results, paths = [], []
@@ -391,7 +391,7 @@ def sweep(
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
     with guard():
         from edgeprof.errors import ConfigError
-        from edgeprof.sweep import SweepConfig
+        from edgeprof.rounds.sweep import SweepConfig
 
         cfg = SweepConfig(base=o.run_config(ctx.params, participation=1.0), algos=algos,
                           engines=_csv_list(engines, str, "engines"), taus=_csv_list(taus, int, "taus"),
@@ -404,10 +404,10 @@ def sweep(
 
 def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 
-    from edgeprof.analysis import ClaimNotShown, analyze, check_claim, render
+    from edgeprof.report.analysis import ClaimNotShown, analyze, check_claim, render
     from edgeprof.report.writer import read_report
-    from edgeprof.progress import Display
-    from edgeprof.sweep import cell_weights, plan_cells, run_sweep
+    from edgeprof.cli.progress import Display
+    from edgeprof.rounds.sweep import cell_weights, plan_cells, run_sweep
 
     weights = cell_weights(plan_cells(cfg))
     with Display(cfg.base.progress) as display:

@@ -1,7 +1,7 @@
 """The in-process federated loop used by ``measure`` (and by ``train`` and ``sweep``).
 
 Order of work, so that bad input never leaves a half-written report: validate the config, check the
-output folder, load and partition the data, build the federation (:class:`edgeprof.federation.Federation`,
+output folder, load and partition the data, build the federation (:class:`edgeprof.rounds.federation.Federation`,
 the in-process driver of the algorithm contract); only then open the run (:func:`edgeprof.report.session.open_run`:
 meters, CSV, sidecar). Each client round and each server step runs inside a profiler window and its row is
 flushed as soon as the window closes. Nothing here names an algorithm.
@@ -18,11 +18,11 @@ import numpy as np
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.algorithms.contract import RoundSettings
 from edgeprof.config import RunConfig
-from edgeprof.federation import Federation
-from edgeprof.participants import participant_rng, sample_participants
+from edgeprof.rounds.federation import Federation
+from edgeprof.rounds.participants import participant_rng, sample_participants
 from edgeprof.report.session import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
-from edgeprof.runtime import load_native_libraries
+from edgeprof.rounds.runtime import load_native_libraries
 
 
 @dataclass
@@ -67,7 +67,7 @@ def build_federation(cfg: RunConfig, clients) -> Federation:
 
 def evaluate_all(federation: Federation, settings: Optional[RoundSettings] = None) -> tuple[float, float]:
     """The ``global`` protocol: equation (1)'s training loss and the mean test accuracy over every client."""
-    from edgeprof.evaluation import global_score
+    from edgeprof.rounds.evaluation import global_score
 
     return global_score([federation.evaluate(i, settings) for i in range(federation.num_clients)])
 
@@ -78,9 +78,9 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
 
     With ``cfg.evaluate`` an ``eval`` row follows: under the ``paper`` protocol each participant is scored
     right after its own window (outside it) and before the server step; under ``global`` every client
-    after the server step (:mod:`edgeprof.evaluation`).
+    after the server step (:mod:`edgeprof.rounds.evaluation`).
     """
-    from edgeprof.evaluation import paper_score
+    from edgeprof.rounds.evaluation import paper_score
 
     settings = federation.settings_for(cfg)
     paper = cfg.evaluate and cfg.eval_protocol == "paper"

@@ -5,7 +5,7 @@ the screen says what is happening ("loading the embedded digits ...", "building 
 ... exporting to ONNX") instead of sitting at ``0/N``. Each run then gets its own bar, added only when
 its set-up is over, so its elapsed time and ETA cover rounds alone; in ``train`` one algorithm's bar
 never absorbs the next one's set-up. A sweep's bar advances by each cell's expected cost
-(:func:`edgeprof.sweep.cell_weights`), not by cell count, so its ETA is not fooled by a FedAvg cell at
+(:func:`edgeprof.rounds.sweep.cell_weights`), not by cell count, so its ETA is not fooled by a FedAvg cell at
 tau=100 costing a hundred PFLEGO cells.
 """
 

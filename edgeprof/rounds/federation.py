@@ -5,7 +5,7 @@ personal state (exactly what the algorithm declares personal), alpha_i and the s
 :class:`~edgeprof.algorithms.contract.Runtime`. Its three operations call the algorithm's programs and
 name no algorithm: :meth:`Federation.client_round` (one participant's client program),
 :meth:`Federation.server_step` (the server program over the round's replies) and
-:meth:`Federation.evaluate`. ``measure``, ``train`` and ``sweep`` run it through :mod:`edgeprof.simulate`;
+:meth:`Federation.evaluate`. ``measure``, ``train`` and ``sweep`` run it through :mod:`edgeprof.rounds.simulate`;
 the Flower ClientApp and strategy are the other driver of the same programs.
 
 Per-round settings (tau, learning rates) come from the :class:`RoundSettings` passed in, or from the
@@ -21,7 +21,7 @@ import numpy as np
 
 from edgeprof.algorithms import ALGORITHMS, aggregation
 from edgeprof.algorithms.contract import EvalResult, Phase, Reply, RoundSettings, Runtime, no_phase
-from edgeprof.runtime import build_runtime
+from edgeprof.rounds.runtime import build_runtime
 
 
 @dataclass

@@ -158,7 +158,7 @@ class Device(Protocol):
 
 class Profiler:
     """Samples a meter set with injectable clocks; windows and phases are built on it by the one engine,
-    :class:`edgeprof.windows.Windows` (``profiler.window(name)`` opens one of its windows).
+    :class:`edgeprof.measure.windows.Windows` (``profiler.window(name)`` opens one of its windows).
 
     ``clock`` is the wall clock, ``cpu_clock`` the process CPU clock (all threads) whose differences are
     ``cpu_s``, ``thread_clock`` the calling thread's CPU clock that times the profiler's own overhead.
@@ -205,7 +205,7 @@ class Profiler:
         self._charge(window, wall0, thread0)
         return Sample(wall0, cpu, reading.energy_j, dict(self._flagged))
 
-    # --- for the window engine (edgeprof.windows: windows that may nest and overlap, phases inside) --------
+    # --- for the window engine (edgeprof.measure.windows: windows that may nest and overlap, phases inside) --------
     def sample(self, charge) -> Sample:
         """One sample, as a window's edges and phases take it; its bookkeeping is added to ``charge``'s
         ``overhead_s`` and ``overhead_wall_s``."""
@@ -247,9 +247,9 @@ class Profiler:
 
     @property
     def windows(self):
-        """The window engine over this profiler (:class:`edgeprof.windows.Windows`), made once."""
+        """The window engine over this profiler (:class:`edgeprof.measure.windows.Windows`), made once."""
         if self._windows is None:
-            from edgeprof.windows import Windows
+            from edgeprof.measure.windows import Windows
 
             self._windows = Windows(self)
         return self._windows

@@ -2,11 +2,11 @@
 
 Every cell of the sweep is one (algorithm variant, tau, repeat): one federated round (every client
 takes part, each in its own profiler window, then the server step in its window) recorded with
-:func:`edgeprof.simulate.run_round`, so its rows are ordinary report rows. What keeps the comparison
+:func:`edgeprof.rounds.simulate.run_round`, so its rows are ordinary report rows. What keeps the comparison
 fair on a noisy machine:
 
 * the same data, partition, seed and backbone initialisation for every variant (each variant has its
-  own algorithm object built by :func:`edgeprof.simulate.build_algorithm` from the same settings);
+  own algorithm object built by :func:`edgeprof.rounds.simulate.build_algorithm` from the same settings);
 * a warm-up: one unrecorded round per variant at the smallest tau (first ONNX Runtime session, first
   torch kernels, allocator growth) before anything is measured;
 * the cells run in a seeded random order (:func:`plan_cells`), so drift in the machine's load or
@@ -45,7 +45,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        from edgeprof.analysis import variant_of
+        from edgeprof.report.analysis import variant_of
 
         return variant_of(self.algo, self.engine)
 
@@ -156,7 +156,7 @@ def sweep_clients(cfg: SweepConfig):
     For synthetic data enough samples are generated for every client to have that many; for the
     other data sets a client with fewer is a ConfigError.
     """
-    from edgeprof.simulate import load_clients
+    from edgeprof.rounds.simulate import load_clients
 
     from edgeprof.data.partition import classes_for_degree
 
@@ -207,15 +207,15 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     ``stage(text)`` is called as each set-up step starts (data, algorithms, meters, warm-up), and
     ``progress(0, total)`` once set-up is over.
 
-    Order of work as in :func:`edgeprof.simulate.run`: validate, check the output folder, load the data,
+    Order of work as in :func:`edgeprof.rounds.simulate.run`: validate, check the output folder, load the data,
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
     re-raised after the sidecar is marked ``interrupted``.
     """
     from edgeprof.report.session import make_run_id, open_run
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
-    from edgeprof.runtime import load_native_libraries
-    from edgeprof.simulate import build_federation, run_round
+    from edgeprof.rounds.runtime import load_native_libraries
+    from edgeprof.rounds.simulate import build_federation, run_round
 
     check_writable(cfg.base.out)
     load_native_libraries()

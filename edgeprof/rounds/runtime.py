@@ -1,6 +1,6 @@
 """The one runtime factory: every driver builds the :class:`~edgeprof.algorithms.contract.Runtime` of a run here.
 
-The in-process driver (:class:`edgeprof.federation.Federation`), the Flower ClientApp and the Flower ServerApp
+The in-process driver (:class:`edgeprof.rounds.federation.Federation`), the Flower ClientApp and the Flower ServerApp
 all call :func:`build_runtime`, so a run's backbone, its :class:`~edgeprof.nn.compute.Compute` (device,
 execution plan, threads: resolved once, here) and its run-constant settings are made the same way wherever
 the client or server program runs.

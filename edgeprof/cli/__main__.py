@@ -1,0 +1,5 @@
+"""``python -m edgeprof.cli``: the ``edgeprof`` script."""
+
+from edgeprof.__main__ import main
+
+main()
