@@ -160,7 +160,7 @@ def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
     # Prepare: Flower messages need a task identity outside a running ServerApp
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.rounds.participants import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
@@ -184,7 +184,7 @@ def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(monkeyp
     # Prepare: I=4, pi=0.65: round(2.6) = 3 clients, the reference code's int(2.6) = 2
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.participants import participant_rng, sample_participants
+    from edgeprof.rounds.participants import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
@@ -200,20 +200,26 @@ def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(monkeyp
         assert len(messages) == r and all(m.content["config"]["scale"] == pytest.approx(4 / r) for m in messages)
 
 
-def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_row(tmp_path, pflego_strategy):
+@pytest.mark.parametrize("wire", ["one record", "older two records"])
+def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_row(tmp_path, pflego_strategy, wire):
+    """The profile in the mods' one wire format, and in the older two-record one (read once, for compatibility)."""
     # Prepare
-    from edgeprof.flower.mod import PROFILE_INFO, PROFILE_METRICS
+    from edgeprof.flower.energy import OLD_INFO, OLD_METRICS, PROFILE_RECORD
     from edgeprof.flower.report import ReportingStrategy
     from edgeprof.meters.discovery import MeterSet
-    from edgeprof.profiler import Profiler
+    from edgeprof.measure.profiler import Profiler
     from edgeprof.report import columns_for, read_report
     from edgeprof.report.writer import ReportWriter
     from edgeprof.report.session import Energy, RunContext
 
     msg = grad_reply(1, grads(1))
-    msg.content[PROFILE_METRICS] = MetricRecord({"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25,
-                                                 "short_window": 0.0, "not_a_column": 1.0})
-    msg.content[PROFILE_INFO] = ConfigRecord({"device": "jetson-7", "energy_method": "integrated_power"})
+    numbers = {"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25, "short_window": 0.0, "not_a_column": 1.0}
+    labels = {"device": "jetson-7", "energy_method": "integrated_power"}
+    if wire == "one record":
+        msg.content[PROFILE_RECORD] = ConfigRecord({**numbers, **labels})
+    else:
+        msg.content[OLD_METRICS] = MetricRecord(numbers)
+        msg.content[OLD_INFO] = ConfigRecord(labels)
     with ReportWriter(tmp_path / "r.csv", columns_for(("cache_forward", "head_steps", "joint_grad"))) as w:
         ctx = RunContext("r", "laptop", w, Profiler(MeterSet([])), Energy())
         # Execute
@@ -268,7 +274,7 @@ def test_import_edgeprof_does_not_import_flower():
     import subprocess
     import sys
 
-    code = "import sys, edgeprof, edgeprof.cli, edgeprof.simulate, edgeprof.flower.config; print('flwr' in sys.modules)"
+    code = "import sys, edgeprof, edgeprof.cli, edgeprof.rounds.simulate, edgeprof.flower.config; print('flwr' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -281,3 +287,24 @@ def test_replies_count_examples_under_flowers_key_and_the_old_one(pflego_strateg
 
     assert arrays is not None and metrics["replies-accepted"] == 1
     assert pflego_strategy.directory.nodes[1].n_train == 30
+
+
+@pytest.mark.parametrize("key,value,accepts", [
+    ("tau", 2.7, "a whole number"), ("tau", "3", "a whole number"), ("rounds", True, "a whole number"),
+    ("simulation", "false", "true or false"), ("evaluate", 1, "true or false"), ("beta", "fast", "a number"),
+    ("participation", True, "a number"), ("backbone", 7, "text"), ("data-dir", 5, "text"),
+    ("round-timeout", "10", "a number"), ("total-samples", 1.5, "a whole number"), ("threads", "2", "a whole number"),
+    ("cpu-watts", "lots", "a number"), ("country", 250, "text"),
+])
+def test_a_run_config_value_of_the_wrong_type_is_one_line_naming_the_key(key, value, accepts):
+    """A hostile or mistyped value (a TOML file, ``flwr run -c``) is never coerced (``simulation = "false"`` is not
+    true, ``tau = 2.7`` is not 2) and never a raw ValueError or TypeError."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import from_run_config, to_run_config
+
+    good = to_run_config(cfg_for(tau=3))
+    with pytest.raises(ConfigError) as err:
+        from_run_config({**good, key: value})
+
+    assert str(err.value).startswith(f"run-config key {key} takes {accepts}, got {value!r}")
+    assert "\n" not in str(err.value)

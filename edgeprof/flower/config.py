@@ -73,19 +73,40 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
     return out
 
 
+#: settings that hold whole numbers, and those that hold any number (the others hold text or a bool)
+_INTEGERS = ("rounds", "clients", "tau", "seed", "synthetic_samples", "synthetic_classes", "threads", "total_samples")
+_NUMBERS = ("beta", "rho", "mu", "cpu_watts", "jetson_hz", "carbon_intensity", "participation", "test_fraction",
+            "round_timeout", "node_wait")
+
+
+def _kind_of(value: Any) -> str:
+    return {bool: "a bool", int: "a whole number", float: "a number", str: "text"}.get(type(value),
+                                                                                     type(value).__name__)
+
+
 def _from_value(name: str, value: Any, default: Any) -> Any:
-    if name in _OPTIONAL_NUMBERS and value in (0, 0.0, ""):
+    """A run-config value as the setting ``name`` takes it, strictly: ConfigError with one line naming the key and
+    what it accepts (a TOML or ``flwr run -c`` value of another type is never coerced)."""
+    key = _key(name)
+    if name in _OPTIONAL_NUMBERS and value in (0, 0.0, "") and not isinstance(value, bool):
         return None
     if name in _OPTIONAL_STRINGS + _BLANK_NUMBERS and value == "":
         return None
-    if name in ("data_dir", "out") and value is not None:
-        return Path(value)
-    if isinstance(default, bool) or name in ("rounds", "clients", "tau", "seed", "synthetic_samples",
-                                              "synthetic_classes", "threads"):
-        return value if isinstance(value, bool) or value is None else int(value)
-    if isinstance(default, float) or name in ("beta", "rho", "mu", "cpu_watts", "carbon_intensity"):
+    if isinstance(default, bool) or name == "simulation":
+        if not isinstance(value, bool):
+            raise ConfigError(f"run-config key {key} takes true or false, got {value!r} ({_kind_of(value)})")
+        return value
+    if name in _INTEGERS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"run-config key {key} takes a whole number, got {value!r} ({_kind_of(value)})")
+        return value
+    if isinstance(default, float) or name in _NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"run-config key {key} takes a number, got {value!r} ({_kind_of(value)})")
         return float(value)
-    return value
+    if not isinstance(value, str):
+        raise ConfigError(f"run-config key {key} takes text, got {value!r} ({_kind_of(value)})")
+    return Path(value) if name in ("data_dir", "out") else value
 
 
 def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
@@ -105,9 +126,9 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     kwargs = {name: _from_value(name, merged[key], getattr(base, name)) for key, name in known.items()
               if key in merged}
     cfg = RunConfig(progress=False, energy=energy_from(merged), **kwargs).resolved()
-    flower = {**FLOWER_DEFAULTS, **{k: merged[k] for k in FLOWER_DEFAULTS if k in merged}}
-    settings = FlowerSettings(float(flower["round-timeout"]), float(flower["node-wait"]),
-                              int(flower["total-samples"]), bool(flower["simulation"]))
+    flower = {k: _from_value(k.replace("-", "_"), merged.get(k, v), v) for k, v in FLOWER_DEFAULTS.items()}
+    settings = FlowerSettings(flower["round-timeout"], flower["node-wait"], flower["total-samples"],
+                              flower["simulation"])
     if settings.round_timeout_s <= 0 or settings.node_wait_s < 0 or settings.total_samples < 0:
         raise ConfigError("round-timeout must be > 0, node-wait and total-samples >= 0")
     return cfg, settings
