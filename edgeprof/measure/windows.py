@@ -47,19 +47,6 @@ _OPEN: contextvars.ContextVar[tuple["OpenWindow", ...]] = contextvars.ContextVar
 
 
 def check_phase_name(name: str) -> None:
-    """MonitorError unless ``name`` can head report columns without clashing with any other column (a name
-    that passed once is not checked again: phases are entered at every round)."""
-    if isinstance(name, str) and name in _GOOD_NAMES:
-        return
-    _check_phase_name(name)
-    _GOOD_NAMES.add(name)
-
-
-#: phase names already checked
-_GOOD_NAMES: set[str] = set()
-
-
-def _check_phase_name(name: str) -> None:
     from edgeprof.report.schema import BESIDE_ROUND, CORE_COLUMNS, GENERIC_COLUMNS, domain_columns
 
     if not isinstance(name, str) or not PHASE_NAME.fullmatch(name) or name.endswith("_cpu"):
@@ -119,6 +106,7 @@ class Windows:
         self.profiler = profiler
         self._lock = threading.RLock()
         self._open: list[OpenWindow] = []
+        self._names: set[str] = set()  # phase names this engine has checked (phases recur every round)
 
     @property
     def open_windows(self) -> tuple[OpenWindow, ...]:
@@ -203,7 +191,9 @@ class Windows:
                 raise
 
     def _enter_phase(self, win: OpenWindow, name: str) -> Sample:
-        check_phase_name(name)
+        if not (isinstance(name, str) and name in self._names):
+            check_phase_name(name)  # a MonitorError for what can head no column, a list included
+            self._names.add(name)
         with self._lock:
             if not win.is_open:
                 raise MonitorError(f"window {win.name!r} has ended: no phase can start in it")
