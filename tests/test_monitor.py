@@ -348,3 +348,80 @@ def test_bad_settings_fail_before_anything_is_written(tmp_path):
         with pytest.raises(edgeprof.errors.ConfigError, match=message):
             edgeprof.monitor(out=tmp_path / "never", **kwargs)
     assert not (tmp_path / "never").exists()
+
+
+# --- the API as people use it --------------------------------------------------------------------------------
+
+def test_measure_takes_a_positional_name_and_measures_a_generator_over_its_whole_iteration(tmp_path, machine):
+    mon = run_monitor(tmp_path, profiler(machine))
+
+    @mon.measure("batches")
+    def batches(n):
+        for i in range(n):
+            machine.run(0.25)  # the producer's work for item i
+            yield i
+
+    @mon.measure("async-batches")
+    async def async_batches(n):
+        for i in range(n):
+            machine.run(0.125)
+            yield i
+
+    async def consume():
+        return [i async for i in async_batches(2)]
+
+    import asyncio
+
+    with mon:
+        items = [i for i in batches(4) if machine.run(0.5) is None]  # the consumer's work between items
+        async_items = asyncio.run(consume())
+
+    rows = {r["window"]: r for r in read_report(mon.csv_path).rows}
+    assert items == [0, 1, 2, 3] and async_items == [0, 1]
+    # one window each, over the whole iteration: 4 x (0.25 produce + 0.5 consume) and 2 x 0.125, exactly
+    assert float(rows["batches"]["cpu_s"]) == 4 * 0.75 and float(rows["async-batches"]["cpu_s"]) == 2 * 0.125
+    with pytest.raises(MonitorError, match="takes a function or a window name"):
+        mon.measure(42)
+
+
+def test_a_window_that_ends_in_an_exception_says_so_in_its_row(tmp_path, machine):
+    mon = run_monitor(tmp_path, profiler(machine))
+
+    with mon:
+        with pytest.raises(ValueError):
+            with mon.window("step"):
+                machine.run(1.0)
+                raise ValueError("bad batch")
+        with mon.window("fine"):
+            machine.run(1.0)
+
+    rows = {r["window"]: r for r in read_report(mon.csv_path).rows}
+    assert json.loads(rows["step"]["labels"]) == {"error": "ValueError"} and float(rows["step"]["cpu_s"]) == 1.0
+    assert rows["fine"]["labels"] in ("", "{}")
+
+
+@pytest.mark.parametrize("ending,status,reason", [
+    ("", "interrupted", "interrupted (the program exited without stopping the monitor)"),
+    ("os.kill(os.getpid(), signal.SIGTERM)", "interrupted", "interrupted (SIGTERM)"),
+])
+def test_a_monitor_never_stopped_or_terminated_keeps_its_rows_and_says_how_it_ended(tmp_path, ending, status, reason):
+    """A program that starts a monitor and exits without stopping it, or gets SIGTERM inside it: the rows it
+    finished stay, the sidecar says interrupted and why; no ImportError traceback at the interpreter's exit."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal, edgeprof
+mon = edgeprof.monitor(out={str(tmp_path)!r}, run_id="left")
+mon.start()
+with mon.window("done"):
+    pass
+with mon.window("cut"):
+    {ending or "pass"}
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+    sidecar = json.loads((tmp_path / "left.json").read_text())
+    rows = read_report(tmp_path / "left.csv").rows
+    assert (sidecar["status"], sidecar["reason"]) == (status, reason), result.stderr
+    assert [r["window"] for r in rows][0] == "done" and "ImportError" not in result.stderr

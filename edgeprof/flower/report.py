@@ -20,36 +20,16 @@ from flwr.serverapp.strategy import Strategy
 
 from edgeprof.flower.energy import read_profile
 from edgeprof.flower.strategy import METRICS_KEY, EdgeprofStrategy, num_examples_key
-from edgeprof.report.schema import _fmt
+from edgeprof.report.schema import _fmt, format_cells
 from edgeprof.report.session import RunContext, base_row
 
 log = logging.getLogger("edgeprof.flower")
-
-#: report columns written as integers
-_INTEGER_COLUMNS = ("short_window",)
-
-
-#: report columns written with one decimal
-_ONE_DECIMAL = ("peak_rss_mb", "gpu_peak_mem_mb")
-
 
 def profile_cells(msg: Message, columns: Iterable[str]) -> Optional[dict[str, str]]:
     """The report cells of a reply's profile (:func:`~edgeprof.flower.energy.read_profile`: the one wire format,
     or the older one), only columns the report has; None when the reply carries no profile."""
     profile = read_profile(msg)
-    if profile is None:
-        return None
-    allowed = set(columns)
-    cells: dict[str, str] = {}
-    for key, value in profile.items():
-        if key not in allowed or isinstance(value, (list, bool)):
-            continue
-        if isinstance(value, str):
-            cells[key] = value
-        else:
-            cells[key] = (str(int(value)) if key in _INTEGER_COLUMNS else
-                          f"{value:.1f}" if key in _ONE_DECIMAL else _fmt(float(value)))
-    return cells
+    return None if profile is None else format_cells(profile, set(columns))
 
 
 class ReportingStrategy(Strategy):

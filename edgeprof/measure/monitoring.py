@@ -38,6 +38,7 @@ peak RSS of its own (its ``peak_rss_mb`` is empty); the phases of one window nev
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import inspect
@@ -152,6 +153,14 @@ class Measurement:
         return self.result.phases
 
 
+class _NotStopped(KeyboardInterrupt):
+    """How a monitor that was never stopped ends: as interrupted, with this reason (see :meth:`Monitor.start`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class MonitorWindow:
     """An open window of a :class:`Monitor`; ``phase(name)`` marks a part of it, ``measurement`` once ended."""
 
@@ -232,9 +241,23 @@ class Monitor:
         self._session = stack.enter_context(open_run(
             cfg, run_id=make_run_id(cfg, prefix=cfg.name), phases=cfg.phases, finish=self._finish,
             profiler=self._profiler, columns=columns_for(cfg.phases, generic=True)))
-        self._windows = Windows(self._session.ctx.profiler)
+        self._windows = self._session.ctx.profiler.windows
+        from edgeprof.signals import handle_termination
+
+        stack.enter_context(handle_termination())  # SIGTERM and SIGHUP end the run as in measure (main thread)
+        atexit.register(self._at_exit)
+        stack.callback(atexit.unregister, self._at_exit)
         self._stack, self._state = stack, "running"
         return self
+
+    def _at_exit(self) -> None:
+        """A monitor the program never stopped: closed as the interpreter exits, its sidecar saying so: ended by
+        the uncaught exception the program died of (a SIGTERM: interrupted), else interrupted, not stopped."""
+        import sys
+
+        died_of = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
+        self.stop(died_of if isinstance(died_of, BaseException) else
+                  _NotStopped("interrupted (the program exited without stopping the monitor)"))
 
     def stop(self, error: Optional[BaseException] = None) -> None:
         """Close the report: the final sidecar says ``complete`` (or, given the ``error`` that ended the run,
@@ -328,14 +351,19 @@ class Monitor:
     def window(self, name: str, /, *, kind: str = "window", **labels: Any) -> Iterator[MonitorWindow]:
         """Measure the body as one window (one report row); ``labels`` as described in the module docstring.
 
-        The window ends, and its row is written, also when the body raises.
+        The window ends, and its row is written, also when the body raises; that row's labels then say
+        ``"error": "<the exception's type>"``.
         """
         mw = self._begin(name, kind, labels)
         try:
             yield mw
-        finally:
-            if mw.is_open:
+        except BaseException as err:
+            if mw.is_open:  # the row says how the window ended: its labels carry the exception's type
+                mw._other = {**mw._other, "error": type(err).__name__}
                 self._end(mw)
+            raise
+        if mw.is_open:
+            self._end(mw)
 
     def begin_window(self, name: str, /, *, kind: str = "window", **labels: Any) -> MonitorWindow:
         """Open window ``name`` for callback-style code; :meth:`end_window` with the same name closes it.
@@ -369,16 +397,47 @@ class Monitor:
     def measure(self, fn: Optional[Callable] = None, /, *, name: Optional[str] = None, kind: str = "window",
                 **labels: Any):
         """Decorator: every call of the function is a window, named after it (its qualified name without an
-        enclosing function's ``<locals>``) unless ``name`` is given.
+        enclosing function's ``<locals>``) unless a name is given.
 
-        ``@mon.measure`` or ``@mon.measure(name="step", model="mlp")``; coroutine functions are awaited inside
-        their window. A call that recurses opens a window inside the caller's (and double counts, as nested
-        windows do). Calling the function while the monitor is not running is a MonitorError.
+        ``@mon.measure``, ``@mon.measure("step")`` or ``@mon.measure(name="step", model="mlp")``; coroutine
+        functions are awaited inside their window; a generator (or async generator) function's window spans its
+        whole iteration, from the first item asked for to its end (what the consumer does between items
+        included; one it never finishes ends when it is closed or collected). A call that recurses opens a
+        window inside the caller's (and double counts, as nested windows do). Calling the function while the
+        monitor is not running is a MonitorError.
         """
+        if isinstance(fn, str):  # @mon.measure("step"): the name, as codecarbon's and Zeus's decorators take it
+            fn, name = None, fn
+        if fn is not None and not callable(fn):
+            raise MonitorError(f"mon.measure takes a function or a window name, got {fn!r}")
         split_labels({**self.config.labels, **labels})  # a bad label fails here, not at the first call
 
         def wrap(func: Callable) -> Callable:
             window_name = name or re.sub(r".*<locals>\.", "", func.__qualname__)
+            if inspect.isgeneratorfunction(func):
+                @functools.wraps(func)
+                def measured_generator(*args, **kwargs):
+                    with self.window(window_name, kind=kind, **labels):
+                        return (yield from func(*args, **kwargs))
+
+                return measured_generator
+            if inspect.isasyncgenfunction(func):
+                @functools.wraps(func)
+                async def measured_async_generator(*args, **kwargs):
+                    inner = func(*args, **kwargs)
+                    with self.window(window_name, kind=kind, **labels):
+                        try:
+                            sent = None
+                            while True:
+                                try:
+                                    item = await inner.asend(sent)
+                                except StopAsyncIteration:
+                                    return
+                                sent = yield item
+                        finally:
+                            await inner.aclose()
+
+                return measured_async_generator
             if inspect.iscoroutinefunction(func):
                 @functools.wraps(func)
                 async def measured_async(*args, **kwargs):
@@ -401,16 +460,13 @@ class Monitor:
         """Write a row measured elsewhere (a Flower client's profile), as window ``name``: ``cells`` are report
         cells (numbers or strings) of the measured columns, the meter columns and ``<phase>_*`` columns;
         others are left out. Returns the row written."""
-        from edgeprof.report.schema import _fmt, domain_columns
+        from edgeprof.report.schema import domain_columns, format_cells
 
         self._check(name, kind)
         label_cells, other = split_labels({**self.config.labels, **labels})
         allowed = set(MEASURED_COLUMNS) | set(domain_columns()) | _phase_columns(cells)
         row = self._base(name, kind, label_cells, other)
-        for key, value in cells.items():
-            if key in allowed and value not in (None, ""):
-                row[key] = (value if isinstance(value, str) else str(int(value)) if key == "short_window"
-                            else f"{float(value):.1f}" if key == "peak_rss_mb" else _fmt(float(value)))
+        row.update(format_cells(cells, allowed))
         with self._lock:
             self._write(row)
             self._counts[name] = self._counts.get(name, 0) + 1

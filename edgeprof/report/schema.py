@@ -60,6 +60,24 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.6e}"
 
 
+#: measured cells written as whole numbers, and with one decimal (MiB)
+INTEGER_CELLS = ("short_window",)
+ONE_DECIMAL_CELLS = ("peak_rss_mb", "gpu_peak_mem_mb")
+
+
+def format_cells(cells: Mapping[str, object], allowed: Sequence[str] | set[str]) -> dict[str, str]:
+    """Cells measured elsewhere (a Flower client's profile: numbers and labels) as report cells, as
+    :func:`row_from_window` writes them; only the ``allowed`` columns, nothing empty."""
+    allowed = set(allowed)
+    out: dict[str, str] = {}
+    for key, value in cells.items():
+        if key not in allowed or value is None or value == "" or isinstance(value, (list, bool)):
+            continue
+        out[key] = (value if isinstance(value, str) else str(int(value)) if key in INTEGER_CELLS
+                    else f"{float(value):.1f}" if key in ONE_DECIMAL_CELLS else _fmt(float(value)))
+    return out
+
+
 def _methods(methods: Sequence[str]) -> str:
     return "+".join(sorted(set(methods)))
 
