@@ -179,3 +179,11 @@ def test_a_flower_node_names_itself_and_picks_its_compute_device_with_two_keys()
     assert node_overrides(RunConfig(device="cpu"), {"device": "pi-4"}).device == "cpu"  # a name moves nothing
     with pytest.raises(ConfigError, match="device must be"):
         node_overrides(RunConfig(), {"compute-device": "tpu:0"})
+
+
+@pytest.mark.parametrize("device,gpu", [("cpu", "cpu"), ("cuda:1", "cuda:1"), ("fake:0", "cpu")])
+def test_the_device_kind_tells_nvml_which_gpu_runs_the_round(monkeypatch, device, gpu):
+    """A CUDA device is matched to its NVML GPU; any other kind (the CPU, a fake one) leaves every GPU beside it."""
+    monkeypatch.setitem(computelib.KINDS, "fake", RecordingKind())
+
+    assert computelib.kind_of(device).nvml_device(device) == gpu

@@ -78,6 +78,11 @@ class DeviceKind:
         for it here, and the cached forward runs in torch on the device instead)."""
         return ["CPUExecutionProvider"]
 
+    def nvml_device(self, device: str) -> str:
+        """The torch device NVML is told runs the round (its GPU is ``gpu_j``): ``cpu`` for a device that is no
+        NVIDIA GPU, whose rounds leave every GPU beside the total."""
+        return "cpu"
+
     def reset_peak_memory(self, device: str) -> None:
         """Start a new peak-memory period of the device (nothing to do where none is kept apart)."""
 

@@ -65,6 +65,9 @@ class CudaKind(DeviceKind):
     def to_device(self, t, device: str):
         return t.to(self.torch_device(device))
 
+    def nvml_device(self, device: str) -> str:
+        return device  # NVML maps cuda:N to its GPU by PCI id or UUID (edgeprof.meters.gpu_map)
+
     def to_host(self, t):
         return t.cpu()
 

@@ -80,10 +80,10 @@ def open_meters(cfg, device: Optional[str] = None) -> MeterSet:
     """This machine's meters for ``cfg``; ``device`` (``cpu``, ``cuda:1``: where the round runs) tells NVML which
     GPU's energy is the round's (``gpu_j``); the others are measured beside it (``gpu_other_j``)."""
     from edgeprof.meters.discovery import discover
+    from edgeprof.nn.compute import kind_of
 
-    if device is not None and device.partition(":")[0] not in ("cpu", "cuda"):
-        device = "cpu"  # a device NVML does not manage: every NVIDIA GPU is measured beside the round
-    return discover(**{**cfg.energy.meter_settings, "gpu": device})
+    gpu = None if device is None else kind_of(device).nvml_device(device)  # the device kind says which GPU
+    return discover(**{**cfg.energy.meter_settings, "gpu": gpu})
 
 
 def open_energy(cfg, meters: MeterSet) -> Energy:
