@@ -288,3 +288,13 @@ def test_one_flower_client_mod_and_one_reading_of_its_wire_format():
     writers = sorted(n for n, t in flower.items() if re.search(r"content\[[A-Z_]*(PROFILE|OLD)[A-Z_]*\]\s*=", t))
     readers = sorted(n for n, t in flower.items() if re.search(r"\b(OLD_METRICS|OLD_INFO|PROFILE_RECORD)\b", t))
     assert writers == ["energy.py"] and readers == ["energy.py"], (writers, readers)
+
+
+def test_one_server_side_reporter():
+    """Besides the algorithm's own strategy, one Strategy wrapper writes reports (flower/report.py), for edgeprof's
+    ServerApp and a user's own app alike; where its rows go is its only variation (RunRows, MonitorRows)."""
+    wrappers = sorted(f"{p.name}:{m}" for p in (PACKAGE / "flower").glob("*.py")
+                      for m in re.findall(r"^class (\w+)\(Strategy\)", p.read_text(), flags=re.M))
+
+    assert wrappers == ["report.py:ProfiledStrategy", "strategy.py:EdgeprofStrategy"]
+    assert "ProfiledStrategy(strategy, rows=RunRows(" in (PACKAGE / "flower" / "server_app.py").read_text()

@@ -205,7 +205,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
     """The profile in the mods' one wire format, and in the older two-record one (read once, for compatibility)."""
     # Prepare
     from edgeprof.flower.energy import OLD_INFO, OLD_METRICS, PROFILE_RECORD
-    from edgeprof.flower.report import ReportingStrategy
+    from edgeprof.flower.report import ProfiledStrategy, RunRows
     from edgeprof.meters.discovery import MeterSet
     from edgeprof.measure.profiler import Profiler
     from edgeprof.report import columns_for, read_report
@@ -223,7 +223,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
     with ReportWriter(tmp_path / "r.csv", columns_for(("cache_forward", "head_steps", "joint_grad"))) as w:
         ctx = RunContext("r", "laptop", w, Profiler(MeterSet([])), Energy())
         # Execute
-        ReportingStrategy(pflego_strategy, ctx).aggregate_train(1, [msg])
+        ProfiledStrategy(pflego_strategy, rows=RunRows(ctx, pflego_strategy)).aggregate_train(1, [msg])
     # Assert
     report = read_report(tmp_path / "r.csv")
     (client,), (server,) = report.where(kind="client"), report.where(kind="server")

@@ -10,7 +10,7 @@ algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this 
 - :mod:`.mod`         the mod that wraps each client round in the edgeprof Profiler
 - :mod:`.client_app`  the ClientApp: partition from the node config, the registered algorithm's client
                       program, its declared personal state in ``context.state`` (the client-side driver)
-- :mod:`.report`      the reporting wrapper: one report for the federation, written by the server
+- :mod:`.report`      the one server-side reporter: one report for the federation, written by the server
 - :mod:`.server_app`  the ServerApp: roll call, strategy, report, final theta
 - :mod:`.simulation`  Flower's simulation engine for many clients on one machine
 - :mod:`.loopback`    free ports and waiting for a listener on 127.0.0.1 (tests, benchmarks; no flwr import)
@@ -18,10 +18,10 @@ algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this 
 For a user's own Flower app (any ClientApp, Flower's stock strategies), importable from here:
 
 - :mod:`.energy`      ``energy_mod()``: the mod that profiles every message a ClientApp handles
-- :mod:`.profiled`    ``ProfiledStrategy``: wraps a strategy, writes one report for the federation
+- :mod:`.report`      ``ProfiledStrategy``: wraps a strategy, writes one report for the federation
 """
 
-_EXPORTS = {"energy_mod": "edgeprof.flower.energy", "ProfiledStrategy": "edgeprof.flower.profiled"}
+_EXPORTS = {"energy_mod": "edgeprof.flower.energy", "ProfiledStrategy": "edgeprof.flower.report"}
 
 
 def __getattr__(name: str):

@@ -23,7 +23,7 @@ after the message type (:mod:`edgeprof.measure.windows`), and adds to every repl
   strategy needs the same keys in every reply, and without the server piece it averages them like the app's
   own metrics.
 
-The server piece, :class:`edgeprof.flower.profiled.ProfiledStrategy`, writes these as one report and takes
+The server piece, :class:`edgeprof.flower.report.ProfiledStrategy`, writes these as one report and takes
 them out of the replies (:func:`take_profile`) before the wrapped strategy aggregates.
 
 Phases: code inside the ClientApp marks them with ``with edgeprof.phase("train"): ...``, which does nothing

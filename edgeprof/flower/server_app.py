@@ -29,7 +29,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from edgeprof.config import RunConfig
 from edgeprof.flower.config import FlowerSettings, from_run_config
-from edgeprof.flower.report import ReportingStrategy
+from edgeprof.flower.report import ProfiledStrategy, RunRows
 from edgeprof.flower.strategy import (METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy,
                                       num_examples_key)
 from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
@@ -134,11 +134,14 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     def finish(data: dict) -> dict:
         return {**data, "flower": flower_section(strategy, settings)}
 
-    with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish) as session:
+    # the server step's device: synchronised at the server window's edges, its kind in the server rows
+    with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish,
+                  runtime=strategy.runtime()) as session:
         final = theta0
         try:
-            result = ReportingStrategy(strategy, session.ctx).start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
-                                                                    timeout=settings.round_timeout_s)
+            reporter = ProfiledStrategy(strategy, rows=RunRows(session.ctx, strategy))
+            result = reporter.start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
+                                    timeout=settings.round_timeout_s)
             if result.arrays is not None and len(result.arrays) > 0:
                 final = result.arrays.to_numpy_ndarrays()
             np.savez(out / f"{session.ctx.run_id}.theta.npz", *final)
