@@ -2,7 +2,7 @@
 
 Everything a run needs is in :class:`RunConfig`; the CLI builds one from its options and hands it to
 :func:`edgeprof.rounds.simulate.run`. ``None`` for a learning rate means "the paper's default for this
-dataset, degree and algorithm" (:mod:`edgeprof.rounds.hyperparams`), resolved by :meth:`RunConfig.resolved`.
+dataset, degree and algorithm" (:mod:`edgeprof.algorithms.hyperparams`), resolved by :meth:`RunConfig.resolved`.
 """
 
 from __future__ import annotations
@@ -169,20 +169,20 @@ class RunConfig:
     def sampled_per_round(self) -> float:
         """r of the paper: the expected number of participating clients per round."""
         if self.participation_mode == "fixed":
-            from edgeprof.rounds.participants import clients_per_round
+            from edgeprof.algorithms.participants import clients_per_round
 
             return float(clients_per_round(self.clients, self.participation, self.participant_rounding))
         return self.participation * self.clients
 
     @property
     def participant_rounding(self) -> str:
-        """How r follows from pi*I (:data:`edgeprof.rounds.participants.ROUNDINGS`): ``floor`` with the paper split."""
+        """How r follows from pi*I (:data:`edgeprof.algorithms.participants.ROUNDINGS`): ``floor`` with the paper split."""
         return "floor" if self.split == "paper" else "round"
 
     def resolved(self) -> "RunConfig":
         """A copy with every learning rate left at None filled from the paper's tables."""
         from edgeprof.algorithms import ALGORITHMS
-        from edgeprof.rounds.hyperparams import defaults
+        from edgeprof.algorithms.hyperparams import defaults
 
         spec = ALGORITHMS[self.algo]
         table = defaults(spec.hyperparams, self.dataset, self.degree)

@@ -87,7 +87,7 @@ def run_pair(seed: int, rounds: int, overrides: dict, last: int) -> dict:
     from edgeprof.algorithms import aggregation
     from edgeprof.algorithms.contract import ServerState
     from edgeprof.config import RunConfig
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.rounds.simulate import build_federation, evaluate_all, load_clients
 
     cfg = RunConfig(algo="pflego", dataset="digits", degree="high", backbone="mlp", clients=20, participation=0.2,

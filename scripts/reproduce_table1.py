@@ -6,7 +6,7 @@ column of Table 1 is printed beside it as the closest match), or the official MN
 files with ``--dataset mnist|fashion-mnist --data-dir DIR`` (nothing is downloaded; the matching column of
 Table 1 is printed). Setting: High-Pers (K=2 classes per client), ``--clients`` clients, 20% participation,
 the same T rounds and tau for every algorithm, every seed of ``--seeds``, hyperparameters from Table 6 (the
-dataset's column; the documented fallbacks of ``edgeprof.rounds.hyperparams`` where it has none). PFLEGO is run
+dataset's column; the documented fallbacks of ``edgeprof.algorithms.hyperparams`` where it has none). PFLEGO is run
 twice: with Table 6's rho and with rho=0.001, the low end of the paper's own search grid
 {0.001, 0.002, 0.003} (Appendix A.3), because Adam at 0.003 oscillates on a much smaller federation.
 
@@ -43,7 +43,7 @@ from edgeprof.host import prefer_passive_openmp
 prefer_passive_openmp()  # before torch loads, as the CLI does
 
 from edgeprof.errors import EdgeprofError  # noqa: E402
-from edgeprof.rounds.hyperparams import defaults
+from edgeprof.algorithms.hyperparams import defaults
 
 #: Table 1 of the PFLEGO paper, High-Pers (mean +- CI over the final 10 rounds), by dataset; an algorithm
 #: missing from a column is not in Table 1

@@ -298,3 +298,12 @@ def test_one_server_side_reporter():
 
     assert wrappers == ["report.py:ProfiledStrategy", "strategy.py:EdgeprofStrategy"]
     assert "ProfiledStrategy(strategy, rows=RunRows(" in (PACKAGE / "flower" / "server_app.py").read_text()
+
+
+def test_the_config_imports_only_from_below():
+    """config.py (at any depth: module level or inside its functions) imports the layers' names, the algorithm
+    registry and their tables, and the model layer's checks; never the drivers, the measurement, reports or CLI."""
+    deps = _import_graph()["edgeprof.config"]
+
+    assert {_folder(d) for d in deps} <= {"", "data", "nn", "algorithms", "meters"}, sorted(deps)
+    assert not {d for d in deps if _folder(d) == ""} - {"edgeprof", "edgeprof.errors"}, sorted(deps)

@@ -8,7 +8,7 @@ import pytest
 import edgeprof
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
-from edgeprof.rounds.participants import sample_participants
+from edgeprof.algorithms.participants import sample_participants
 
 
 @pytest.mark.parametrize("algo,dataset,degree,expected", [

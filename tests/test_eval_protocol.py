@@ -11,7 +11,7 @@ from edgeprof.algorithms import aggregation, fedavg, pflego
 from edgeprof.algorithms.contract import EvalResult
 from edgeprof.config import RunConfig
 from edgeprof.rounds.evaluation import global_score, paper_score
-from edgeprof.rounds.participants import participant_rng, sample_participants
+from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.report import read_report
 from edgeprof.rounds.simulate import load_clients, run
 from edgeprof.nn.compute import Compute

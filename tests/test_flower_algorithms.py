@@ -85,7 +85,7 @@ def personal_states(federation) -> tuple[str, list] | None:
 
 def in_process(cfg: RunConfig):
     """The algorithm after cfg.rounds rounds of the in-process loop; and the participants of every round."""
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.rounds.simulate import build_federation, load_clients
 
     algorithm = build_federation(cfg, load_clients(cfg))

@@ -131,7 +131,7 @@ def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]
     from edgeprof.meters.discovery import MeterSet
     from edgeprof.measure.profiler import Profiler
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.report.session import Energy, RunContext
     from edgeprof.rounds.simulate import build_federation, load_clients, run_rounds
 

@@ -25,7 +25,7 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     from edgeprof.config import RunConfig
     from edgeprof.flower.config import FlowerSettings
     from edgeprof.flower.simulation import simulate
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.rounds.simulate import build_federation, load_clients
 
     cfg = RunConfig(algo=algo, tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",

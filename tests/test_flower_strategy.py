@@ -160,7 +160,7 @@ def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
     # Prepare: Flower messages need a task identity outside a running ServerApp
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)
@@ -184,7 +184,7 @@ def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(monkeyp
     # Prepare: I=4, pi=0.65: round(2.6) = 3 clients, the reference code's int(2.6) = 2
     from flwr.supercore.task_identity import TaskIdentity
 
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
 
     for name in ("_run_id", "_node_id", "_task_id"):
         monkeypatch.setattr(TaskIdentity, name, 1)

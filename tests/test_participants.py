@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgeprof.config import RunConfig
-from edgeprof.rounds.participants import clients_per_round, sample_participants
+from edgeprof.algorithms.participants import clients_per_round, sample_participants
 
 #: (I, pi, r with round(pi*I), r with int(I*pi)); the reference code's expression is int(num_clients * fraction)
 ROUNDS = [(14, 0.2, 3, 2), (10, 0.2, 2, 2), (3, 0.1, 1, 1), (100, 0.29, 29, 28), (7, 1.0, 7, 7)]

@@ -31,7 +31,7 @@ def torch_threads():
 def _pflego_run(threads: int, engine: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Three rounds of a small PFLEGO federation through the in-process driver: (theta, every client's head)."""
     from edgeprof.config import RunConfig
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.nn.compute import set_threads
     from edgeprof.rounds.simulate import build_federation, load_clients
 

@@ -84,7 +84,7 @@ def test_toy_runs_in_process_and_on_flower_with_the_same_result(toy, tmp_path, t
     from edgeprof.flower.client_app import PERSONAL_KEY, make_client_app
     from edgeprof.flower.config import FlowerSettings, to_run_config
     from edgeprof.flower.server_app import run_server
-    from edgeprof.rounds.participants import participant_rng, sample_participants
+    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.report import read_report
     from edgeprof.rounds.simulate import build_federation, load_clients, run
 

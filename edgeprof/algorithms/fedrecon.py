@@ -16,7 +16,7 @@ server optimizer (Adam with step rho by default, ``--server-optimizer sgd``), Fe
 FedRecon. Cost: one cached forward, tau-1 cheap head steps and one forward+backward: like PFLEGO, its
 client round is *nearly flat in tau* (the PFLEGO paper's O(1)-vs-O(tau) claim is against the other
 baselines, not against FedRecon). beta and rho: Table 7 for Omniglot, the documented fallback
-(``edgeprof.rounds.hyperparams``) elsewhere.
+(``edgeprof.algorithms.hyperparams``) elsewhere.
 """
 
 from __future__ import annotations

@@ -12,5 +12,5 @@ DEGREES = ("high", "medium", "none", "group")
 #: how the data is split and clients sampled: ``balanced`` (classes dealt from a balanced stream, train and test
 #: pooled and split 25% per class per client, r = round(pi*I)) or ``paper`` (the PFLEGO authors' reference code:
 #: classes drawn per client independently, the official test split dealt to test sets, r = int(I*pi));
-#: see :mod:`edgeprof.data.partition` and :func:`edgeprof.rounds.participants.clients_per_round`
+#: see :mod:`edgeprof.data.partition` and :func:`edgeprof.algorithms.participants.clients_per_round`
 SPLITS = ("balanced", "paper")

@@ -2,7 +2,7 @@
 
 Every algorithm of :data:`edgeprof.algorithms.ALGORITHMS` runs on Flower through one strategy that names
 no algorithm. :class:`EdgeprofStrategy` samples the round's clients I_t with exactly the random sequence
-of the in-process loop (:func:`edgeprof.rounds.participants.sample_participants` on ``participant_rng``), maps
+of the in-process loop (:func:`edgeprof.algorithms.participants.sample_participants` on ``participant_rng``), maps
 their partition ids to Flower node ids through a :class:`Directory`, sends one TRAIN message per sampled
 client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its ConfigRecord), rejects any reply that
 is malformed (missing records, wrong number or shape of arrays, non-float or non-finite values, a
@@ -45,7 +45,7 @@ from flwr.serverapp.strategy import Strategy
 
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
-from edgeprof.rounds.participants import participant_rng, sample_participants
+from edgeprof.algorithms.participants import participant_rng, sample_participants
 
 log = logging.getLogger("edgeprof.flower")
 

@@ -19,7 +19,7 @@ from edgeprof.algorithms import ALGORITHMS
 from edgeprof.algorithms.contract import RoundSettings
 from edgeprof.config import RunConfig
 from edgeprof.rounds.federation import Federation
-from edgeprof.rounds.participants import participant_rng, sample_participants
+from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.report.session import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
 from edgeprof.rounds.runtime import load_native_libraries

@@ -1,4 +1,5 @@
-"""Who takes part in a round: I_t, drawn the same way by the in-process loop and the Flower strategy.
+"""Who takes part in a round (the participation processes of the PFLEGO paper, Section 3.2.1): I_t, drawn the
+same way by the in-process loop and the Flower strategy.
 
 Both drivers draw from :func:`participant_rng`, so a Flower federation with the same seed samples the same
 clients in the same rounds as ``edgeprof measure`` (the equality tests depend on it).
