@@ -15,11 +15,10 @@ from __future__ import annotations
 import argparse
 import time
 
-import edgeprof  # noqa: F401
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from edgeprof.nn import head as headlib
+from edgeprof.nn import head as headlib  # numpy only: no torch, no OpenMP pool to configure
 
 
 def best_time(fn, repeats: int) -> float:

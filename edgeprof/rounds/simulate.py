@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.algorithms.contract import RoundSettings
+from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.config import RunConfig
 from edgeprof.rounds.federation import Federation
-from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.report.session import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
 from edgeprof.rounds.runtime import load_native_libraries
