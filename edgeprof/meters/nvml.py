@@ -47,7 +47,7 @@ from edgeprof.meters import gpu_map
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
 from edgeprof.meters.sampler import PowerSampler
 
-INSTALL_FIX = "pip install 'edgeprof[nvidia]' (nvidia-ml-py) and install the NVIDIA driver"
+INSTALL_FIX = "pip install nvidia-ml-py (an edgeprof dependency this environment lacks) and install the NVIDIA driver"
 MAPPING_FIX = ("pass the torch device the round runs on (gpu='cuda:N', N counted among the GPUs torch sees) and "
                "check CUDA_VISIBLE_DEVICES; import torch first so that its PCI address can be read")
 #: watts no single GPU board draws (the largest today are rated about 1.2 kW), used when NVML gives no limit

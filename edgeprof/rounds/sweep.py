@@ -6,7 +6,7 @@ takes part, each in its own profiler window, then the server step in its window)
 fair on a noisy machine:
 
 * the same data, partition, seed and backbone initialisation for every variant (each variant has its
-  own algorithm object built by :func:`edgeprof.rounds.simulate.build_algorithm` from the same settings);
+  own federation built by :func:`edgeprof.rounds.simulate.build_federation` from the same settings);
 * a warm-up: one unrecorded round per variant at the smallest tau (first ONNX Runtime session, first
   torch kernels, allocator growth) before anything is measured;
 * the cells run in a seeded random order (:func:`plan_cells`), so drift in the machine's load or

@@ -1,0 +1,49 @@
+"""What the docs and docstrings name exists: every dotted ``edgeprof.x.y`` reference in the package, the scripts,
+the README and docs/ imports and resolves (after a package move, a stale path fails here), and no extra is
+mentioned that pyproject.toml does not declare."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted([*(ROOT / "edgeprof").rglob("*.py"), *(ROOT / "scripts").glob("*.py"), ROOT / "README.md",
+                *(ROOT / "docs").glob("*.md")])
+REFERENCE = re.compile(r"(?<![\w/.-])edgeprof(?:\.[A-Za-z_]\w*)+(?![\w-])")
+#: dotted names that are no Python objects: reply-metric keys, the personal-state key, the older wire record,
+#: and the recipes' examples of a module one would add (README: an AMD meter; docs: a device kind)
+NOT_OBJECTS = {"edgeprof.wall_s", "edgeprof.cpu_s", "edgeprof.energy_j", "edgeprof.carbon_g", "edgeprof.personal",
+               "edgeprof.profile", "edgeprof.meters.amdsmi", "edgeprof.nn.mydevice"}
+
+
+def _resolves(reference: str) -> bool:
+    parts = reference.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_dotted_reference_resolves():
+    stale = sorted({f"{m.group(0)} ({path.relative_to(ROOT)})" for path in FILES
+                    for m in REFERENCE.finditer(path.read_text()) if m.group(0) not in NOT_OBJECTS
+                    and not _resolves(m.group(0))})
+    assert stale == []
+
+
+def test_no_extra_is_mentioned_that_pyproject_does_not_declare():
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    mentioned = {name for path in FILES for m in re.finditer(r"(?:edgeprof|\.)\[([\w,]+)\]", path.read_text())
+                 for name in m.group(1).split(",")}
+    assert mentioned and mentioned <= extras, mentioned - extras
