@@ -199,6 +199,13 @@ def _group_members(dataset: Dataset, num_clients: int, rng: np.random.Generator)
     return [rng.permutation(np.flatnonzero(dataset.groups == g)) for g in chosen]
 
 
+def own_client(dataset: Dataset, client_id: int, test_fraction: float, seed: int = 0) -> ClientData:
+    """A device's own data set as its client's local set: every class it holds, each split train/test by
+    ``test_fraction`` (at least one sample of a class stays for training), labels local, order seeded."""
+    rng = np.random.default_rng([seed, client_id])
+    return _client(dataset, client_id, rng.permutation(len(dataset.y)), test_fraction, rng)
+
+
 def _client(dataset: Dataset, client_id: int, idx: np.ndarray, test_fraction: float,
             rng: np.random.Generator) -> ClientData:
     """Split one client's samples per class into train/test and renumber labels locally."""

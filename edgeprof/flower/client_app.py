@@ -39,7 +39,7 @@ from flwr.clientapp import ClientApp
 
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
-from edgeprof.flower.config import from_run_config, node_overrides
+from edgeprof.flower.config import check_trust, from_run_config, node_overrides
 from edgeprof.flower.mod import current_phase, device_name, make_profile_mod
 from edgeprof.flower.strategy import ARRAYS_KEY, CONFIG_KEY, METRICS_KEY
 
@@ -48,8 +48,12 @@ PERSONAL_KEY = "edgeprof.personal"
 
 
 def node_cfg(context: Context, defaults: Optional[Mapping[str, Any]] = None) -> RunConfig:
-    """The run settings of this node: the run config over ``defaults``, then the node's device settings."""
-    cfg, _ = from_run_config(context.run_config, defaults)
+    """The run settings of this node: the run config over ``defaults`` (only what the node's operator allows it,
+    :func:`~edgeprof.flower.config.check_trust`; a simulation's nodes are the user's own processes), then the
+    node's device settings."""
+    cfg, settings = from_run_config(context.run_config, defaults)
+    if not settings.simulation:
+        check_trust(cfg, context.node_config)
     return node_overrides(cfg, context.node_config)
 
 
@@ -73,9 +77,25 @@ def _clients(cfg: RunConfig):
     return load_clients(cfg)
 
 
-def load_client(cfg: RunConfig, pid: int):
-    """Client ``pid`` of ``load_clients(cfg)`` (cached per process)."""
+def load_client(cfg: RunConfig, pid: int, node_config: Optional[Mapping[str, Any]] = None):
+    """This node's client: its own data where its operator gives a ``data-dir`` (and ``dataset``, default the
+    run's) in the node config, split train/test by the run's test fraction; else client ``pid`` of
+    ``load_clients(cfg)``, the partition ``edgeprof measure`` gives it (cached per process)."""
+    node_config = node_config or {}
+    if node_config.get("data-dir"):
+        return _own_client(cfg, pid, str(node_config["data-dir"]), str(node_config.get("dataset", cfg.dataset)))
     return _clients(cfg)[pid]
+
+
+@functools.lru_cache(maxsize=2)
+def _own_client(cfg: RunConfig, pid: int, data_dir: str, dataset: str):
+    from edgeprof.data import load_dataset
+    from edgeprof.data.partition import own_client
+    from edgeprof.rounds.simulate import input_shape
+
+    data = load_dataset(dataset, data_dir=data_dir, shape=input_shape(cfg), seed=cfg.seed,
+                        synthetic_classes=cfg.synthetic_classes, synthetic_samples=cfg.synthetic_samples)
+    return own_client(data, pid, cfg.test_fraction, seed=cfg.seed)
 
 
 @functools.lru_cache(maxsize=2)
@@ -130,7 +150,7 @@ def local_evaluation(cfg_of, msg: Message, context: Context, reply: Message) -> 
     cfg = cfg_of(context)
     if not (cfg.evaluate and cfg.eval_protocol == "paper"):
         return
-    client = load_client(cfg, partition_id(context, cfg))
+    client = load_client(cfg, partition_id(context, cfg), context.node_config)
     arrays, result, settings = _LAST_ROUND.pop(client.client_id)
     spec = ALGORITHMS[cfg.algo]
     rt = runtime_for(cfg, int(msg.content[CONFIG_KEY]["num-outputs"]))
@@ -148,7 +168,7 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
     from edgeprof.algorithms.contract import RoundSettings
 
     cfg = cfg_of(context)
-    client = load_client(cfg, partition_id(context, cfg))
+    client = load_client(cfg, partition_id(context, cfg), context.node_config)
     rt = runtime_for(cfg, int(msg.content[CONFIG_KEY]["num-outputs"]))
     rt.prepare()
     spec = ALGORITHMS[cfg.algo]
@@ -179,7 +199,7 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     def query(msg: Message, context: Context) -> Message:
         cfg = cfg_of(context)
         pid = partition_id(context, cfg)
-        client = load_client(cfg, pid)
+        client = load_client(cfg, pid, context.node_config)
         info = MetricRecord({"partition-id": pid, "num-examples": client.n_train, "num-classes": client.num_classes})
         from flwr.app import ConfigRecord
 
@@ -191,7 +211,8 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
         cfg = cfg_of(context)
         pid = partition_id(context, cfg)
         arrays = msg.content[ARRAYS_KEY].to_numpy_ndarrays()
-        result = train_round(cfg, load_client(cfg, pid), arrays, msg.content[CONFIG_KEY], context.state)
+        result = train_round(cfg, load_client(cfg, pid, context.node_config), arrays, msg.content[CONFIG_KEY],
+                             context.state)
         metrics = MetricRecord({"partition-id": pid, "num-examples": int(result.n_samples),
                                 "train-loss": float(result.loss)})
         return Message(RecordDict({ARRAYS_KEY: ArrayRecord(list(result.reply)), METRICS_KEY: metrics}),
@@ -205,7 +226,7 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
 
         cfg = cfg_of(context)
         pid = partition_id(context, cfg)
-        client = load_client(cfg, pid)
+        client = load_client(cfg, pid, context.node_config)
         config = msg.content[CONFIG_KEY]
         spec = ALGORITHMS[cfg.algo]
         rt = runtime_for(cfg, int(config["num-outputs"]))

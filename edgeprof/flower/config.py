@@ -134,6 +134,35 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     return cfg, settings
 
 
+#: node-config keys through which a device's operator decides what a run config may make it do
+TRUST_KEYS = ("allow-backbones", "data-root", "data-dir", "dataset")
+
+
+def check_trust(cfg: RunConfig, node_config: Mapping[str, Any]) -> None:
+    """What a run config (whoever submitted the run) may make this device do: experiment settings only. A backbone
+    that is code to import (``module:factory``, ``file.py:factory``) runs only where the node's
+    ``allow-backbones`` (comma-separated patterns, ``mynets:*``) matches it; a ``data-dir`` the run config names is
+    read only inside the node's ``data-root``, and never where the node has its own ``data-dir``. ConfigError with
+    one line, which the node logs and the server reports as this node's failed reply (the federation goes on)."""
+    import fnmatch
+
+    from edgeprof.nn.names import factory_spec
+
+    if factory_spec(cfg.backbone) is not None:
+        allowed = [p.strip() for p in str(node_config.get("allow-backbones", "")).split(",") if p.strip()]
+        if not any(fnmatch.fnmatchcase(cfg.backbone, p) for p in allowed):
+            module = factory_spec(cfg.backbone)[0]
+            raise ConfigError(f"this node imports no backbone code a run config names ({cfg.backbone}); its operator "
+                              f"allows it with --node-config \"allow-backbones='{module}:*'\"")
+    if cfg.data_dir is not None and "data-dir" not in node_config:
+        root = str(node_config.get("data-root", "") or "")
+        inside = bool(root) and Path(cfg.data_dir).resolve().is_relative_to(Path(root).resolve())
+        if not inside:
+            raise ConfigError(f"this node reads no path a run config names (data-dir {cfg.data_dir}); its operator "
+                              "gives its own data with --node-config \"data-dir='...'\" or allows a folder with "
+                              "data-root")
+
+
 def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings()) -> EnergySettings:
     """The energy settings a run or node config gives (``cpu-watts``, ``jetson-hz``, ``country``, ``region``,
     ``carbon-intensity``, and ``meter-settings`` = "name=value,..." for any setting a meter back-end declares),
