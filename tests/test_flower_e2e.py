@@ -80,16 +80,22 @@ class Federation:
 
 @pytest.fixture(scope="module")
 def federation(request, tmp_path_factory):
+    return start_federation(request, tmp_path_factory, [f"partition-id={pid} num-partitions={NUM_NODES}"
+                                                        for pid in range(NUM_NODES)])
+
+
+def start_federation(request, tmp_path_factory, node_configs: list[str], extra_env: dict | None = None):
+    """A SuperLink and one SuperNode per ``--node-config`` on loopback, stopped when the requester ends."""
     if shutil.which("flower-superlink", path=str(BIN)) is None:
         pytest.skip("flower-superlink is not installed")
     root = tmp_path_factory.mktemp("flower")
     logs = root / "logs"
     logs.mkdir()
-    link, *node_ports = free_ports(1 + NUM_NODES)
+    link, *node_ports = free_ports(1 + len(node_configs))
     # the SuperLink and SuperNodes start flower-superexec / clientapp processes through PATH: put this
     # environment's bin first, as an activated virtual environment would (CI does not activate it)
     env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PYTHONUNBUFFERED": "1",
-           "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
+           "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]), **(extra_env or {})}
     env.pop("EDGEPROF_DEVICE", None)
     Path(env["FLWR_HOME"]).mkdir()
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(
@@ -110,8 +116,8 @@ def federation(request, tmp_path_factory):
         pytest.fail(f"{err}\n" + "\n".join(p.read_text(errors="replace")[-2000:] for p in logs.glob("*.log")))
     nodes = {pid: start(f"supernode-{pid}", [
         "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
-        "--port", str(port), "--node-config", f"partition-id={pid} num-partitions={NUM_NODES}"])
-        for pid, port in enumerate(node_ports)}
+        "--port", str(port), "--node-config", node_config])
+        for pid, (port, node_config) in enumerate(zip(node_ports, node_configs))}
     return Federation(root, env, nodes, logs)
 
 
@@ -249,3 +255,35 @@ def test_a_client_killed_mid_run_does_not_stop_the_federation(federation, tmp_pa
     accepted = {int(t): r["accepted"] for t, r in rounds.items()}
     for got, want in zip(load_theta(tmp_path, "kill"), in_process(cfg, accepted), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_a_device_trains_on_its_own_folder_and_a_device_that_refuses_the_backbone_stops_nothing(
+        request, tmp_path_factory, tmp_path):
+    """A real deployment on loopback: the run config names backbone code (tests/custom_backbones.py:small_cnn)
+    and a data-dir on the server. Device 0 allows that code and trains on the MNIST-format files of its own
+    folder; device 1 allows no backbone code and refuses, in one line in its node's log, which the server logs as
+    a roll call left unanswered; the federation runs on without it, complete."""
+    from test_data_files import write_idx_set
+
+    own = tmp_path / "device0-data"
+    files = write_idx_set(own, seed=5, num_classes=3)
+    tests = Path(__file__).resolve().parent
+    fed = start_federation(request, tmp_path_factory, [
+        f"partition-id=0 num-partitions=2 data-dir='{own}' allow-backbones='custom_backbones:*'",
+        "partition-id=1 num-partitions=2"], extra_env={"PYTHONPATH": os.pathsep.join([
+            str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])})
+    cfg = RunConfig(algo="pflego", tau=2, rounds=2, clients=2, participation=1.0, dataset="mnist",
+                    data_dir=tmp_path / "the-servers-path", backbone="custom_backbones:small_cnn", seed=3,
+                    threads=1, out=tmp_path / "out", run_name="trust", progress=False).resolved()
+
+    csv_path, sidecar_path = fed.submit("trust", cfg, FlowerSettings(round_timeout_s=60.0, node_wait_s=20.0))
+    sidecar = fed.wait_done(sidecar_path, timeout=240)
+
+    assert sidecar["status"] == "complete", fed.log_tail()
+    rows = list(csv.DictReader(csv_path.open()))
+    clients = [r for r in rows if r["kind"] == "client"]
+    assert {r["client"] for r in clients} == {"0"} and len(clients) == cfg.rounds, fed.log_tail()
+    labels = np.concatenate([files["train_y"], files["t10k_y"]])
+    assert int(clients[0]["n_samples"]) < len(labels) == 8  # its own 8 images, part of them held out for test
+    assert "imports no backbone code a run config names" in fed.log_tail()

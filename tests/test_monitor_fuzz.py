@@ -1,6 +1,6 @@
 """The monitor API under random use: a hypothesis state machine opens and ends windows by name and by ``with``,
-nests and overlaps them, marks phases, raises inside windows, calls decorated functions and misuses the API, on a
-fake machine whose clocks and counters move only when the test runs something.
+nests and overlaps them (from two threads too), marks phases, raises inside windows, calls decorated functions
+and misuses the API, on a fake machine whose clocks and counters move only when the test runs something.
 
 Invariants: nothing crashes with anything but the API's own one-line MonitorError; every window that ended is one
 row, none other; each window's figures are exact (the power meter draws 10 W, every step a power of two, so
@@ -80,6 +80,31 @@ class MonitorMachine(RuleBasedStateMachine):
         except Boom:
             pass
         self.measurements.append(win.measurement)
+
+    @rule(step=STEPS, other=STEPS)
+    def window_in_another_thread(self, step, other):
+        """A window opened in another thread stays open while this thread measures one of its own: they
+        overlap, each in its own context (neither is the other's innermost window)."""
+        import threading
+
+        opened, release, done = threading.Event(), threading.Event(), []
+
+        def worker():
+            with self.mon.window("thread") as win:
+                self.machine.run(step)
+                opened.set()
+                release.wait(10)
+            done.append(win.measurement)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert opened.wait(10)
+        with self.mon.window("main") as mine:
+            self.machine.run(other)
+        release.set()
+        thread.join(10)
+        assert done and mine.measurement.overlapped and done[0].overlapped
+        self.measurements += [mine.measurement, done[0]]
 
     @rule(step=STEPS)
     def decorated(self, step):
