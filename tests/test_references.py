@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import importlib
 import re
-import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*(ROOT / "edgeprof").rglob("*.py"), *(ROOT / "scripts").glob("*.py"), ROOT / "README.md",
@@ -43,6 +44,7 @@ def test_every_dotted_reference_resolves():
 
 
 def test_no_extra_is_mentioned_that_pyproject_does_not_declare():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     mentioned = {name for path in FILES for m in re.finditer(r"(?:edgeprof|\.)\[([\w,]+)\]", path.read_text())
                  for name in m.group(1).split(",")}
