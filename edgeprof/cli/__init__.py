@@ -188,16 +188,23 @@ def _run_with_progress(cfg, display=None) -> "object":
 
     own = display is None
     display = Display(cfg.progress) if own else display
-    with display if own else contextlib.nullcontext():
-        bar: list = []
+    done: list = []
+    try:
+        with display if own else contextlib.nullcontext():
+            bar: list = []
 
-        def progress(done: int, total: int) -> None:
-            if not bar:  # progress(0, total): set-up is over, the bar's clock starts now
-                bar.append(display.bar(f"{cfg.algo} tau={cfg.tau}", total))
-            if bar[0] is not None:
-                bar[0](done, total)
+            def progress(finished: int, total: int) -> None:
+                if not bar:  # progress(0, total): set-up is over, the bar's clock starts now
+                    bar.append(display.bar(f"{cfg.algo} tau={cfg.tau}", total))
+                if bar[0] is not None:
+                    bar[0](finished, total)
 
-        return run(cfg, progress=progress, stage=display.stage)
+            done.append(run(cfg, progress=progress, stage=display.stage))
+    except KeyboardInterrupt as err:  # after the run returned (the display closing): its report is whole
+        if done and getattr(err, "report", None) is None:
+            err.report, err.report_complete = done[0].csv_path, done[0].status == "complete"
+        raise
+    return done[0]
 
 
 def _console():
