@@ -104,7 +104,7 @@ def test_every_command_fails_with_one_line_and_its_documented_code(tmp_path, mon
                                         ("MeterError", 5), ("MeterPermissionError", 5), ("ModelError", 6),
                                         ("ReportError", 7), ("ClaimNotShown", 8)])
 def test_each_error_class_has_its_documented_exit_code(error, code):
-    """The table the README documents (6, a refused backbone, also through the CLI in test_custom_backbone.py)."""
+    """The exit codes of docs/measuring.md (6, a refused backbone, also through the CLI in test_custom_backbone.py)."""
     from edgeprof import errors
     from edgeprof.report import analysis
 

@@ -1,4 +1,4 @@
-"""Your own backbone (README, "Your own backbone"): factory specs and torchvision names behind edgeprof's
+"""Your own backbone (docs/own-code.md, "Your own backbone"): factory specs and torchvision names behind edgeprof's
 interface, the checks on the way in, and the ONNX export checked against torch, through every algorithm and
 the command line. The backbones themselves are in ``tests/custom_backbones.py``, outside the package."""
 

@@ -1,6 +1,6 @@
 """The examples run as documented: the PyTorch loop profiled with the API as a script, and the stock-style
 Flower app (the mod on its ClientApp, stock FedAvg wrapped on its ServerApp) in-process through the loopback
-Grid; the README shows exactly their code."""
+Grid; the docs page "Your own model and code" shows exactly their code."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from edgeprof.report.writer import read_report
+
+from docs_text import page
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -60,8 +62,8 @@ def test_the_flower_example_runs_in_process(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("path", ["profile_pytorch.py", "flower_app/flower_app/client_app.py",
                                   "flower_app/flower_app/server_app.py"])
-def test_the_readme_shows_the_examples_code(path):
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_show_the_examples_code(path):
+    shown = page("docs/own-code.md")
     code = (EXAMPLES / path).read_text()
     body = code[code.index("\nfrom __future__ import annotations\n") + len("\nfrom __future__ import annotations\n"):]
-    assert body.strip() in readme, f"README does not show {path}"
+    assert body.strip() in shown, f"docs/own-code.md does not show {path}"

@@ -1,4 +1,4 @@
-"""The commands `edgeprof flower-app-dir` prints are the README's, and they start and connect as printed.
+"""The commands `edgeprof flower-app-dir` prints are the docs' (docs/flower.md), and they start and connect as printed.
 
 Real processes on loopback with TLS: a throw-away CA and a server certificate for 127.0.0.1 are made in
 the test; the printed SuperLink, SuperNode and ``flwr run`` commands are run verbatim, with only the
@@ -27,14 +27,14 @@ pytest.importorskip("flwr")
 from edgeprof.cli import app  # noqa: E402
 from edgeprof.flower.loopback import free_ports, wait_for_port  # noqa: E402
 
+from docs_text import command  # noqa: E402
 from test_flower_e2e import BIN, kill_group  # noqa: E402
 
 pytestmark = pytest.mark.slow
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _write_tls(folder: Path) -> None:
-    """ca.crt, server.pem and server.key (SAN 127.0.0.1) as the README names them."""
+    """ca.crt, server.pem and server.key (SAN 127.0.0.1) as the docs name them."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -67,20 +67,19 @@ def _printed(output: str) -> dict[str, str]:
     return {"server": server, "device": device, "toml": toml, "submit": submit}
 
 
-def _readme_command(prefix: str) -> str:
-    """The README's command starting with ``prefix`` (joined across its line break, backticks dropped)."""
-    text = " ".join(README.read_text().split())
-    return re.search(rf"`({re.escape(prefix)}[^`]*)`", text).group(1)
+def _docs_command(prefix: str) -> str:
+    """The command of docs/flower.md's steps that starts with ``prefix`` (its continuation lines joined)."""
+    return command("docs/flower.md", prefix)
 
 
-def test_printed_server_and_device_commands_are_the_readmes(tmp_path):
+def test_printed_server_and_device_commands_are_the_docs(tmp_path):
     result = CliRunner().invoke(app, ["flower-app-dir", str(tmp_path / "myapp"), "--clients", "4"])
 
     assert result.exit_code == 0, result.output
     printed = _printed(result.stdout)
-    assert printed["server"] == _readme_command("flower-superlink --host")
+    assert printed["server"] == _docs_command("flower-superlink --host")
     assert printed["device"].replace("<i>", "0") == \
-        _readme_command("flower-supernode --superlink").replace("<i>", "0").replace("<I>", "4")
+        _docs_command("flower-supernode --superlink").replace("<i>", "0").replace("<I>", "4")
     assert "--port 9093" in printed["server"] and "<server>:9093" in printed["device"]
 
 

@@ -22,11 +22,12 @@ from edgeprof.meters.doctor import doctor_report, render_doctor
 from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report import ReportWriter, columns_for, read_report, row_from_window
 from edgeprof.report.schema import domain_columns
+from docs_text import page
 from fixtures_sysfs import build_rapl, fake_pynvml
 
 NO_GPU = fake_pynvml([], init_error=9)
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+METERS_PAGE = "docs/meters.md"  # where the docs show the recipe
 #: the energy columns of every report before the registry existed, in header order, and NVML's gpu_other (the GPUs
 #: beside the round's, since the round's GPU is known)
 TODAYS_COLUMNS = ("cpu_package", "dram", "psys", "gpu", "gpu_other", "board_total", "board_cpu", "board_gpu",
@@ -255,13 +256,13 @@ def test_discovery_doctor_and_schema_name_no_backend_or_column(module):
 
 
 def _recipe() -> list[str]:
-    lines = README.read_text().splitlines()
+    lines = page(METERS_PAGE).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("**How to add a meter**"))
     end = next(i for i in range(start, len(lines)) if not lines[i].strip())
     return lines[start:end]
 
 
-def test_the_readme_recipe_adds_a_meter_in_ten_lines(tmp_path, monkeypatch):
+def test_the_docs_recipe_adds_a_meter_in_ten_lines(tmp_path, monkeypatch):
     recipe = _recipe()
     code = recipe[recipe.index("```python") + 1:recipe.index("```")]
     split = next(i for i, line in enumerate(code) if line.startswith("# edgeprof/meters/registry.py"))

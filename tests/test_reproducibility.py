@@ -2,7 +2,7 @@
 
 Guaranteed: the same seed, thread count and machine (CPU kernel family, library versions) give a bitwise
 identical run. Not guaranteed (and not tested): the same bits across thread counts or kernel families; see
-the README, "PFLEGO at the paper's rho: thread count and reproducibility".
+docs/reproduction.md, "PFLEGO at the paper's rho: thread count and reproducibility".
 """
 
 from __future__ import annotations

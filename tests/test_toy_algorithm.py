@@ -1,7 +1,7 @@
 """Proof that an algorithm is one place: a toy algorithm defined entirely in this file, registered with one
 line, runs in-process (``edgeprof measure``'s loop) and through the real ServerApp and ClientApp code with
 Flower's own Message and Context objects, with no other change to the package; both give the same global
-arrays and the same personal state to 1e-6. It follows the README's "How to add an algorithm" recipe.
+arrays and the same personal state to 1e-6. It follows the architecture page's "Add an algorithm" recipe.
 
 The toy: plain local SGD on a personal linear head only. Each client computes its features once with the
 initial backbone, takes tau gradient steps on its own head (shifted by the shared scalar), keeps the head and
@@ -26,9 +26,10 @@ from edgeprof.algorithms.contract import AlgorithmSpec, ClientResult, EvalResult
 from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.nn import head as headlib  # noqa: E402
 
+from docs_text import page  # noqa: E402
 from test_flower_algorithms import LoopbackGrid, task_identity  # noqa: E402,F401
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ARCHITECTURE_PAGE = "docs/architecture.md"  # where the recipe is
 
 
 # --- the toy algorithm: client program, server program, evaluation, declaration ----------------------------
@@ -118,13 +119,13 @@ def test_toy_runs_in_process_and_on_flower_with_the_same_result(toy, tmp_path, t
 
 
 def _recipe(title: str) -> list[str]:
-    text = README.read_text()
+    text = page(ARCHITECTURE_PAGE)
     block = re.search(rf"^### {re.escape(title)}\n\n(.*?)(?=\n\n|\n###)", text, re.M | re.S).group(1)
     return block.splitlines()
 
 
-def test_the_readme_recipe_is_what_this_file_does():
-    lines = _recipe("How to add an algorithm")
+def test_the_docs_recipe_is_what_this_file_does():
+    lines = _recipe("Add an algorithm")
     text = " ".join(lines)
 
     assert len(lines) <= 10
