@@ -24,6 +24,18 @@ class MonitorError(ConfigError):
     twice or never begun, a label that would overwrite a measured column, a monitor that is not running."""
 
 
+def require(module: str, extra: str, what: str):
+    """Import ``module`` (a package of an optional extra), or raise the ConfigError that names the extra to install:
+    ``the dashboard needs plotly, which is not installed: pip install 'edgeprof[dashboard]'`` (exit 2)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        package = module.split(".")[0]
+        raise ConfigError(f"{what} needs {package}, which is not installed: pip install 'edgeprof[{extra}]'") from err
+
+
 class DataError(EdgeprofError):
     """A data file is missing, unreadable or not in the format its loader expects."""
 

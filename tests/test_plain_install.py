@@ -56,3 +56,17 @@ def test_measure_runs_without_the_optional_packages(tmp_path):
     sidecar = json.loads(Path(tmp_path / "plain.json").read_text())
     assert sidecar["status"] == "complete" and sidecar["energy"]["carbon"]["g_per_kwh"] is None
     assert any("codecarbon" in n for n in sidecar["notes"])
+
+
+def test_commands_of_a_missing_extra_name_it_in_one_line(tmp_path):
+    """dashboard without plotly, flower-simulate without flwr: one line naming the extra, exit 2, no traceback."""
+    _run("measure", "--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone",
+         "mlp", "--clients", "4", "--tau", "1", "--no-progress", "--run-name", "r", "--out", str(tmp_path))
+    for args, extra in ((("dashboard", str(tmp_path / "r.csv"), "--out", str(tmp_path / "page")), "dashboard"),
+                        (("flower-simulate", "--rounds", "1", "--clients", "2", "--out", str(tmp_path / "f")),
+                         "flower")):
+        done = _run(*args)
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0].startswith("edgeprof: error:") and f"pip install 'edgeprof[{extra}]'" in lines[0], lines[0]
+    assert not (tmp_path / "page").exists() and not (tmp_path / "f").exists()

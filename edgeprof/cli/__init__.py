@@ -23,9 +23,13 @@ import threading
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer 0.26 and later run on their own copy of click and raise its exceptions
+    from typer._click import exceptions as click_errors
+except ImportError:  # typer 0.16 to 0.25 run on click itself
+    from click import exceptions as click_errors
 
 from edgeprof.cli import options as o
 from edgeprof.errors import EdgeprofError
@@ -81,6 +85,7 @@ class OneLineErrors(TyperGroup):
             raise _Stopped(err) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        o.refresh_metavars(self)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _Stopped as stop:
@@ -88,14 +93,14 @@ class OneLineErrors(TyperGroup):
 
             typer.echo(f"edgeprof: {_interrupted(stop.err)} before the command ran; nothing was written", err=True)
             sys.exit(exit_code(stop.err))
-        except click.ClickException as err:
+        except click_errors.ClickException as err:
             if not standalone_mode:
                 raise
             command = f" (see 'edgeprof {err.ctx.info_name} --help')" if getattr(err, "ctx", None) and \
                 err.ctx.parent is not None else " (see 'edgeprof --help')"
             _err(_dedupe(err.format_message()) + command)
-            sys.exit(USAGE_EXIT if isinstance(err, click.UsageError) else err.exit_code)
-        except click.Abort:
+            sys.exit(USAGE_EXIT if isinstance(err, click_errors.UsageError) else err.exit_code)
+        except typer.Abort:
             if not standalone_mode:
                 raise
             typer.echo("edgeprof: aborted", err=True)

@@ -5,7 +5,7 @@ lists the aliases it takes and their defaults. Choices (algorithms, data sets, b
 their registries when help is printed or a value is parsed, never copied here, so an algorithm added to
 :data:`edgeprof.algorithms.ALGORITHMS` (even with :func:`~edgeprof.algorithms.register` at run time) is offered
 and accepted with no change to the CLI. A refused choice is the config's own line (``unknown algorithm 'x';
-choose one of: ...``) as a click usage error: exit 2. :func:`run_config` turns a command's parsed options
+choose one of: ...``) as a usage error: exit 2. :func:`run_config` turns a command's parsed options
 into its :class:`~edgeprof.config.RunConfig`.
 """
 
@@ -15,7 +15,6 @@ import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Callable, Mapping, Optional, Sequence
 
-import click
 import typer
 
 # --- help panels ------------------------------------------------------------------------------------------
@@ -50,42 +49,51 @@ def _metrics() -> tuple[str, ...]:
     return METRICS
 
 
-class RegistryChoice(click.ParamType):
+class RegistryChoice:
     """One name from a registry, or with ``many`` a comma-separated list of them (parsed to a tuple).
 
-    ``what`` names the choice in the error, as :func:`edgeprof.config.check_choice` words it; ``key`` picks
-    the part of an item that must be a registry name (``algo:engine`` items are checked on ``algo``).
+    It is the option's ``parser``: typer calls it with the text given on the command line, and a refused name is
+    a :class:`typer.BadParameter` carrying the config's own line, which typer words as ``Invalid value for
+    '--algo': unknown algorithm 'x'; choose one of: ...`` (exit 2). ``what`` names the choice in that line, as
+    :func:`edgeprof.config.check_choice` words it; ``key`` picks the part of an item that must be a registry name
+    (``algo:engine`` items are checked on ``algo``). :meth:`metavar` is the help's ``[a | b | c]``, read from the
+    registry when the command line is parsed (:func:`refresh_metavars`), never copied at import.
     """
 
     def __init__(self, what: str, choices: Callable[[], Sequence[str]], *, many: bool = False,
                  key: Callable[[str], str] = lambda item: item) -> None:
         self.what, self.choices, self.many, self.key = what, choices, many, key
-        self.name = what
+        self.__name__ = what  # typer < 0.26 wraps a parser in click's FuncParamType, which names it so
+        self.placeholder = f"<{what}{'s' if many else ''}>"
+        _CHOICES[self.placeholder] = self
 
-    def get_metavar(self, param: click.Parameter, ctx: Optional[click.Context] = None) -> str:
+    def metavar(self) -> str:
         names = " | ".join(self.choices())  # spaced: a narrow help column wraps between names, not inside one
         return f"[{names}],..." if self.many else f"[{names}]"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+    def check(self, value: str) -> None:
         from edgeprof.config import check_choice
+
+        check_choice(self.what, self.key(value), tuple(self.choices()))
+
+    def __call__(self, value: Any) -> Any:
         from edgeprof.errors import ConfigError
 
         if not isinstance(value, str):  # already parsed (a default given as a tuple)
             return value
         items = tuple(v.strip() for v in value.split(",") if v.strip()) if self.many else (value,)
         if self.many and not items:
-            self.fail(f"needs at least one {self.what}", param, ctx)
+            raise typer.BadParameter(f"needs at least one {self.what}")
         try:
             for item in items:
-                check_choice(self.what, self.key(item), tuple(self.choices()))
+                self.check(item)
         except ConfigError as err:
-            self.fail(str(err), param, ctx)
+            raise typer.BadParameter(str(err)) from None
         return items if self.many else value
 
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
-        from click.shell_completion import CompletionItem
-
-        return [CompletionItem(c) for c in self.choices() if c.startswith(incomplete)]
+    def complete(self, incomplete: str) -> list[str]:
+        """Shell completion: the registry's names that start with what was typed."""
+        return [c for c in self.choices() if c.startswith(incomplete)]
 
 
 class BackboneChoice(RegistryChoice):
@@ -98,20 +106,31 @@ class BackboneChoice(RegistryChoice):
     def __init__(self) -> None:
         super().__init__("backbone", _config("BACKBONES"))
 
-    def get_metavar(self, param: click.Parameter, ctx: Optional[click.Context] = None) -> str:
+    def metavar(self) -> str:
         from edgeprof.config import FACTORY_FORM
 
         return f"[{' | '.join((*self.choices(), FACTORY_FORM))}]"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+    def check(self, value: str) -> None:
         from edgeprof.config import check_backbone
-        from edgeprof.errors import ConfigError
 
-        try:
-            check_backbone(value)
-        except ConfigError as err:
-            self.fail(str(err), param, ctx)
-        return value
+        check_backbone(value)
+
+
+#: every choice by the placeholder its options are declared with, until :func:`refresh_metavars` replaces it
+_CHOICES: dict = {}
+
+
+def refresh_metavars(command: Any) -> None:
+    """Give every option of ``command`` (a click command or group, typer's own) that takes a registry choice the
+    choice's metavar as the registry holds it now: an algorithm registered at run time is offered in the help."""
+    for param in getattr(command, "params", ()):
+        choice = getattr(param, "edgeprof_choice", None) or _CHOICES.get(param.metavar)
+        if choice is not None:
+            param.edgeprof_choice = choice
+            param.metavar = choice.metavar()
+    for sub in getattr(command, "commands", {}).values():
+        refresh_metavars(sub)
 
 
 ALGORITHM = RegistryChoice("algorithm", _algorithms)
@@ -127,29 +146,31 @@ SPLIT = RegistryChoice("split", _config("SPLITS"))
 METRIC = RegistryChoice("metric", _metrics)
 
 
-def _opt(*names: str, panel: Optional[str], **kwargs: Any) -> Any:
+def _opt(*names: str, panel: Optional[str], choice: Optional[RegistryChoice] = None, **kwargs: Any) -> Any:
+    if choice is not None:
+        kwargs.update(parser=choice, metavar=choice.placeholder, autocompletion=choice.complete)
     return typer.Option(*names, rich_help_panel=panel, **kwargs)
 
 
 # --- model and algorithm ----------------------------------------------------------------------------------
-Algo = Annotated[str, _opt("--algo", "-a", panel=MODEL, click_type=ALGORITHM,
+Algo = Annotated[str, _opt("--algo", "-a", panel=MODEL, choice=ALGORITHM,
                            help="Algorithm (phases and engines: `edgeprof algos`).")]
-Algos = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, click_type=ALGORITHM_LIST,
+Algos = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, choice=ALGORITHM_LIST,
                               help="Comma-separated algorithms, trained one after another.")]
-Variants = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, click_type=VARIANT_LIST,
+Variants = Annotated[tuple, _opt("--algos", "-a", panel=MODEL, choice=VARIANT_LIST,
                                  help="Comma-separated algorithms, each `algo` or `algo:engine`.")]
 Engines = Annotated[str, _opt(panel=MODEL, help="Comma-separated engines to run each plain algo with, where it has "
                                               "them (`edgeprof algos`); default: its first engine.")]
 Engine = Annotated[Optional[str], _opt(panel=MODEL, help="Client engine, one of the algorithm's (`edgeprof algos`; "
                                                       "default: its first).")]
 Tau = Annotated[int, _opt(panel=MODEL, help="Local steps per client round (tau >= 1).")]
-Backbone = Annotated[str, _opt(panel=MODEL, click_type=BACKBONE,
+Backbone = Annotated[str, _opt(panel=MODEL, choice=BACKBONE,
                                help="Backbone: Table 4's, a torchvision model (extra 'vision'), or your own as "
                                     "package.module:factory or path/to/file.py:factory (README: Your own backbone).")]
 Beta = Annotated[Optional[float], _opt(panel=MODEL, help="Client step size (default: the paper's Tables 6-7).")]
 Rho = Annotated[Optional[float], _opt(panel=MODEL, help="Server step size of algorithms with a server optimizer (default: Tables 6-7).")]
 Mu = Annotated[Optional[float], _opt(panel=MODEL, help="Proximal / regularisation coefficient: FedProx's mu, Ditto's lambda (default: Table 6).")]
-ServerOptimizer = Annotated[str, _opt(panel=MODEL, click_type=SERVER_OPTIMIZER,
+ServerOptimizer = Annotated[str, _opt(panel=MODEL, choice=SERVER_OPTIMIZER,
                                       help="Server optimizer of algorithms that have one (`edgeprof algos`).")]
 Threads = Annotated[Optional[int], _opt(panel=MODEL, help="Intra-op threads for torch and ONNX Runtime.")]
 Execution = Annotated[str, _opt(panel=MODEL, help="How torch's forwards and backwards run: auto (this node's calibration, "
@@ -166,7 +187,7 @@ Clients = Annotated[int, _opt(panel=FEDERATION, help="Number of clients I the da
 Participation = Annotated[float, _opt(
     panel=FEDERATION, help="Fraction of clients per round, in (0, 1]: r = round(pi*I) clients (fixed; int(I*pi) "
                            "with --split paper) or each with probability pi (bernoulli).")]
-Mode = Annotated[str, _opt("--participation-mode", panel=FEDERATION, click_type=PARTICIPATION_MODE,
+Mode = Annotated[str, _opt("--participation-mode", panel=FEDERATION, choice=PARTICIPATION_MODE,
                            help="How the round's clients are drawn (see --participation).")]
 Seed = Annotated[int, _opt(panel=FEDERATION, help="Seed for data, partition, initialization and client sampling.")]
 
@@ -174,16 +195,16 @@ SweepClients = Annotated[int, _opt("--clients", panel=FEDERATION,
                                    help="Clients; every one takes part in every measured round.")]
 
 # --- data -------------------------------------------------------------------------------------------------
-Dataset = Annotated[str, _opt(panel=DATA, click_type=DATASET,
+Dataset = Annotated[str, _opt(panel=DATA, choice=DATASET,
                               help="Data set: digits is embedded (scikit-learn), synthetic is generated, the "
                                    "others are read from --data-dir.")]
-ShapeDataset = Annotated[str, _opt("--dataset", panel=DATA, click_type=DATASET,
+ShapeDataset = Annotated[str, _opt("--dataset", panel=DATA, choice=DATASET,
                                    help="Data set whose image shape a backbone outside Table 4 is built for "
                                         "(nothing is read).")]
-Degree = Annotated[str, _opt(panel=DATA, click_type=DEGREE,
+Degree = Annotated[str, _opt(panel=DATA, choice=DEGREE,
                              help="Degree of personalization, classes per client: high K=2, medium K=C/2, "
                                   "none all, group by omniglot alphabet.")]
-Split = Annotated[str, _opt(panel=DATA, click_type=SPLIT,
+Split = Annotated[str, _opt(panel=DATA, choice=SPLIT,
                             help="Split and client sampling: balanced (classes from a balanced stream, train and "
                                  "test pooled, 25% per class per client to test, r = round(pi*I)) or paper (the "
                                  "paper authors' code: classes drawn per client, the official test split dealt "
@@ -228,7 +249,7 @@ PageFile = Annotated[Optional[Path], _opt("--output", panel=OUTPUT, path_type=Pa
 Title = Annotated[str, _opt(panel=OUTPUT, help="Title of the page.")]
 TargetAccuracy = Annotated[float, _opt(panel=OUTPUT, help="Test accuracy the energy-to-target column counts to.")]
 Evaluate = Annotated[bool, _opt(panel=OUTPUT, help="Also record training loss and test accuracy every round.")]
-EvalProtocol = Annotated[str, _opt(panel=OUTPUT, click_type=EVAL_PROTOCOL, help=(
+EvalProtocol = Annotated[str, _opt(panel=OUTPUT, choice=EVAL_PROTOCOL, help=(
     "How accuracy is measured: global (every client after the server step, mean of their accuracies) or "
     "paper (the round's sampled clients right after their local update, summed correct / summed test "
     "samples, as the PFLEGO authors' code and Table 1)."))]
@@ -241,7 +262,7 @@ MaxBaselineTau = Annotated[Optional[int], _opt(
     panel=SWEEP, help="Skip cells of algorithms other than pflego above this tau (they dominate the time).")]
 Warmup = Annotated[bool, _opt(panel=SWEEP, help="One unrecorded round per algorithm before measuring.")]
 Check = Annotated[bool, _opt(panel=SWEEP, help="Exit 8 unless pflego is flat and fedavg linear in tau.")]
-CheckMetric = Annotated[str, _opt(panel=SWEEP, click_type=METRIC, help="Metric --check judges.")]
+CheckMetric = Annotated[str, _opt(panel=SWEEP, choice=METRIC, help="Metric --check judges.")]
 
 # --- flower -----------------------------------------------------------------------------------------------
 RoundTimeout = Annotated[float, _opt(panel=FLOWER, help="Seconds the server waits for a round's replies.")]

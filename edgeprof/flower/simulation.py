@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeprof.config import RunConfig
+from edgeprof.errors import require
 from edgeprof.flower.config import FlowerSettings, to_run_config
 
 
@@ -31,7 +32,7 @@ def backend_config(client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpu
 def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, backend: str = "ray",
              client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpus: Optional[int] = None) -> Path:
     """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder."""
-    from flwr.simulation import run_simulation
+    run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
 
     from edgeprof.flower.client_app import make_client_app
     from edgeprof.flower.server_app import make_server_app

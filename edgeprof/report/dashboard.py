@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 
 from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
                                VariantFit, analyze, variant_of)
-from edgeprof.errors import ConfigError, OutputError
+from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.schema import BESIDE_ROUND
 from edgeprof.report.writer import Report, read_report
 
@@ -625,7 +625,7 @@ SCRIPT = """
 
 def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
     """The whole page for ``reports`` as one string (plotly.js inlined once)."""
-    from plotly.offline import get_plotlyjs
+    get_plotlyjs = require("plotly.offline", "dashboard", "the dashboard").get_plotlyjs
 
     if not reports:
         raise ConfigError("the dashboard needs at least one report")
