@@ -6,11 +6,12 @@ with 600 local 28x28 training images (synthetic, seeded), 2 threads. Rounds of t
 interleaved (PFLEGO, FedAvg, PFLEGO, ...) after a warm-up, each inside the same profiler window the
 ``measure`` command uses; the script prints the per-round medians, the per-phase split and the ratio, for
 each execution plan of ``--executions`` (both algorithms always run the same plan: the ratio is never taken
-with one side slowed; ``contiguous:all`` is edgeprof's path before plans). For PFLEGO's joint gradient and
-cached forward it prints the achieved GFLOP/s against a measured sgemm and the CPU's FP32 peak (FLOPs counted
-from the backbone, peak from vector width, FMA units, cores and clock; one line per rate, never above 100% without
-why: :func:`edgeprof.hardware.rate_line`). Then PFLEGO's round
-at tau = ``--growth-taus`` (its time should not grow with tau). A ratio is what this script reports: absolute
+with one side slowed; ``contiguous:all`` is edgeprof's path before plans), with the ratio of the geometric
+means and its 95% interval (Welch t on the log round times: :func:`edgeprof.report.analysis.ratio_of_means`).
+For PFLEGO's joint gradient and cached forward it prints the achieved GFLOP/s against a measured sgemm and the
+CPU's FP32 peak (FLOPs counted from the backbone, peak from vector width, FMA units, cores and clock; one line per
+rate, never above 100% without why: :func:`edgeprof.hardware.rate_line`). Then PFLEGO's round at tau =
+``--growth-taus`` (its time should not grow with tau). A ratio is what this script reports: absolute
 seconds depend on the machine and its load (printed first).
 
     python scripts/bench_round_ratio.py [--tau 50] [--repeats 3] [--samples 600] [--threads 2] [--backbone NAME]
@@ -99,6 +100,7 @@ def main() -> None:
     from edgeprof.meters.discovery import discover
     from edgeprof.nn.backbones import build_backbone, input_shape_for
     from edgeprof.measure.profiler import Profiler
+    from edgeprof.report.analysis import ratio_of_means
 
     torch.set_num_threads(args.threads)
     roof = roofs(threads=args.threads, ghz=args.ghz)
@@ -129,7 +131,10 @@ def main() -> None:
                 print(f"  joint gradient: {roof.rate(flops.train, split['joint_grad'])}")
                 print(f"  cached forward: {roof.rate(flops.forward, split['cache_forward'])}")
         ratios[plan.spec] = med["fedavg"] / med["pflego"]
-        print(f"  FedAvg/PFLEGO per-round time ratio at tau={args.tau}, both {plan.spec}: {ratios[plan.spec]:.1f}x")
+        spread = ratio_of_means(walls["fedavg"], walls["pflego"])
+        interval = "" if spread.lo is None else f", 95% interval [{spread.lo:.2f}, {spread.hi:.2f}]"
+        print(f"  FedAvg/PFLEGO per-round time ratio at tau={args.tau}, both {plan.spec}: {ratios[plan.spec]:.1f}x "
+              f"(medians; of geometric means {spread.value:.2f}x{interval}, {args.repeats} rounds each)")
 
     taus = [int(t) for t in args.growth_taus.split(",") if t]
     if taus:

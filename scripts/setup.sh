@@ -5,10 +5,17 @@
 # multi-GB CUDA build:
 #   - a torch that the environment can already import (JetPack's wheel on a Jetson, a CUDA build you
 #     installed yourself; use EDGEPROF_VENV_ARGS=--system-site-packages to see a system-wide one) is kept;
-#   - otherwise EDGEPROF_TORCH_SPEC (default torch==2.13.0) is installed, from EDGEPROF_TORCH_INDEX_URL when
-#     set (point it at PyTorch's CPU-only wheel index on a CPU-only x86_64 machine whose pip would
-#     otherwise fetch the CUDA build). The CI machine carries the CPU build of torch 2.13.0 locally.
-# Then `pip install -e .[dev]`: pyproject's "torch>=2.1" is already satisfied, so nothing more is pulled.
+#   - otherwise EDGEPROF_TORCH_SPEC is installed, from EDGEPROF_TORCH_INDEX_URL when set (point it at
+#     PyTorch's CPU-only wheel index on a CPU-only x86_64 machine whose pip would otherwise fetch the CUDA
+#     build). Its default is torch==2.13.0 (the CI machine carries its CPU build locally), or, when
+#     EDGEPROF_EXTRAS names `vision`, "torch==2.14.1 torchvision==0.29.1": a torchvision wheel pins one torch,
+#     and this is the pair the CI machine can import (its torch is a CUDA build, ~5.5 GB, that also runs on a
+#     CPU; the torchvision 0.28 wheel for torch 2.13 links torch's CUDA libraries, which the CPU build lacks).
+# Then `pip install -e .[$EDGEPROF_EXTRAS]` (default `dev`; e.g. `dev,vision`): pyproject's "torch>=2.1" (and
+# "torchvision>=0.16") are already satisfied, so nothing more is pulled.
+#
+#   bash scripts/setup.sh                                                  # .venv, extras dev
+#   EDGEPROF_VENV=.venv-vision EDGEPROF_EXTRAS=dev,vision bash scripts/setup.sh   # torchvision's models too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${EDGEPROF_VENV:-.venv}"
@@ -24,12 +31,17 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 if "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   echo "setup: keeping the installed torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 else
-  spec="${EDGEPROF_TORCH_SPEC:-torch==2.13.0}"
+  case ",$EXTRAS," in
+    *,vision,*) default_spec="torch==2.14.1 torchvision==0.29.1" ;;
+    *) default_spec="torch==2.13.0" ;;
+  esac
+  spec="${EDGEPROF_TORCH_SPEC:-$default_spec}"
   echo "setup: installing $spec"
+  read -r -a specs <<<"$spec"
   if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
-    "${PIP[@]}" "$spec" --index-url "$EDGEPROF_TORCH_INDEX_URL"
+    "${PIP[@]}" "${specs[@]}" --index-url "$EDGEPROF_TORCH_INDEX_URL"
   else
-    "${PIP[@]}" "$spec"
+    "${PIP[@]}" "${specs[@]}"
   fi
 fi
 "${PIP[@]}" -e ".[$EXTRAS]"
