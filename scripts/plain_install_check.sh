@@ -3,35 +3,66 @@
 # so that pip never resolves a bare "torch" to a multi-GB CUDA build), then `pip install .` with no extras, so
 # the resolver takes the newest typer, rich, pydantic, ... that pyproject's bounds allow. Then
 # tests/test_plain_env.py runs that environment's `edgeprof` script from outside the checkout: --help of every
-# command, algos, doctor, the README's main job and its summary, a small sweep, and a dashboard that must say in
-# one line that plotly is missing.
+# command, algos, doctor, the README's main job and its summary, a small sweep, and dashboard / flower-simulate,
+# which must say in one line which extra is missing.
 #
-# Needs the main environment (.venv, scripts/setup.sh) for pytest. Fails when typer is not the newest release
-# the package index offers (the point of this check), unless EDGEPROF_PLAIN_ANY_TYPER=1.
-#   EDGEPROF_PLAIN_VENV  where to build it (default .venv-plain; rebuilt from scratch every run)
+# With --lowest, the same on the lowest releases pyproject declares instead of the newest (uv's
+# --resolution lowest-direct: the oldest release of each dependency that its lower bound allows, torch held at
+# the one installed first), and then the core test files (CLI, numerics, reports, profiler) on that environment:
+# the lower bounds are what was run, not a guess.
+#
+# Needs the main environment (.venv, scripts/setup.sh) for pytest. Without --lowest it fails when typer is not the
+# newest release the package index offers (the point of this check), unless EDGEPROF_PLAIN_ANY_TYPER=1.
+#   EDGEPROF_PLAIN_VENV  where to build it (default .venv-plain, or .venv-lowest; rebuilt from scratch every run)
 #   EDGEPROF_TORCH_SPEC  the torch installed first (default torch==2.13.0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PLAIN="${EDGEPROF_PLAIN_VENV:-.venv-plain}"
+MODE="${1:-newest}"
+case "$MODE" in newest) DEFAULT_VENV=.venv-plain ;; --lowest) MODE=lowest; DEFAULT_VENV=.venv-lowest ;;
+  *) echo "usage: $0 [--lowest]" >&2; exit 2 ;; esac
+PLAIN="${EDGEPROF_PLAIN_VENV:-$DEFAULT_VENV}"
 PYTHON="${PYTHON:-python3}"
 rm -rf "$PLAIN"
 "$PYTHON" -m venv "$PLAIN"
 PIP=("$PLAIN/bin/python" -m pip install --quiet --disable-pip-version-check)
 spec="${EDGEPROF_TORCH_SPEC:-torch==2.13.0}"
-echo "plain: installing $spec, then 'pip install .' (no extras)"
+echo "plain ($MODE): installing $spec, then the project with no extras"
 # shellcheck disable=SC2086
 if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
   "${PIP[@]}" $spec --index-url "$EDGEPROF_TORCH_INDEX_URL"
 else
   "${PIP[@]}" $spec
 fi
-"${PIP[@]}" .
-installed="$("$PLAIN/bin/python" -c 'from importlib.metadata import version; print(version("typer"))')"
-newest="$("$PLAIN/bin/python" -m pip index versions typer 2>/dev/null | sed -n 's/^typer (\(.*\))$/\1/p' || true)"
-echo "plain: typer $installed installed; newest on the index: ${newest:-unknown}"
-if [ "${EDGEPROF_PLAIN_ANY_TYPER:-0}" != 1 ] && [ -n "$newest" ] && [ "$installed" != "$newest" ]; then
-  echo "plain: error: the plain install took typer $installed, not the newest ($newest): a bound in pyproject.toml holds it back" >&2
-  exit 1
+if [ "$MODE" = newest ]; then
+  "${PIP[@]}" .
+else
+  "${PIP[@]}" uv
+  torch_now="$("$PLAIN/bin/python" -c 'from importlib.metadata import version; print(version("torch").split("+")[0])')"
+  echo "torch==$torch_now" > "$PLAIN/hold-torch.txt"
+  links=()
+  [ -n "${PIP_FIND_LINKS:-}" ] && links=(--find-links "$PIP_FIND_LINKS")
+  "$PLAIN/bin/uv" pip install --quiet --python "$PLAIN/bin/python" --resolution lowest-direct \
+    --override "$PLAIN/hold-torch.txt" "${links[@]}" .
+  "$PLAIN/bin/uv" pip uninstall --quiet --python "$PLAIN/bin/python" uv
+fi
+"$PLAIN/bin/python" -c 'from importlib.metadata import version as v
+print("plain:", ", ".join(f"{n} {v(n)}" for n in ("typer", "rich", "pydantic", "numpy", "scipy", "scikit-learn",
+      "onnx", "onnxruntime", "codecarbon", "psutil", "pillow", "threadpoolctl", "nvidia-ml-py", "torch")))'
+if [ "$MODE" = newest ]; then
+  installed="$("$PLAIN/bin/python" -c 'from importlib.metadata import version; print(version("typer"))')"
+  newest="$("$PLAIN/bin/python" -m pip index versions typer 2>/dev/null | sed -n 's/^typer (\(.*\))$/\1/p' || true)"
+  echo "plain: typer $installed installed; newest on the index: ${newest:-unknown}"
+  if [ "${EDGEPROF_PLAIN_ANY_TYPER:-0}" != 1 ] && [ -n "$newest" ] && [ "$installed" != "$newest" ]; then
+    echo "plain: error: the plain install took typer $installed, not the newest ($newest): a bound in pyproject.toml holds it back" >&2
+    exit 1
+  fi
 fi
 EDGEPROF_PLAIN_VENV="$(cd "$PLAIN" && pwd)" EDGEPROF_REQUIRE_PLAIN=1 \
   .venv/bin/python -m pytest -q -p no:cacheprovider -s tests/test_plain_env.py
+if [ "$MODE" = lowest ]; then
+  # the core tests on the lowest releases: pytest joins the environment now that the plain checks are done
+  "${PIP[@]}" pytest pytest-timeout hypothesis
+  PYTHONPATH=. "$PLAIN/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli.py tests/test_hostile_input.py \
+    tests/test_pflego.py tests/test_ort.py tests/test_head.py tests/test_fedavg.py tests/test_baselines.py \
+    tests/test_report.py tests/test_profiler.py tests/test_analysis.py tests/test_meters_carbon.py
+fi

@@ -18,6 +18,17 @@ def _json(name: str) -> dict:
     return json.loads((DATA / name).read_text())
 
 
+def _newest(name: str) -> dict:
+    """The newest year's copy of a file codecarbon ships per year (2023 from 3.3, 2016 before)."""
+    return _json(str(max(DATA.glob(f"*/{name}"), key=lambda p: int(p.parent.name)).relative_to(DATA)))
+
+
+def _if_shipped(name: str, case: tuple):
+    """A case whose data file only newer codecarbon releases ship: skipped, with the reason, where it is absent."""
+    return pytest.param(*case, marks=pytest.mark.skipif(not (DATA / name).is_file(),
+                                                        reason=f"this codecarbon ships no {name}"))
+
+
 @pytest.mark.parametrize("country", ["FRA", "DEU", "USA", "fra"])
 def test_country_intensity_is_codecarbons_figure(country):
     expected = _json("global_energy_mix.json")[country.upper()]["carbon_intensity"]
@@ -27,6 +38,8 @@ def test_country_intensity_is_codecarbons_figure(country):
     assert got.g_per_kwh == expected and "global_energy_mix.json" in got.source
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pycountry") is None,
+                    reason="ISO alpha-2 codes are mapped through pycountry, which this environment lacks")
 def test_iso2_is_mapped_to_iso3():
     assert carbon_intensity("FR") == carbon_intensity("FRA")
 
@@ -34,18 +47,21 @@ def test_iso2_is_mapped_to_iso3():
 @pytest.mark.parametrize(
     ("country", "region", "expected"),
     [
-        ("USA", "california", _json("2023/usa_emissions.json")["california"]["emissions"] * 0.45359237),
-        ("USA", "NY", _json("2023/usa_emissions.json")["new york"]["emissions"] * 0.45359237),
-        ("CHN", "beijing", _json("2023/china_provincial_emissions.json")["data"]["CN-BJ"]["emission_factor"]),
-        ("SWE", "SE3", _json("nordic_emissions.json")["data"]["SE3"]["emission_factor"]),
+        ("USA", "california", _newest("usa_emissions.json")["california"]["emissions"] * 0.45359237),
+        ("USA", "NY", _newest("usa_emissions.json")["new york"]["emissions"] * 0.45359237),
+        _if_shipped("2023/china_provincial_emissions.json", ("CHN", "beijing", lambda: _json(
+            "2023/china_provincial_emissions.json")["data"]["CN-BJ"]["emission_factor"])),
+        _if_shipped("nordic_emissions.json", ("SWE", "SE3", lambda: _json(
+            "nordic_emissions.json")["data"]["SE3"]["emission_factor"])),
     ],
 )
 def test_region_intensity(country, region, expected):
+    expected = expected() if callable(expected) else expected
     assert carbon_intensity(country, region=region).g_per_kwh == pytest.approx(expected, rel=1e-12)
 
 
 def test_canadian_province_uses_codecarbons_fossil_share_formula():
-    mix = _json("2023/canada_energy_mix.json")["ontario"]
+    mix = _newest("canada_energy_mix.json")["ontario"]
     expected = 1000 * (mix["coal"] * 0.995725971 + mix["petroleum"] * 0.8166885263
                        + mix["naturalGas"] * 0.7438415916) / mix["total"]
 

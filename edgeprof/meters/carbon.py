@@ -5,8 +5,9 @@ Nothing here starts codecarbon's tracker or touches the network: the JSON files 
 directly, with the same conversions codecarbon applies:
   * country (ISO 3166 alpha-3, or alpha-2 mapped through pycountry when installed):
     ``global_energy_mix.json`` -> ``carbon_intensity`` (g/kWh);
-  * ``region`` for USA (state name or 2-letter code): ``2023/usa_emissions.json`` (lbs/MWh x 0.45359237);
-    CAN (province): ``2023/canada_energy_mix.json``, codecarbon's fossil-share formula;
+  * ``region`` for USA (state name or 2-letter code): ``<year>/usa_emissions.json`` (lbs/MWh x 0.45359237);
+    CAN (province): ``<year>/canada_energy_mix.json``, codecarbon's fossil-share formula (the newest year the
+    installed codecarbon ships: 2023 from codecarbon 3.3, 2016 before);
     CHN (province): ``2023/china_provincial_emissions.json``; SWE/NOR/FIN (bidding zone SE1.., NO1.., FI):
     ``nordic_emissions.json``;
   * no country: the world average of ``carbon_intensity_per_source.json``, and the source says so; a
@@ -72,6 +73,14 @@ def _load(relative: str) -> dict:
         raise CarbonDataMissing(f"cannot read codecarbon data file {path}: {err}") from err
 
 
+def newest_year(name: str) -> str:
+    """``<year>/<name>`` of the newest year the installed codecarbon ships (3.3 ships 2023's US figures, releases
+    before it 2016's), or ``2023/<name>`` when none does, so that reading it says which file is missing."""
+    years = sorted((p.parent.name for p in (codecarbon_data_dir() / "private_infra").glob(f"*/{name}")
+                    if p.parent.name.isdigit()), key=int)
+    return f"{years[-1] if years else '2023'}/{name}"
+
+
 def carbon_or_note(country: str | None = None, *, region: str | None = None,
                    override_g_per_kwh: float | None = None) -> tuple[CarbonIntensity | None, str | None]:
     """:func:`carbon_intensity`, or ``(None, note)`` when codecarbon's data is missing.
@@ -134,21 +143,23 @@ def carbon_intensity(
 def _region_intensity(code: str, region: str) -> CarbonIntensity:
     key = " ".join(region.lower().split())
     if code == "USA":
-        data = _load("2023/usa_emissions.json")
+        relative = newest_year("usa_emissions.json")
+        data = _load(relative)
         states = {k: v for k, v in data.items() if not k.startswith("_")}
         by_code = {v.get("regionCode", "").lower(): k for k, v in states.items()}
         name = key if key in states else by_code.get(key)
         if name is not None:
             lbs = float(states[name]["emissions"])
             return CarbonIntensity(lbs * G_PER_KWH_PER_LB_PER_MWH,
-                                   f"codecarbon 2023/usa_emissions.json: {name} ({lbs} lbs/MWh, EPA eGRID)")
+                                   f"codecarbon {relative}: {name} ({lbs} lbs/MWh, EPA eGRID)")
         choices = sorted(states)
     elif code == "CAN":
-        data = _load("2023/canada_energy_mix.json")
+        relative = newest_year("canada_energy_mix.json")
+        data = _load(relative)
         if key in data:
             mix = data[key]
             kg = sum(mix.get(s, 0.0) / mix["total"] * f for s, f in _CANADA_SOURCE_KG_PER_KWH.items())
-            return CarbonIntensity(kg * 1000, f"codecarbon 2023/canada_energy_mix.json: {key} (fossil share x source factors)")
+            return CarbonIntensity(kg * 1000, f"codecarbon {relative}: {key} (fossil share x source factors)")
         choices = sorted(data)
     elif code == "CHN":
         data = _load("2023/china_provincial_emissions.json")["data"]
