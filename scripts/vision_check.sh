@@ -25,7 +25,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
 EDGEPROF_REQUIRE_TORCHVISION=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider -rs \
-  tests/test_vision_real.py tests/test_backbones.py 2>&1 | tee "$log"
+  tests/test_vision_real.py tests/test_backbones.py tests/test_custom_backbone.py 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 echo "vision check: environment $((built - start)) s, tests $((SECONDS - built)) s"
