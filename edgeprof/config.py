@@ -58,7 +58,9 @@ class EnergySettings:
     config and ``edgeprof.monitor(meter_settings=...)`` with no change elsewhere. Kept as sorted pairs (the
     value is hashable: run configs are cache keys); :attr:`meter_settings` gives the mapping. ``idle_seconds``:
     the idle baseline measured before a run (0: none); ``country``, ``region``, ``carbon_intensity``: the
-    carbon intensity (codecarbon's data, or the figure given).
+    carbon intensity (codecarbon's data, or the figure given). ``trace_hz``: the rate at which every meter is
+    sampled while a window is open, into the run's power trace (0: no trace; ``--trace``,
+    :mod:`edgeprof.measure.trace`).
     """
 
     meters: tuple = ()
@@ -66,6 +68,7 @@ class EnergySettings:
     country: Optional[str] = None
     region: Optional[str] = None
     carbon_intensity: Optional[float] = None
+    trace_hz: float = 0.0
 
     def __post_init__(self) -> None:
         pairs = self.meters.items() if isinstance(self.meters, Mapping) else self.meters
@@ -101,7 +104,7 @@ class EnergySettings:
 
     def to_dict(self) -> dict:
         return {"meters": self.meter_settings, "idle_seconds": self.idle_seconds, "country": self.country,
-                "region": self.region, "carbon_intensity": self.carbon_intensity}
+                "region": self.region, "carbon_intensity": self.carbon_intensity, "trace_hz": self.trace_hz}
 
 
 def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
 
 
 #: the energy settings' own names, that a RunConfig answers too (``cfg.cpu_watts`` is ``cfg.energy.cpu_watts``)
-ENERGY_NAMES = ("cpu_watts", "jetson_hz", "idle_seconds", "country", "region", "carbon_intensity")
+ENERGY_NAMES = ("cpu_watts", "jetson_hz", "idle_seconds", "country", "region", "carbon_intensity", "trace_hz")
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,8 @@ BOUNDS = {
 }
 #: the longest idle baseline, seconds
 MAX_IDLE_SECONDS = 3600.0
+#: the power trace's sampling rate, Hz, when on: each sample reads every meter (tens of microseconds of CPU)
+TRACE_HZ_BOUNDS = (1.0, 1000.0)
 #: what a run name (and so its report's file name) may be
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
@@ -254,6 +259,10 @@ def check_energy_options(settings: "EnergySettings") -> None:
     _check(isinstance(settings.idle_seconds, (int, float)) and math.isfinite(settings.idle_seconds)
            and 0 <= settings.idle_seconds <= MAX_IDLE_SECONDS,
            f"idle seconds must be in 0..{MAX_IDLE_SECONDS:g}, got {settings.idle_seconds}")
+    low, high = TRACE_HZ_BOUNDS
+    hz = settings.trace_hz
+    _check(isinstance(hz, (int, float)) and not isinstance(hz, bool) and (hz == 0 or low <= hz <= high),
+           f"trace rate must be in {low:g}..{high:g} Hz (0: no trace), got {hz}")
 
 
 def max_threads() -> int:

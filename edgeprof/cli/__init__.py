@@ -276,7 +276,7 @@ def measure(
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
-    meter_setting: o.MeterSetting = None,
+    meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
     eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
@@ -342,7 +342,7 @@ def train(
     data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
-    meter_setting: o.MeterSetting = None,
+    meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
     eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
@@ -397,7 +397,7 @@ def sweep(
     taus: o.Taus = "1,5,10,25,50,100", repeats: o.Repeats = 3, max_baseline_tau: o.MaxBaselineTau = None,
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
-    meter_setting: o.MeterSetting = None,
+    meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""

@@ -227,6 +227,11 @@ MeterSetting = Annotated[Optional[list[str]], _opt("--meter-setting", panel=ENER
                                                    help="NAME=VALUE: a setting a meter back-end declares (repeat "
                                                         "for more; edgeprof doctor lists the meters).")]
 
+Trace = Annotated[bool, _opt(panel=ENERGY, help="Also write the power trace: every meter sampled at --trace-hz "
+                                               "while a window is open, into <run>.trace.parquet (CSV without "
+                                               "pyarrow) beside the report (docs: Power over time).")]
+TraceHz = Annotated[float, _opt(panel=ENERGY, help="Samples per second of --trace (1 to 1000).")]
+
 # --- output: --out is a folder in every command -----------------------------------------------------------
 def out_option(what: str) -> Any:
     """``--out/-o``: the folder a command writes ``what`` to (every command: a folder, never a file)."""
@@ -285,6 +290,7 @@ def run_config(params: Mapping[str, Any], **fixed: Any):
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     given = {**params, **fixed}
+    given["trace_hz"] = given.get("trace_hz") if given.pop("trace", False) else None  # the rate counts with --trace
     energy = {k: given[k] for k in ENERGY_NAMES if given.get(k) is not None}
     meters = parse_meter_settings(given.get("meter_setting") or ())
     return RunConfig(**{k: v for k, v in given.items() if k in fields},

@@ -93,6 +93,8 @@ class WindowResult:
     device_peak_mem_mb: Optional[float] = None
     #: phases shorter than the meters' update period (their joules are below what the counters resolve)
     short_phases: tuple[str, ...] = ()
+    #: the window's power trace (:class:`edgeprof.measure.trace.TraceRow` per interval and domain), when traced
+    trace: Optional[tuple] = None
 
     @property
     def wall_s(self) -> float:
@@ -192,10 +194,11 @@ class Profiler:
         window.overhead_s += self._thread_clock() - thread0_s
         window.overhead_wall_s += self._clock() - wall0_s
 
-    def _sample(self, window) -> Sample:
-        """Wait for the device, then read the clocks and the meters, handing the meters this sample's CPU time;
-        the reading (not the wait, which is the span's own work finishing) is charged to overhead."""
-        if self.device is not None:
+    def _sample(self, window, sync: bool = True) -> Sample:
+        """Wait for the device (unless ``sync`` is False), then read the clocks and the meters, handing the meters
+        this sample's CPU time; the reading (not the wait, which is the span's own work finishing) is charged to
+        overhead."""
+        if sync and self.device is not None:
             self.device.sync()
         wall0, thread0 = self._clock(), self._thread_clock()
         cpu = self._cpu_clock()
@@ -206,10 +209,11 @@ class Profiler:
         return Sample(wall0, cpu, reading.energy_j, dict(self._flagged))
 
     # --- for the window engine (edgeprof.measure.windows: windows that may nest and overlap, phases inside) --------
-    def sample(self, charge) -> Sample:
+    def sample(self, charge, sync: bool = True) -> Sample:
         """One sample, as a window's edges and phases take it; its bookkeeping is added to ``charge``'s
-        ``overhead_s`` and ``overhead_wall_s``."""
-        return self._sample(charge)
+        ``overhead_s`` and ``overhead_wall_s``. ``sync=False`` (the power trace's ticks) reads without waiting
+        for the device's queued work."""
+        return self._sample(charge, sync)
 
     @property
     def peak_rss_per_window(self) -> bool:

@@ -38,6 +38,7 @@ from typing import Iterable, Iterator, Optional
 
 from edgeprof.errors import MonitorError
 from edgeprof.measure.profiler import Profiler, Sample, Span, WindowResult
+from edgeprof.measure.trace import TracePoint, trace_rows
 
 #: what a phase may be called: its report columns are ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
@@ -81,6 +82,8 @@ class OpenWindow:
         self.open_phase: Optional[str] = None
         self.result: Optional[WindowResult] = None
         self.discarded = False  # dropped unmeasured (its run stopped while it was open)
+        #: the samples of its power trace, with the phase open from each on (None: not traced)
+        self.trace_points: Optional[list] = [] if engine.trace_hz else None
 
     @property
     def is_open(self) -> bool:
@@ -107,6 +110,45 @@ class Windows:
         self._lock = threading.RLock()
         self._open: list[OpenWindow] = []
         self._names: set[str] = set()  # phase names this engine has checked (phases recur every round)
+        self.trace_hz = 0.0  # the power trace's rate while it is on (start_trace)
+        self._tracer = None
+
+    # --- the power trace (edgeprof.measure.trace) ------------------------------------------------------------
+    def start_trace(self, hz: float, *, thread: bool = True) -> None:
+        """Trace every window opened from now on: its edges, its phases' edges and a sample every ``1/hz`` s
+        (a thread calling :meth:`trace_tick`; ``thread=False``: the caller ticks, as tests with fake clocks do)."""
+        from edgeprof.measure.trace import Tracer
+
+        self.stop_trace()
+        self.trace_hz = float(hz)
+        if thread:
+            self._tracer = Tracer(self.trace_tick, hz).start()
+
+    def stop_trace(self) -> int:
+        """Stop the tracer thread (windows still open keep the samples they have); the number of ticks taken."""
+        tracer, self._tracer = self._tracer, None
+        if tracer is None:
+            return 0
+        tracer.stop()
+        return tracer.ticks
+
+    def trace_tick(self) -> None:
+        """One trace sample for every traced window open now (none open: nothing is read)."""
+        with self._lock:
+            traced = [w for w in self._open if w.trace_points is not None]
+            if not traced:
+                return
+            cost = _Cost()
+            sample = self.profiler.sample(cost, sync=False)
+            self._charge(cost, self._open)
+            for win in traced:
+                win.trace_points.append(TracePoint(sample, win.open_phase))
+
+    def _trace(self, sample: Sample) -> None:
+        """Add an edge sample to the trace of every traced window open now (under the lock)."""
+        for win in self._open:
+            if win.trace_points is not None:
+                win.trace_points.append(TracePoint(sample, win.open_phase))
 
     @property
     def open_windows(self) -> tuple[OpenWindow, ...]:
@@ -134,6 +176,7 @@ class Windows:
             win.start = self.profiler.sample(cost)
             self._open.append(win)
             self._charge(cost, self._open)
+            self._trace(win.start)
         _OPEN.set(_OPEN.get() + (win,))
         return win
 
@@ -147,6 +190,7 @@ class Windows:
                                    "end the phase first")
             cost = _Cost()
             end = self.profiler.sample(cost)
+            self._trace(end)
             peak = self.profiler.read_peak_rss_mb(cost)
             device_peak = self.profiler.read_device_peak_mb(cost) if win.peak_rss_exact else None
             self._charge(cost, self._open)
@@ -158,7 +202,10 @@ class Windows:
                 short_window=span.wall_s < period, domains=self.profiler.domains,
                 overhead_wall_s=win.overhead_wall_s, device_kind=self.profiler.device_kind,
                 device_peak_mem_mb=device_peak,
-                short_phases=tuple(n for n, p in win.phases.items() if p.wall_s < period))
+                short_phases=tuple(n for n, p in win.phases.items() if p.wall_s < period),
+                trace=None if win.trace_points is None else trace_rows(
+                    win.trace_points, self.profiler.domains, hz=self.trace_hz,
+                    phase_wall_s={n: p.wall_s for n, p in win.phases.items()}))
         _forget(win)
         return win.result
 
@@ -206,6 +253,7 @@ class Windows:
             start = self.profiler.sample(cost)
             self._charge(cost, self._open)
             win.open_phase = name
+            self._trace(start)
         return start
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
@@ -216,6 +264,7 @@ class Windows:
             finally:  # a meter that fails here fails the window's run, not the bookkeeping of its phases
                 win.open_phase = None
             self._charge(cost, self._open)
+            self._trace(end)
             span = Span.between(start, end)
             previous = win.phases.get(name)
             win.phases[name] = span if previous is None else previous + span

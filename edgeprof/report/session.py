@@ -26,6 +26,7 @@ from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
+from edgeprof.report.trace import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
 from edgeprof.signals import HeldSignals
 
@@ -53,10 +54,17 @@ class RunContext:
     writer: ReportWriter
     profiler: Profiler
     energy: Energy
+    #: the power trace beside the report (``--trace``), None when the run is not traced
+    trace: Optional[TraceWriter] = None
+    #: the sidecar's ``trace`` section once :func:`finish_trace` closed the trace
+    trace_section: Optional[dict] = None
 
     def record(self, window, base: dict) -> None:
+        index = self.writer.rows_written
         self.writer.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
                                           carbon_g_per_kwh=self.energy.carbon_g_per_kwh))
+        if self.trace is not None and window.result.trace is not None:
+            self.trace.write_window(window.result.trace, base, index)
 
 
 def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:
@@ -179,6 +187,22 @@ def _finish_sidecar(session: ReportSession, write: Callable[[], None]) -> None:
             log.warning(f"could not record how the run ended: {err}")
 
 
+def finish_trace(ctx: RunContext) -> dict:
+    """Stop the run's tracer and close its trace file (Parquet where pyarrow is installed): the sidecar's
+    ``trace`` section. Called once, however the run ended; a file that cannot be converted stays CSV."""
+    if ctx.trace_section is None:
+        ticks = ctx.profiler.windows.stop_trace()
+        try:
+            section = ctx.trace.finish()
+        except Exception as err:  # the CSV is whole: keep it, and say why it is not Parquet
+            section = {"file": ctx.trace.path.name, "format": "csv", "hz": ctx.trace.hz,
+                       "intervals": ctx.trace.intervals, "rows": ctx.trace.rows_written,
+                       "note": f"not converted to Parquet: {err}"}
+        section["ticks"] = ticks
+        ctx.trace_section = section
+    return ctx.trace_section
+
+
 @contextlib.contextmanager
 def open_run(cfg, *, run_id: str, phases: Sequence[str],
              finish: Callable[[dict], dict] = lambda data: data, profiler: Optional[Profiler] = None,
@@ -207,18 +231,26 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
         hold = HeldSignals()  # a Ctrl-C while the report is created waits until it can say "interrupted"
         try:
             writer = ReportWriter(csv_path, columns or columns_for(phases))
-            sidecar_written = False
+            sidecar_written, ctx = False, None
             try:
                 write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
                 sidecar_written = True
                 device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
                 ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
+                hz = cfg.energy.trace_hz
+                if hz:
+                    ctx.trace = TraceWriter(trace_csv_path(csv_path), hz)
+                    ctx.profiler.windows.start_trace(hz)
                 session = ReportSession(ctx, csv_path, sidecar_path, meters)
             except BaseException:
                 writer.close()
                 csv_path.unlink(missing_ok=True)  # nothing recorded: leave no report at all
                 if sidecar_written:
                     sidecar_path.unlink(missing_ok=True)
+                if ctx is not None and ctx.trace is not None:
+                    ctx.profiler.windows.stop_trace()
+                    ctx.trace.close()
+                    ctx.trace.path.unlink(missing_ok=True)
                 raise
         except BaseException:
             hold.release(deliver=False)
@@ -239,6 +271,8 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
                 def final(err: BaseException | None) -> None:
                     session.status, session.reason = ending(err)
                     extra = {"reason": session.reason} if session.reason else {}
+                    if ctx.trace is not None:
+                        extra["trace"] = finish_trace(ctx)
                     if writer.diverged is not None:
                         extra["diverged"] = writer.diverged
                     _finish_sidecar(session, lambda: (write_sidecar(sidecar_path, sidecar(

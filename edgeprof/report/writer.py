@@ -98,6 +98,15 @@ class ReportWriter:
         if self.diverged is None:
             self._watch_loss(row)
 
+    def write_rows(self, rows: Sequence[Mapping[str, object]]) -> None:
+        """Append several whole rows as one block (all or, with OutputError, none of them)."""
+        if not rows:
+            return
+        data = b"".join(self._line(row) for row in rows)
+        with signals_held():
+            self._append(data)
+            self.rows_written += len(rows)
+
     def _watch_loss(self, row: Mapping[str, object]) -> None:
         """Note the first round whose training loss is not finite: a diverged run is a result, not damage."""
         loss = row.get("train_loss")
