@@ -9,6 +9,11 @@ A window of a PFLEGO client round takes 8 samples (its two edges and the edges o
 a sample), and prints per window: the profiler's own accounting (``overhead_s``, thread CPU, and
 ``overhead_wall_s``) and the wall time of the empty window, all in microseconds.
 
+With ``--trace-hz`` (default 50) it also prints what the power trace (``--trace``) costs over the same meter
+sets: one tick (a sample of every meter from the tracer thread, charged to the open window as thread CPU),
+turning a window's samples into trace rows (per interval), and, with the real tracer thread over a
+``--trace-seconds`` window, the rate it achieved and the share of one core its ticks took.
+
 Side by side in the same run it times one counter read the way the RAPL meter reads now (the file kept
 open, one ``os.pread``) against opening, reading and closing it each time (how it read before), and prints
 the ratio.
@@ -17,7 +22,7 @@ Caveats printed with the figures: a tmpfs file is cheaper to read than a real ``
 reads an MSR or MMIO register for each read, a few microseconds more a zone), and the stand-in NVML is a
 Python function where the real one is a driver call (tens of microseconds a GPU on current drivers).
 
-    python scripts/bench_overhead.py [--windows 2000] [--zones 1,8,16] [--gpus 0,2,8]
+    python scripts/bench_overhead.py [--windows 2000] [--zones 1,8,16] [--gpus 0,2,8] [--trace-hz 50]
 """
 
 from __future__ import annotations
@@ -103,6 +108,30 @@ def window_cost_us(meters: MeterSet, windows: int) -> tuple[float, float, float]
     return tuple(statistics.median(v) * 1e6 for v in (cpu, wall_bookkeeping, wall))
 
 
+def trace_cost(meters: MeterSet, ticks: int, hz: float, seconds: float) -> tuple[float, float, float, float]:
+    """The trace's cost: (one tick's thread CPU, us; trace rows per interval, us; achieved rate of the real
+    tracer thread, Hz; the share of one core its ticks took, %)."""
+    from edgeprof.measure.trace import trace_rows
+
+    profiler = Profiler(meters)
+    profiler.windows.start_trace(hz, thread=False)
+    with profiler.window("client") as win:
+        base = win.overhead_s
+        for _ in range(ticks):
+            profiler.windows.trace_tick()
+        tick_us = (win.overhead_s - base) / ticks * 1e6
+    points = win.trace_points
+    t0 = time.perf_counter()
+    trace_rows(points, profiler.domains, hz=hz)
+    rows_us = (time.perf_counter() - t0) / (len(points) - 1) * 1e6
+    profiler.windows.start_trace(hz)  # the real thread, over an idle window
+    with profiler.window("client") as win:
+        time.sleep(seconds)
+    taken = profiler.windows.stop_trace()
+    share = win.result.overhead_s / win.result.wall_s * 100
+    return tick_us, rows_us, taken / win.result.wall_s, share
+
+
 def read_cost_us(path: Path, reads: int) -> tuple[float, float]:
     """One counter read, microseconds: (kept open + pread, open/read/close), best of 5 batches each."""
     kept = IntFile(path, "RAPL counter", "")
@@ -129,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=2000)
     parser.add_argument("--zones", default="1,8,16")
     parser.add_argument("--gpus", default="0,2,8")
+    parser.add_argument("--trace-hz", type=float, default=50.0)
+    parser.add_argument("--trace-seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     zones = [int(v) for v in args.zones.split(",")]
     gpus = [int(v) for v in args.gpus.split(",")]
@@ -148,6 +179,17 @@ def main(argv: list[str] | None = None) -> int:
                 with MeterSet(meters) as meter_set:
                     cpu, book, wall = window_cost_us(meter_set, args.windows)
                 print(f"{n_zones:>10} {n_gpus:>5} {cpu:>22.1f} {book:>16.1f} {wall:>20.1f} {book / 8:>18.1f}")
+        print(f"power trace at {args.trace_hz:g} Hz: one tick (thread CPU), trace rows per interval, and the real "
+              f"tracer thread over an idle {args.trace_seconds:g} s window")
+        print(f"{'RAPL zones':>10} {'GPUs':>5} {'tick (us)':>10} {'rows/interval (us)':>19} "
+              f"{'achieved (Hz)':>14} {'of one core':>12}")
+        for n_zones in zones:
+            root = Path(tmp) / f"z{n_zones}"
+            for n_gpus in gpus:
+                meters = [RaplMeter(root)] + ([NvmlMeter(nvml_stand_in(n_gpus))] if n_gpus else [])
+                with MeterSet(meters) as meter_set:
+                    tick, rows, rate, share = trace_cost(meter_set, args.windows, args.trace_hz, args.trace_seconds)
+                print(f"{n_zones:>10} {n_gpus:>5} {tick:>10.1f} {rows:>19.1f} {rate:>14.1f} {share:>11.3f}%")
         counter = Path(tmp) / "z1" / "class" / "powercap" / "intel-rapl:0" / "energy_uj"
         pread_us, open_us = read_cost_us(counter, 20_000)
     print(f"one counter read: kept open + pread {pread_us:.2f} us, open/read/close {open_us:.2f} us "
