@@ -154,6 +154,38 @@ def _write_mnist(folder: Path, train: int = 400, test: int = 100) -> None:
         write_idx(folder / f"{stem}-labels-idx1-ubyte", (np.arange(n) % 10).astype(np.uint8))
 
 
+def _torchvision_imports() -> bool:
+    try:
+        import torchvision.models  # noqa: F401
+    except Exception:  # not installed, or a build for another torch
+        return False
+    return True
+
+
+def _miniature_torchvision():
+    """A ``torchvision`` module whose ``models.mobilenet_v3_small`` has MobileNet's layout in miniature (the first
+    convolution at ``features[0][0]``, a pooled feature map, a ``classifier``), for where the real one does not
+    import: the command's path (sweep, CIFAR-10 files, the adaptation of a torchvision model) runs all the same."""
+    import types
+
+    from torch import nn
+
+    class MiniMobileNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3, 2, 1, bias=False), nn.BatchNorm2d(4),
+                                                        nn.Hardswish()))
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Linear(4, 10), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(10, 1000))
+
+        def forward(self, x):
+            return self.classifier(self.avgpool(self.features(x)).flatten(1))
+
+    fake = types.ModuleType("torchvision")
+    fake.models = types.SimpleNamespace(mobilenet_v3_small=lambda **kwargs: MiniMobileNet())
+    return fake
+
+
 def _make_report(out: Path, name: str) -> Path:
     result = CliRunner().invoke(app, ["measure", "--dataset", "synthetic", "--synthetic-samples", "120",
                                       "--synthetic-classes", "4", "--backbone", "mlp", "--clients", "3",
@@ -189,15 +221,10 @@ def _given(what: str, tmp_path: Path, monkeypatch) -> dict[str, str]:
         _write_mnist(tmp_path / "data")
         return {}
     if what == "cifar10 and torchvision":
-        from test_custom_backbone import _FakeMobileNet, _FakeResNet
         from test_data_files import write_cifar
-        import types
 
-        fake = types.ModuleType("torchvision")  # faked at its module boundary, as tests/test_custom_backbone.py does
-        fake.models = types.SimpleNamespace(mobilenet_v3_small=lambda **kw: _FakeMobileNet(),
-                                            resnet18=lambda **kw: _FakeResNet(),
-                                            efficientnet_b0=lambda **kw: _FakeMobileNet())
-        monkeypatch.setitem(sys.modules, "torchvision", fake)
+        if not _torchvision_imports():  # a miniature of its layout at its module boundary (the real one: vision leg)
+            monkeypatch.setitem(sys.modules, "torchvision", _miniature_torchvision())
         write_cifar(tmp_path / "data" / "cifar-10-batches-py", per_batch=40)
         return {}
     if what == "monitor":
