@@ -258,3 +258,28 @@ def test_the_trace_rate_is_checked_in_one_line(tmp_path):
 
     assert result.exit_code == 2
     assert "trace rate must be in 1..1000 Hz" in result.output and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("parquet", [True, False])
+def test_the_monitor_api_traces_its_windows_too(tmp_path, monkeypatch, parquet):
+    import edgeprof
+
+    if not parquet:
+        monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # import pyarrow -> ImportError
+    a = np.random.default_rng(1).random((64, 64))
+    with edgeprof.monitor(tmp_path, run_id="mon", trace_hz=100, cpu_watts=2.0) as mon:
+        for step in range(2):
+            with mon.window("train_step", step=step) as win:
+                with win.phase("forward"):
+                    a = _busy(a, 40)
+                a = _busy(a, 10)
+    section = json.loads((tmp_path / "mon.json").read_text())["trace"]
+    rows = read_trace(tmp_path / section["file"])
+    report = read_report(tmp_path / "mon.csv").where()
+
+    assert section["format"] == ("parquet" if parquet else "csv")
+    assert {r["window"] for r in rows} == {"train_step"} and {r["row"] for r in rows} == {0, 1}
+    assert {r["phase"] for r in rows} == {"forward", ""} and all(r["round"] is None for r in rows)
+    for index, row in enumerate(report):
+        total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
+        assert total == pytest.approx(float(row["energy_j"]), rel=5e-6 + 1e-8)

@@ -317,7 +317,11 @@ class Monitor:
         result = self._windows.end(mw._win)
         with self._lock:
             row = self._row(mw, result)
+            index = self._session.ctx.writer.rows_written
             self._write(row)
+            trace = self._session.ctx.trace
+            if trace is not None and result.trace is not None:
+                trace.write_window(result.trace, row, index, window=mw.name)
             self._session.done += 1  # the sidecar's rounds_completed: windows measured here (Flower: rounds)
             self._counts[mw.name] = self._counts.get(mw.name, 0) + 1
             self._overlapped += mw._win.overlapped
@@ -492,7 +496,7 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
             jetson_hz: Optional[float] = None, idle_seconds: float = 0.0, country: Optional[str] = None,
             region: Optional[str] = None, carbon_intensity: Optional[float] = None,
             meter_settings: Optional[Mapping[str, Any]] = None, energy: Optional["EnergySettings"] = None,
-            profiler: Optional[Profiler] = None) -> Monitor:
+            profiler: Optional[Profiler] = None, trace_hz: float = 0.0) -> Monitor:
     """A :class:`Monitor` writing ``<out>/<run id>.csv`` and ``.json``; use it in ``with`` or start it.
 
     ``name`` prefixes the run id (default ``monitor``: ``monitor-<time>-<random>``); ``run_id`` gives the id
@@ -500,7 +504,8 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
     join the header when first entered). ``cpu_watts``, ``jetson_hz``, ``idle_seconds``, ``country``,
     ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``; ``meter_settings``: any setting a
     meter back-end declares, by name; or all of them whole as ``energy`` (an
-    :class:`~edgeprof.config.EnergySettings`). ``profiler``: a ready :class:`~edgeprof.measure.profiler.Profiler` over its
+    :class:`~edgeprof.config.EnergySettings`). ``trace_hz``: write the power trace of every window
+    (``<run id>.trace.parquet``, or CSV without pyarrow) at that many samples a second, e.g. 50 (0: none). ``profiler``: a ready :class:`~edgeprof.measure.profiler.Profiler` over its
     own meters and clocks (tests: fake ones).
     """
     from edgeprof.config import EnergySettings
@@ -508,7 +513,7 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
     if energy is None:
         energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, meter_settings=meter_settings,
                                    idle_seconds=idle_seconds, country=country, region=region,
-                                   carbon_intensity=carbon_intensity)
+                                   carbon_intensity=carbon_intensity, trace_hz=trace_hz)
     config = MonitorConfig(out=Path(out), name=name or "monitor", run_name=run_id, labels=dict(labels or {}),
                            phases=tuple(phases), energy=energy)
     return Monitor(config, profiler=profiler)

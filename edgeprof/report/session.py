@@ -64,7 +64,7 @@ class RunContext:
         self.writer.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
                                           carbon_g_per_kwh=self.energy.carbon_g_per_kwh))
         if self.trace is not None and window.result.trace is not None:
-            self.trace.write_window(window.result.trace, base, index)
+            self.trace.write_window(window.result.trace, base, index, window=window.result.name)
 
 
 def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:

@@ -5,8 +5,9 @@
 its end turn it into ``<run>.trace.parquet`` where pyarrow is installed (the ``trace`` extra); the sidecar's
 ``trace`` section names the file, its format, rate, intervals and rows. Columns (:data:`TRACE_COLUMNS`):
 
-``run_id, algo, tau, round, kind, client``
-    the report row the window wrote (``row``: its index among the report's data rows, from 0)
+``run_id, algo, tau, round, kind, client, window``
+    the report row the window wrote (``row``: its index among the report's data rows, from 0) and the window's
+    name (``client``, ``server``, or the monitor API's own names)
 ``phase``
     the window's phase during the interval ("" outside any phase)
 ``t_s, dt_s``
@@ -32,7 +33,7 @@ from typing import Iterable, Mapping, Optional
 from edgeprof.errors import ReportError
 from edgeprof.report.writer import ReportWriter
 
-TRACE_COLUMNS = ("run_id", "algo", "tau", "round", "kind", "client", "row", "phase", "t_s", "dt_s", "domain",
+TRACE_COLUMNS = ("run_id", "algo", "tau", "round", "kind", "client", "window", "row", "phase", "t_s", "dt_s", "domain",
                  "column", "in_total", "w", "method", "short_phase")
 #: the report row's cells a trace row repeats
 LABELS = ("run_id", "algo", "tau", "round", "kind", "client")
@@ -64,10 +65,10 @@ class TraceWriter:
     def rows_written(self) -> int:
         return self._writer.rows_written
 
-    def write_window(self, trace: Iterable, base: Mapping[str, object], row_index: int) -> None:
+    def write_window(self, trace: Iterable, base: Mapping[str, object], row_index: int, *, window: str) -> None:
         """The rows of one window's trace (:class:`edgeprof.measure.trace.TraceRow`), labelled as its report row."""
         labels = {k: base.get(k, "") for k in LABELS}
-        rows = [{**labels, "row": row_index, "phase": r.phase, "t_s": _g(r.t_s), "dt_s": _g(r.dt_s),
+        rows = [{**labels, "window": window, "row": row_index, "phase": r.phase, "t_s": _g(r.t_s), "dt_s": _g(r.dt_s),
                  "domain": r.domain, "column": r.column, "in_total": int(r.in_total), "w": _g(r.w),
                  "method": r.method, "short_phase": int(r.short_phase)} for r in trace]
         self.intervals += len({r["t_s"] for r in rows})
@@ -150,7 +151,7 @@ def read_trace(path: Path) -> list[dict]:
             for c in _FLOATS:
                 r[c] = math.nan if r[c] == "" else float(r[c])
             for c in _INTS:
-                r[c] = int(r[c])
+                r[c] = int(r[c]) if r[c] != "" else None  # tau and round are empty in a monitor's own windows
     except (OSError, ValueError, KeyError) as err:
         raise ReportError(f"cannot read trace {path}: {err}") from err
     return rows
