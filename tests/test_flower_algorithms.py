@@ -7,6 +7,7 @@ in-process loop with the same seed and client sampling. The Ray engine runs the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Iterable
 from uuid import uuid4
@@ -174,3 +175,31 @@ def test_evaluation_on_flower_matches_in_process(algo, protocol, tmp_path, task_
         assert g["eval_protocol"] == w["eval_protocol"] == protocol
         assert float(g["test_accuracy"]) == pytest.approx(float(w["test_accuracy"]), abs=1e-6)
         assert float(g["train_loss"]) == pytest.approx(float(w["train_loss"]), rel=1e-5)
+
+
+def test_a_traced_run_config_traces_every_client_round_and_server_step(tmp_path, task_identity):
+    """trace-hz in the run config: each ClientApp sends its window's trace, the ServerApp writes it with its own."""
+    from edgeprof.config import EnergySettings
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.config import FlowerSettings, to_run_config
+    from edgeprof.flower.server_app import run_server
+    from edgeprof.report import read_report
+    from edgeprof.report.trace import read_trace
+
+    cfg = dataclasses.replace(tiny_cfg("pflego", tmp_path), energy=EnergySettings(trace_hz=200.0))
+    run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))
+    assert run_config["trace-hz"] == 200.0
+    contexts = {pid: Context(run_id=1, node_id=pid, node_config={"partition-id": pid, "num-partitions": CLIENTS},
+                             state=RecordDict(), run_config=run_config) for pid in range(CLIENTS)}
+
+    run_id = run_server(LoopbackGrid(make_client_app(), contexts), run_config)
+    report = read_report(tmp_path / f"{run_id}.csv").where()
+    section = json.loads((tmp_path / f"{run_id}.json").read_text())["trace"]
+    rows = read_trace(tmp_path / section["file"])
+
+    measured = [i for i, r in enumerate(report) if r["kind"] in ("client", "server")]
+    assert {r["row"] for r in rows} == set(measured) and section["hz"] == 200.0
+    assert {"cache_forward", "head_steps", "joint_grad"} <= {r["phase"] for r in rows if r["kind"] == "client"}
+    for index in measured:
+        total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
+        assert total == pytest.approx(float(report[index]["energy_j"]), rel=5e-6 + 1e-8), index

@@ -154,3 +154,43 @@ def test_the_wrapper_needs_its_start_loop(tmp_path):
     with pytest.raises(edgeprof.errors.EdgeprofError, match="inside start"):
         strategy.aggregate_train(1, [])
     assert strategy.weighted_by_key == "num-examples"  # the wrapped strategy's attributes show through
+
+
+def test_a_traced_mod_sends_each_windows_trace_and_the_wrapper_writes_it_beside_the_report(tmp_path,
+                                                                                          task_identity):  # noqa: F811
+    from edgeprof.report.trace import read_trace
+
+    strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl",
+                                trace_hz=200)
+    federate(plain_client_app([energy_mod(meters=estimate_meters, trace_hz=200)]), strategy)
+    report = read_report(tmp_path / "fl.csv").where()
+    section = __import__("json").loads((tmp_path / "fl.json").read_text())["trace"]
+    rows = read_trace(tmp_path / section["file"])
+
+    client_rows = [i for i, r in enumerate(report) if r["kind"] in ("client", "eval")]
+    assert client_rows and {r["row"] for r in rows if r["kind"] != "server"} == set(client_rows)
+    assert {r["window"] for r in rows} >= {"train", "evaluate"} and {r["method"] for r in rows} == {"estimate"}
+    for index in client_rows:
+        total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
+        # the client's joules travel as floats, the trace's at 9 digits; the report prints 6
+        assert total == pytest.approx(float(report[index]["energy_j"]), rel=5e-6 + 1e-8), index
+
+
+def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_path, task_identity):  # noqa: F811
+    from edgeprof.flower.energy import TRACE_RECORD
+
+    seen = []
+    strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl")
+    inner_aggregate = strategy.inner.aggregate_train
+
+    def aggregate(server_round, replies):
+        replies = list(replies)
+        seen.extend(TRACE_RECORD in m.content for m in replies)
+        return inner_aggregate(server_round, replies)
+
+    strategy.inner.aggregate_train = aggregate
+    federate(plain_client_app([energy_mod(meters=estimate_meters, trace_hz=200)]), strategy)
+
+    assert seen and not any(seen)  # the wrapped strategy sees the replies as the ClientApp returned them
+    assert "trace" not in __import__("json").loads((tmp_path / "fl.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fl.csv", "fl.json"]

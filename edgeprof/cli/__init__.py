@@ -508,7 +508,7 @@ def flower_app_dir(
     data_dir: o.DataDir = None,
     out: o.ServerOut = Path("profiles"), run_name: o.RunName = None,
     round_timeout: o.RoundTimeout = 600.0, node_wait: o.NodeWait = 300.0, total_samples: o.TotalSamples = 0,
-    port: o.Port = 9093,
+    port: o.Port = 9093, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
 ) -> None:
     """Write a Flower app folder (pyproject.toml) running edgeprof's ServerApp and ClientApp; print the commands."""
     with guard():
@@ -533,6 +533,7 @@ def flower_simulate(
     data_dir: o.DataDir = None,
     out: o.Out = Path("profiles"), run_name: o.RunName = None,
     client_cpus: o.ClientCpus = 1.0, client_gpus: o.ClientGpus = 0.0, round_timeout: o.RoundTimeout = 600.0,
+    trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
 ) -> None:
     """Run many clients on this machine with Flower's simulation engine (per-client energy is attribution)."""
     with guard():

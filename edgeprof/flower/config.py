@@ -23,7 +23,7 @@ from edgeprof.errors import ConfigError
 _SKIPPED = ("progress", "energy")
 #: the energy settings a run config carries, as keys of their own (``cpu-watts``, ...): the rest of the meter
 #: settings travel as ``meter-settings`` ("name=value,name=value")
-_ENERGY_KEYS = ("cpu_watts", "jetson_hz", "country", "region", "carbon_intensity")
+_ENERGY_KEYS = ("cpu_watts", "jetson_hz", "country", "region", "carbon_intensity", "trace_hz")
 #: the node-config key of the torch device a node's rounds run on (``device`` is the node's name in the report)
 COMPUTE_DEVICE_KEY = "compute-device"
 #: optional numeric fields, written as 0 when unset
@@ -75,7 +75,7 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
 
 #: settings that hold whole numbers, and those that hold any number (the others hold text or a bool)
 _INTEGERS = ("rounds", "clients", "tau", "seed", "synthetic_samples", "synthetic_classes", "threads", "total_samples")
-_NUMBERS = ("beta", "rho", "mu", "cpu_watts", "jetson_hz", "carbon_intensity", "participation", "test_fraction",
+_NUMBERS = ("beta", "rho", "mu", "cpu_watts", "jetson_hz", "carbon_intensity", "trace_hz", "participation", "test_fraction",
             "round_timeout", "node_wait")
 
 
@@ -165,13 +165,13 @@ def check_trust(cfg: RunConfig, node_config: Mapping[str, Any]) -> None:
 
 def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings()) -> EnergySettings:
     """The energy settings a run or node config gives (``cpu-watts``, ``jetson-hz``, ``country``, ``region``,
-    ``carbon-intensity``, and ``meter-settings`` = "name=value,..." for any setting a meter back-end declares),
+    ``carbon-intensity``, ``trace-hz`` (0: no power trace), and ``meter-settings`` = "name=value,..." for any setting a meter back-end declares),
     over ``base``."""
     meters = base.meter_settings
     text = str(config.get("meter-settings", "") or "")
     meters.update(parse_meter_settings([w for w in text.split(",") if w.strip()]))
     fields = {"country": base.country, "region": base.region, "carbon_intensity": base.carbon_intensity,
-              "idle_seconds": base.idle_seconds}
+              "idle_seconds": base.idle_seconds, "trace_hz": base.trace_hz}
     for name in _ENERGY_KEYS:
         if _key(name) not in config:
             continue

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
 
 PROFILE_RECORD = "edgeprof.message-profile"
+#: the ConfigRecord of a traced window's power trace (``trace-hz``): one list per
+#: :class:`~edgeprof.measure.trace.TraceRow` field, one item per interval and domain
+TRACE_RECORD = "edgeprof.message-trace"
 #: prefix of the keys the mod adds to the reply's MetricRecord
 METRIC_PREFIX = "edgeprof."
 #: report columns copied into the reply's MetricRecord as ``edgeprof.<column>``
@@ -116,6 +119,31 @@ def take_profile(msg: Message) -> Optional[dict[str, float | str]]:
     return profile
 
 
+def trace_record(trace) -> ConfigRecord:
+    """A window's trace rows as one ConfigRecord of parallel lists (watts NaN where invalid)."""
+    from edgeprof.measure.trace import TraceRow
+
+    return ConfigRecord({f: [getattr(r, f) for r in trace] for f in TraceRow.__dataclass_fields__})
+
+
+def take_trace(msg: Message) -> Optional[tuple]:
+    """The trace rows a traced mod attached to ``msg`` (None if none), removed from it."""
+    from edgeprof.measure.trace import TraceRow
+
+    if TRACE_RECORD not in msg.content:
+        return None
+    record = msg.content[TRACE_RECORD]
+    del msg.content[TRACE_RECORD]
+    if not isinstance(record, ConfigRecord):
+        return None
+    fields = list(TraceRow.__dataclass_fields__)
+    columns = [list(record[f]) for f in fields]
+    if len({len(c) for c in columns}) != 1:
+        raise ValueError("the trace record's lists differ in length")
+    return tuple(TraceRow(*(float(v) if f in ("t_s", "dt_s", "w") else v for f, v in zip(fields, values)))
+                 for values in zip(*columns))
+
+
 def startup_cells() -> dict[str, float]:
     """Wall and CPU seconds from this process's start to now, when it is a ``flwr-clientapp`` process that a
     SuperNode started for this message (its start-up is then part of what the round cost the device); empty
@@ -152,8 +180,8 @@ def _carbon(country: Optional[str], region: Optional[str], override: Optional[fl
 def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] = None,
                country: Optional[str] = None, region: Optional[str] = None, carbon_intensity: Optional[float] = None,
                device: Optional[str] = None, metrics: bool = True,
-               meters: Optional[Callable[[], object]] = None,
-               energy: Optional["EnergySettings"] = None) -> Callable[[Message, Context, Callable], Message]:
+               meters: Optional[Callable[[], object]] = None, energy: Optional["EnergySettings"] = None,
+               trace_hz: float = 0.0) -> Callable[[Message, Context, Callable], Message]:
     """The mod. Settings as the options of ``edgeprof measure``, or whole as ``energy`` (an
     :class:`~edgeprof.config.EnergySettings`, with any setting a meter back-end declares); checked now: a bad
     one fails at import.
@@ -161,13 +189,14 @@ def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] 
     ``device`` names this device in the report's ``device`` column (``EDGEPROF_DEVICE`` wins; default: the node
     config's ``device``, else the host name); ``metrics=False`` leaves the reply's MetricRecord alone;
     ``meters`` opens the meter set for one message (default: :func:`~edgeprof.meters.discovery.discover` with these
-    settings; tests pass fake meters).
+    settings; tests pass fake meters); ``trace_hz``: also send each window's power trace at that rate
+    (:data:`TRACE_RECORD`; the server piece writes it to the run's trace file when that run is traced).
     """
     from edgeprof.config import EnergySettings
 
     if energy is None:
         energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, country=country, region=region,
-                                   carbon_intensity=carbon_intensity)
+                                   carbon_intensity=carbon_intensity, trace_hz=trace_hz)
     _carbon(energy.country, energy.region, energy.carbon_intensity)  # a bad country fails now, at import
 
     def open_meters(_context):
@@ -214,8 +243,13 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
                     prepare(msg, context)
             if compute_of is not None:
                 profiler.device = compute_of(msg, context)
-            with profiler.window(window or kind) as win:
-                reply = call_next(msg, context)
+            if energy.trace_hz:
+                profiler.windows.start_trace(energy.trace_hz)
+            try:
+                with profiler.window(window or kind) as win:
+                    reply = call_next(msg, context)
+            finally:
+                profiler.windows.stop_trace()
         finally:
             meter_set.close()
         if reply.has_error():
@@ -228,6 +262,8 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
         cells.update(device=device_label(device or str(context.node_config.get("device", "")) or None),
                      carbon_source=source, message_type=kind)
         attach_profile(reply, cells, metrics=metrics)
+        if win.result.trace is not None:
+            reply.content[TRACE_RECORD] = trace_record(win.result.trace)
         return reply
 
     return edgeprof_energy_mod

@@ -45,7 +45,7 @@ from flwr.app import Message, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
 from edgeprof.errors import EdgeprofError
-from edgeprof.flower.energy import take_profile
+from edgeprof.flower.energy import take_profile, take_trace
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -122,12 +122,13 @@ class ProfiledStrategy(Strategy):
             if msg.has_error():
                 counts["errors"] += 1
                 continue
+            trace = take_trace(msg)
             profile = take_profile(msg)
             if profile is None:
                 counts["unprofiled"] += 1
                 continue
             try:
-                self.rows.client_row(server_round, msg, profile, window, kind)
+                self.rows.client_row(server_round, msg, profile, window, kind, trace)
                 counts["profiled"] += 1
             except (EdgeprofError, TypeError, ValueError, KeyError) as err:
                 counts["unprofiled"] += 1
@@ -192,7 +193,8 @@ class MonitorRows:
             self.devices[index] = device
         return index
 
-    def client_row(self, server_round: int, msg: Message, profile: Mapping[str, Any], window: str, kind: str) -> None:
+    def client_row(self, server_round: int, msg: Message, profile: Mapping[str, Any], window: str, kind: str,
+                   trace=None) -> None:
         device = profile.get("device")
         device = device if isinstance(device, str) and device else ""
         labels: dict[str, Any] = {"round": server_round, "client": self._client(msg.metadata.src_node_id, device)}
@@ -205,7 +207,7 @@ class MonitorRows:
         loss = metrics.get("train_loss", metrics.get("train-loss"))
         if kind == "client" and isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
             labels["train_loss"] = float(loss)
-        self.running().record(window, profile, kind=kind, **labels)
+        self.running().record(window, profile, kind=kind, trace=trace, **labels)
 
     def server_window(self, server_round: int, replies: list[Message]):
         return self.running().window("aggregate_train", kind="server", round=server_round,
@@ -234,7 +236,8 @@ class RunRows:
     def running(self) -> None:
         """Always: the run is open before the reporter exists."""
 
-    def client_row(self, server_round: int, msg: Message, profile: Mapping[str, Any], window: str, kind: str) -> None:
+    def client_row(self, server_round: int, msg: Message, profile: Mapping[str, Any], window: str, kind: str,
+                   trace=None) -> None:
         from edgeprof.flower.strategy import METRICS_KEY, num_examples_key
         from edgeprof.report.schema import _fmt, format_cells
         from edgeprof.report.session import base_row
@@ -247,7 +250,10 @@ class RunRows:
                        train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
         row = {k: "" if v is None else str(v) for k, v in row.items()}
         row.update(format_cells(profile, set(self.ctx.writer.columns)))
+        index = self.ctx.writer.rows_written
         self.ctx.writer.write(row)
+        if trace is not None and self.ctx.trace is not None:
+            self.ctx.trace.write_window(trace, row, index, window=window)
 
     @contextlib.contextmanager
     def server_window(self, server_round: int, replies: list[Message]) -> Iterator[None]:

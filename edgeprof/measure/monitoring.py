@@ -460,10 +460,13 @@ class Monitor:
         return wrap if fn is None else wrap(fn)
 
     # --- rows measured elsewhere ----------------------------------------------------------------------------
-    def record(self, name: str, cells: Mapping[str, Any], /, *, kind: str = "window", **labels: Any) -> dict:
+    def record(self, name: str, cells: Mapping[str, Any], /, *, kind: str = "window", trace: Optional[Sequence] = None,
+               **labels: Any) -> dict:
         """Write a row measured elsewhere (a Flower client's profile), as window ``name``: ``cells`` are report
         cells (numbers or strings) of the measured columns, the meter columns and ``<phase>_*`` columns;
-        others are left out. Returns the row written."""
+        others are left out. ``trace``: that window's power trace (:class:`~edgeprof.measure.trace.TraceRow`
+        rows, a traced Flower client's), written to this run's trace file when it is traced. Returns the row
+        written."""
         from edgeprof.report.schema import domain_columns, format_cells
 
         self._check(name, kind)
@@ -472,7 +475,10 @@ class Monitor:
         row = self._base(name, kind, label_cells, other)
         row.update(format_cells(cells, allowed))
         with self._lock:
+            index = self._session.ctx.writer.rows_written
             self._write(row)
+            if trace is not None and self._session.ctx.trace is not None:
+                self._session.ctx.trace.write_window(trace, row, index, window=name)
             self._counts[name] = self._counts.get(name, 0) + 1
         return row
 
