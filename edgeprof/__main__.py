@@ -2,7 +2,7 @@
 
 This module imports nothing heavy, so the script's stop signals are in edgeprof's hands from its first
 milliseconds: a Ctrl-C (or SIGTERM, SIGHUP) while the command line interface itself is being imported ends
-the process with 128 + the signal number and one line, never a traceback (README: exit codes); from then
+the process with 128 + the signal number and one line, never a traceback (docs: Measuring, exit codes); from then
 on :func:`edgeprof.cli.main` handles them.
 """
 

@@ -234,7 +234,7 @@ def check_meter_options(**settings: Any) -> None:
         check_settings(given)
 
 
-#: documented bounds of the integer settings: (smallest, largest); see the README
+#: documented bounds of the integer settings: (smallest, largest); see docs/measuring.md
 BOUNDS = {
     "tau": (1, 1_000_000),
     "rounds": (1, 10_000_000),

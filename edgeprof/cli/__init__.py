@@ -317,6 +317,19 @@ def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by
         _print_summary(report)
 
 
+@app.command()
+def trace(report: Annotated[Path, typer.Argument(help="A report CSV written with --trace.")],
+          round_: o.TraceRound = None, kind: o.TraceKind = "client", client: o.TraceClient = None) -> None:
+    """Print one window's power per phase from a report's power trace (default: its median-energy client window)."""
+    with guard():
+        from edgeprof.report.trace_view import notes, table, view
+
+        shown = view(report, round=round_, kind=kind, client=client)
+        _console().print(table(shown))
+        for line in notes(shown):
+            typer.echo(line)
+
+
 # --- doctor (meters) -------------------------------------------------------------------------------------
 @app.command()
 def doctor(cpu_watts: o.CpuWatts = None, meter_setting: o.MeterSetting = None) -> None:
@@ -484,7 +497,7 @@ FlowerDir = Annotated[Path, typer.Argument(help="Folder of the Flower app to wri
 
 
 def flower_commands(folder: Path, clients: int, port: int) -> str:
-    """The commands that start the deployment the README describes (its steps 2-4), ready to copy."""
+    """The commands that start the deployment docs/flower.md describes (its steps 2-4), ready to copy."""
     return (f"2. server:    flower-superlink --host 0.0.0.0 --port {port} --ssl-ca-certfile ca.crt "
             f"--ssl-certfile server.pem --ssl-keyfile server.key --disable-runtime-dependency-installation\n"
             f"3. device i:  flower-supernode --superlink <server>:{port} --root-certificates ca.crt "
@@ -557,7 +570,7 @@ def main() -> None:
     flush, multiprocessing's clean-up, temporary folders) the process ends with :func:`os._exit`. The normal exit
     is taken instead when anything could still be pending: a thread other than daemons still running, a flush
     that fails, an exit status that is not a number, or an exception that is not an exit (a bug's traceback).
-    The exit codes are the command's own (README: exit codes). Only this entry point exits early: the tests'
+    The exit codes are the command's own (docs: Measuring, exit codes). Only this entry point exits early: the tests'
     CliRunner and a program that calls ``app`` get their SystemExit as before.
     """
     from edgeprof.signals import exit_code, ignore_stop_signals

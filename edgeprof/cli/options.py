@@ -166,7 +166,7 @@ Engine = Annotated[Optional[str], _opt(panel=MODEL, help="Client engine, one of 
 Tau = Annotated[int, _opt(panel=MODEL, help="Local steps per client round (tau >= 1).")]
 Backbone = Annotated[str, _opt(panel=MODEL, choice=BACKBONE,
                                help="Backbone: Table 4's, a torchvision model (extra 'vision'), or your own as "
-                                    "package.module:factory or path/to/file.py:factory (README: Your own backbone).")]
+                                    "package.module:factory or path/to/file.py:factory (docs: Your own backbone).")]
 Beta = Annotated[Optional[float], _opt(panel=MODEL, help="Client step size (default: the paper's Tables 6-7).")]
 Rho = Annotated[Optional[float], _opt(panel=MODEL, help="Server step size of algorithms with a server optimizer (default: Tables 6-7).")]
 Mu = Annotated[Optional[float], _opt(panel=MODEL, help="Proximal / regularisation coefficient: FedProx's mu, Ditto's lambda (default: Table 6).")]
@@ -176,7 +176,7 @@ Threads = Annotated[Optional[int], _opt(panel=MODEL, help="Intra-op threads for 
 Execution = Annotated[str, _opt(panel=MODEL, help="How torch's forwards and backwards run: auto (this node's calibration, "
                                                 "else the built-in table), calibrate (time the candidates now and "
                                                 "store the fastest), or FORMAT:CHUNK, e.g. channels_last:64 or "
-                                                "contiguous:all (README: Speed).")]
+                                                "contiguous:all (docs: Measuring, execution plans).")]
 
 Device = Annotated[str, _opt(panel=MODEL, help="Where torch runs the rounds: auto (CUDA when torch sees a GPU, "
                                              "else cpu), cpu, cuda or cuda:N (docs: GPUs).")]
@@ -295,3 +295,18 @@ def run_config(params: Mapping[str, Any], **fixed: Any):
     meters = parse_meter_settings(given.get("meter_setting") or ())
     return RunConfig(**{k: v for k, v in given.items() if k in fields},
                      energy=EnergySettings.of(meter_settings=meters, **energy))
+
+
+# --- trace (one window of a report's power trace) ---------------------------------------------------------
+def _window_kinds() -> tuple[str, ...]:
+    from edgeprof.report.trace_view import KINDS
+
+    return KINDS
+
+
+WINDOW_KIND = RegistryChoice("window kind", _window_kinds)
+TraceRound = Annotated[Optional[int], _opt("--round", panel=None, help="The round whose window to show (default: "
+                                                                       "the median-energy window of every round).")]
+TraceKind = Annotated[str, _opt("--kind", panel=None, choice=WINDOW_KIND,
+                                help="Which windows: client rounds, server steps, or a monitor's own windows.")]
+TraceClient = Annotated[Optional[int], _opt("--client", panel=None, help="The client whose window to show.")]

@@ -7,7 +7,7 @@ entry point of the simulation passes no run config). Flower's simulation gives e
 then says that the clients shared the machine: per-client energy in such a report is the machine's
 energy during each client's window - attribution, not measurement - and clients that run concurrently
 are counted in each other's windows. The alternative without Python is ``flwr run <app-dir>`` against
-the local SuperLink (see the README).
+the local SuperLink (docs/flower.md).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from edgeprof.errors import ConfigError, EdgeprofError, ModelError
 from edgeprof.nn.backbones import Backbone
 from edgeprof.nn.names import VISION_BACKBONES, factory_spec
 
-SEE = "(README: Your own backbone)"
+SEE = "(docs: Your own model and code, Your own backbone)"
 VISION_INSTALL = "pip install 'edgeprof[vision]'"
 
 

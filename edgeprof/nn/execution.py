@@ -29,7 +29,7 @@ is run. ``--execution`` chooses it:
 
 The plan used is part of the run's :class:`~edgeprof.nn.compute.Compute` and recorded in its sidecar
 (``numerics.compute``) with how it was chosen.
-:data:`TABLE` comes from ``scripts/bench_execution.py --only table`` on a 2-core AMD EPYC (AVX2) VM (README,
+:data:`TABLE` comes from ``scripts/bench_execution.py --only table`` on a 2-core AMD EPYC (AVX2) VM (docs/measuring.md,
 "Close to the hardware"): for ``cnn-omniglot`` and ``cnn-cifar``, channels_last in chunks of 64 images was within
 14% of the fastest candidate at every N of 150, 600 and 2,400 (within 7% from 600 images), where the NCHW whole
 set took 1.21-2.21x the fastest; for ``mlp`` (no convolution) the whole set was fastest and chunks only added

@@ -15,7 +15,7 @@ TABLE4_BACKBONES = ("mlp", "cnn-cifar", "cnn-omniglot")
 VISION_BACKBONES = ("mobilenet_v3_small", "resnet18", "efficientnet_b0")
 #: every named backbone ``--backbone`` offers; any other value must be your own, as a :func:`factory_spec`
 BACKBONES = TABLE4_BACKBONES + VISION_BACKBONES
-#: how your own backbone is named (README, "Your own backbone")
+#: how your own backbone is named (docs/own-code.md, "Your own backbone")
 FACTORY_FORM = "module:factory"
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _FACTORY = re.compile(rf"(?P<module>{_DOTTED}|[^:]*\.py):(?P<factory>{_DOTTED})")

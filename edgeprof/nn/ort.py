@@ -214,7 +214,7 @@ def _param_names(model: onnx.ModelProto, module: torch.nn.Module) -> list[str]:
         if initializers.get(name) != tuple(param.shape):
             raise ModelError(f"parameter {name!r} is not a tensor of the exported model (the export baked it in as a "
                              "constant: a .item() or a Python number made of it in forward?), so ONNX Runtime "
-                             "would never see its new values (README: Your own backbone)")
+                             "would never see its new values (docs: Your own model and code, Your own backbone)")
     return names
 
 

@@ -35,7 +35,7 @@ U32 = 2.0**-24
 PROBE_BATCH = 4
 #: the smallest reduction length the tolerance assumes (room for a few ulps per element-wise function)
 MIN_FAN_IN = 64
-SEE = "(README: Your own backbone)"
+SEE = "(docs: Your own model and code, Your own backbone)"
 
 Run = Callable[[np.ndarray, Sequence[np.ndarray]], np.ndarray]
 

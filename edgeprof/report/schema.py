@@ -1,4 +1,4 @@
-"""The CSV schema of an edgeprof report; README.md documents every column.
+"""The CSV schema of an edgeprof report; docs/report.md documents every column.
 
 Core columns come first and are the same in every report; then one ``<column>_j`` / ``<column>_method``
 pair per energy report column that a registered meter back-end declares (in the order of
