@@ -283,3 +283,46 @@ def test_the_monitor_api_traces_its_windows_too(tmp_path, monkeypatch, parquet):
     for index, row in enumerate(report):
         total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
         assert total == pytest.approx(float(row["energy_j"]), rel=5e-6 + 1e-8)
+
+
+def test_an_nvml_energy_counter_through_a_fake_pynvml_is_traced_as_a_counter():
+    """The production NVML meter over a fake pynvml: each interval's watts are its millijoules over its seconds."""
+    from edgeprof.meters import nvml
+    from fixtures_sysfs import fake_pynvml
+
+    gpus = [{"energy_mj": 1_000_000, "power_mw": 50_000}]
+    machine = Machine()
+    prof = _profiler(machine, nvml.NvmlMeter(fake_pynvml(gpus)))
+    prof.windows.start_trace(HZ, thread=False)
+    drawn_mj = (3_000, 7_000, 1_000)  # per interval of STEP seconds: 192, 448, 64 W
+
+    with prof.window("client") as win:
+        for mj in drawn_mj:
+            gpus[0]["energy_mj"] += mj
+            machine.run(STEP)
+            if mj != drawn_mj[-1]:
+                prof.windows.trace_tick()
+    rows = win.result.trace
+
+    assert [(r.domain, r.method) for r in rows] == [("gpu_0", "counter")] * 3
+    # one division and one product per interval, each within half an ulp: a few ulps over the three
+    assert [r.w for r in rows] == pytest.approx([mj / 1000 / STEP for mj in drawn_mj], rel=1e-15)
+    assert sum(r.w * r.dt_s for r in rows) == pytest.approx(win.result.span.energy_j["gpu_0"], rel=4e-16 * 3)
+    assert win.result.span.energy_j["gpu_0"] == pytest.approx(11.0, rel=1e-15)
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "--backbone", "mlp", "--clients", "4", "--samples-per-client", "20", "--algos", "pflego,fedavg",
+     "--taus", "1,3", "--repeats", "1", "--no-progress", "--run-name", "t"],
+    ["train", "--algos", "pflego", "--rounds", "2", "--tau", "2", *SMALL[:-3], "--no-progress", "--run-name", "t"],
+])
+def test_sweep_and_train_trace_every_window_they_write(tmp_path, command):
+    result = CliRunner().invoke(app, [*command, "--trace", "--trace-hz", "200", "--out", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    (sidecar,) = tmp_path.glob("*.json")
+    section = json.loads(sidecar.read_text())["trace"]
+    rows = read_trace(tmp_path / section["file"])
+    report = read_report(sidecar.with_suffix(".csv")).where()
+    measured = {i for i, r in enumerate(report) if r["kind"] in ("client", "server")}
+    assert measured and {r["row"] for r in rows} == measured
