@@ -6,9 +6,10 @@ page. The page needs no network and no server: plotly.js comes from the installe
 ``application/json`` script, drawn by a few lines of JavaScript.
 
 Sections: runs and devices, the windows of a user's own code (reports of ``edgeprof.monitor``), verdicts
-(fits, growth, ratios), cost versus tau with fitted lines and
-95% bands, per-phase breakdown, per-round time series, energy and carbon totals, accuracy against
-cumulative energy (reports with ``kind=eval`` rows), measurement methods. Reports from several devices
+(fits, growth, ratios), cost versus tau with fitted lines and 95% bands, per-phase breakdown, power over time
+(reports run with ``--trace``: each algorithm's median-energy client window against time over its phases' bands,
+and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
+energy (reports with ``kind=eval`` rows), measurement methods. Reports from several devices
 (the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
 
 Escaping: every text that comes from a report (run ids, algorithm, engine and device names, sidecar
@@ -29,13 +30,15 @@ from typing import Iterable, Mapping, Sequence
 
 from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
                                VariantFit, analyze, variant_of)
-from edgeprof.errors import ConfigError, OutputError, require
+from edgeprof.errors import ConfigError, OutputError, ReportError, require
 from edgeprof.report.schema import BESIDE_ROUND
+from edgeprof.report.trace_view import (OUTSIDE, PHASE_COLORS, estimated, load, median_window, phase_bands,
+                                        phase_bars, phase_stats, power_lines, report_row)
 from edgeprof.report.writer import Report, read_report
 
 SECTIONS = (("runs", "Runs and devices"), ("windows", "Windows of your own code"), ("verdicts", "Verdicts"),
             ("cost-vs-tau", "Cost per client round vs tau"),
-            ("phases", "Per-phase breakdown"), ("timeseries", "Per-round time series"),
+            ("phases", "Per-phase breakdown"), ("trace", "Power over time"), ("timeseries", "Per-round time series"),
             ("energy", "Energy and carbon totals"), ("accuracy", "Accuracy against cumulative energy"),
             ("methods", "How the figures were measured"))
 METRIC_LABELS = {"wall_s": "wall seconds", "cpu_s": "CPU seconds", "energy_j": "energy, J"}
@@ -579,6 +582,83 @@ def _windows(page: _Page, reports: Sequence[Report], devices: Mapping[str, list[
             + "".join(tables) + _grid(cells))
 
 
+def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[str]]:
+    """The reports with a trace and their windows; the notes of the others (no trace, or a trace that cannot be
+    read)."""
+    traced, notes, untraced = [], [], []
+    for rep in reports:
+        if not rep.sidecar.get("trace"):
+            untraced.append(rep.path.stem)
+            continue
+        try:
+            traced.append((rep, load(rep)[1]))
+        except ReportError as err:
+            notes.append(f"{rep.path.stem}: {err}")
+    if untraced:
+        notes.insert(0, f"No power trace was recorded in {_listing(untraced)}: run it with --trace (e.g. "
+                        f"edgeprof measure --trace) to record one.")
+    return traced, notes
+
+
+def _trace_groups(traced) -> dict[tuple[str, str], list]:
+    """(device, algorithm) -> its traced client windows, in the order of the reports."""
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for rep, windows in traced:
+        for w in windows:
+            row = report_row(rep, w)
+            if w.kind == "client" and row is not None:
+                groups[(_device_of(rep, row), variant_of(row.get("algo", ""), row.get("engine", "")))].append(w)
+    return groups
+
+
+def _power_plot(page: _Page, device: str, variant: str, windows: Sequence, bands: Mapping[str, str]) -> str:
+    """The median-energy window of one algorithm: power against time per domain over its phases' bands."""
+    window = median_window(windows)
+    data, estimate = power_lines(window, COLORS), estimated([window])
+    shapes, labels = phase_bands(window, bands)
+    return page.figure(data, _marked(f"{device}: {variant}, round {window.round} client {window.client}, "
+                                     f"tau={window.tau}", estimate),
+                       {"title": {"text": "seconds since the window started"}},
+                       {"title": {"text": _marked("watts", estimate)}, "rangemode": "tozero"},
+                       shapes=shapes, annotations=labels, showlegend=True)
+
+
+def _phase_power(page: _Page, device: str, variant: str, windows: Sequence) -> str:
+    data, estimate = phase_bars(phase_stats(windows), COLORS), estimated(windows)
+    return page.figure(data, _marked(f"{device}: {variant}: mean power per phase over {len(windows)} client windows",
+                                     estimate), {"type": "category"},
+                       {"title": {"text": _marked("mean watts (energy / duration)", estimate)}}, barmode="group",
+                       showlegend=True)
+
+
+def _trace_rule(rates: Iterable[str]) -> str:
+    return (f"<p>The power trace of each algorithm's median-energy client window: every meter domain's mean power "
+            f"over each interval between samples (taken at {esc(_listing(rates))} and at every phase edge), drawn "
+            f"as steps over the phases' shaded bands; drag to zoom, double-click to reset. A phase marked "
+            f"<i>(short)</i> lasted less than two sample periods. Below, per algorithm: the mean power of each "
+            f"phase (its energy over its duration) over all its traced client windows; {esc(OUTSIDE)} is the "
+            f"bookkeeping between phases.</p>")
+
+
+def _power_over_time(page: _Page, reports: Sequence[Report]) -> str:
+    """Reports run with ``--trace``: power against time in a median window, mean power per phase."""
+    traced, notes = _traced(reports)
+    head = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
+    groups = _trace_groups(traced)
+    if not groups:
+        return head + ('<p class="note">No traced client windows in these reports (<code>edgeprof trace --kind '
+                       'window</code> shows the traced windows of your own code).</p>' if traced else "")
+    names = dict.fromkeys(r["phase"] for ws in groups.values() for w in ws for r in w.rows if r["phase"])
+    bands = {name: PHASE_COLORS[i % len(PHASE_COLORS)] for i, name in enumerate(names)}
+    rates = sorted({f"{float(rep.sidecar['trace'].get('hz') or 0):g} Hz" for rep, _ in traced})
+    estimate = ('<p class="estimate"><strong>Power here is an ESTIMATE</strong> wherever its method is estimate '
+                "(process CPU time times watts per core; dashed lines, hatched bars), not a measurement.</p>"
+                if any(estimated(ws) for ws in groups.values()) else "")
+    plots = [_power_plot(page, d, v, ws, bands) for (d, v), ws in groups.items()]
+    bars = [_phase_power(page, d, v, ws) for (d, v), ws in groups.items()]
+    return head + estimate + _trace_rule(rates) + _grid(plots) + _grid(bars)
+
+
 def _method_section(reports: Sequence[Report]) -> str:
     body = []
     for rep in reports:
@@ -640,6 +720,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
         "cost-vs-tau": _one_tau(analysis) or _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
         "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])
         + _memory(devices) + _setup(devices),
+        "trace": _power_over_time(page, reports),
         "timeseries": _timeseries(page, devices),
         "energy": _energy(page, devices),
         "accuracy": _accuracy(page, devices),
