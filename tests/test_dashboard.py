@@ -278,3 +278,30 @@ def test_page_loads_in_headless_chromium_without_errors_and_draws_every_plot(rep
     assert f'data-plots="{expected}"' in body and "data-pwned" not in body
     assert dom.stdout.count('class="main-svg"') >= expected > 5
     assert shot.is_file() and shot.stat().st_size > 20_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_trace_section_draws_its_plots_in_headless_chromium(tmp_path):
+    from test_trace_view import traced_reports
+
+    reports = traced_reports(tmp_path / "profiles")
+    page = write_dashboard([reports["pflego"], reports["fedavg"]], tmp_path / "trace.html")
+    section = re.search(r'<section id="trace">(.*?)</section>', page.read_text(), re.S).group(1)
+    expected = section.count('class="plot"')
+    alone = tmp_path / "trace-only.html"  # the trace section alone at the top of the window, for the screenshot
+    alone.write_text(page.read_text().replace("</head>", "<style>section:not(#trace),nav,h1{display:none}</style>"
+                                                         "</head>", 1))
+
+    dom = _chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+    shot = tmp_path / "trace.png"
+    _chromium(tmp_path, "--window-size=1200,1000", f"--screenshot={shot}", alone.as_uri())
+
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln] == []
+    drawn = re.search(r'<section id="trace">(.*?)</section>', dom.stdout, re.S).group(1)
+    assert expected == 4 and drawn.count('class="main-svg"') >= expected
+    bands = sum(len(f["layout"].get("shapes", [])) for f in _figures(page.read_text()))
+    assert bands >= 2 and drawn.count('<g class="shape-group"') == bands  # every phase band is drawn
+    assert "cache_forward" in drawn and "local_steps" in drawn
+    assert "cpu_estimate (estimate)" in drawn and "watts (ESTIMATE)" in drawn
+    assert shot.is_file() and shot.stat().st_size > 20_000
