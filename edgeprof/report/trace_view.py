@@ -133,31 +133,36 @@ def median_window(candidates: Sequence[Window]) -> Window:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _noun(kind: str) -> str:
+    return "own-code window" if kind == "window" else f"{kind} window"
+
+
 def choose(found: Sequence[Window], round: Optional[int] = None, kind: str = "client",
            client: Optional[int] = None) -> tuple[Window, str]:
     """The window to show and why it was picked; ConfigError (exit 2) naming what exists when none matches."""
     pool = [w for w in found if w.kind == kind]
     if not pool:
-        raise ConfigError(f"no traced {kind} window in this report; traced kinds: {_listing(w.kind for w in found)}")
+        raise ConfigError(f"no traced {_noun(kind)} in this report; traced kinds: {_listing(w.kind for w in found)} "
+                          f"(--kind picks one)")
     scope = ""
     if round is not None:
         rounds = _listing(w.round for w in pool if w.round is not None)
         pool = [w for w in pool if w.round == round]
         if not pool:
-            raise ConfigError(f"no traced {kind} window in round {round}; rounds traced: {rounds}")
+            raise ConfigError(f"no traced {_noun(kind)} in round {round}; rounds traced: {rounds}")
         scope = f" in round {round}"
     if client is not None:
         clients = _listing(int(w.client) for w in pool if str(w.client).isdigit())
         pool = [w for w in pool if str(w.client) == str(client)]
         if not pool:
-            raise ConfigError(f"no traced {kind} window of client {client}{scope}; clients traced{scope and ' there'}: "
-                              f"{clients}")
+            raise ConfigError(f"no traced {_noun(kind)} of client {client}{scope}; clients traced"
+                              f"{scope and ' there'}: {clients}")
         scope = f" of client {client}{scope}"
     chosen = median_window(pool)
     if len(pool) == 1:
-        return chosen, f"the only traced {kind} window{scope}"
+        return chosen, f"the only traced {_noun(kind)}{scope}"
     what = "energy" if all(w.energy_j is not None for w in pool) else "duration"
-    return chosen, f"the median-{what} {kind} window of the {len(pool)} traced{scope}"
+    return chosen, f"the median-{what} {_noun(kind)} of the {len(pool)} traced{scope}"
 
 
 # --- per phase -----------------------------------------------------------------------------------------
