@@ -56,6 +56,7 @@ class Elsewhere:
 
 FLOWER_APP = ("edgeprof flower-app-dir myapp --clients 4 --tau 50 --rounds 20 --participation 0.5 --dataset digits "
               "--backbone cnn-omniglot --out /srv/edgeprof/profiles")
+TRACE_PAGE = "tests/test_trace_view.py::test_the_commands_the_power_trace_page_shows"
 RUNS: dict[str, Here | Elsewhere] = {
     # the first command of the README and of Getting started, run exactly as shown
     "edgeprof measure --algo pflego --tau 50": Here(),
@@ -94,6 +95,27 @@ RUNS: dict[str, Here | Elsewhere] = {
     # Flower's simulation engine starts Ray: about 20 s even for one round of two local steps
     "edgeprof flower-simulate --clients 50 --participation 0.1 --client-cpus 1 --threads 1 --tau 50 --rounds 20":
         Here(given="flower home", smaller=SHRINK_MEASURE),
+    # docs/power-trace.md: traced runs, the text view and the dashboard, smaller, in the trace view's own test
+    'edgeprof measure --algo pflego --tau 50 --trace':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof measure --algo fedavg --tau 50 --trace --trace-hz 100':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof trace profiles/<run>.csv':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof trace profiles/<run>.csv --round 2 --kind server':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof trace profiles/<run>.csv --round 3 --client 4':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof dashboard profiles/<pflego-run>.csv profiles/<fedavg-run>.csv --out profiles --name trace':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof measure --algo pflego --tau 50 --trace --out profiles/reference --run-name trace-pflego-tau50':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof measure --algo fedavg --tau 50 --trace --out profiles/reference --run-name trace-fedavg-tau50':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof dashboard profiles/reference/trace-pflego-tau50.csv profiles/reference/trace-fedavg-tau50.csv --out profiles/reference --name trace-dashboard --title "edgeprof reference power trace: PFLEGO and FedAvg at tau=50, digits, 2-core CPU"':
+        Elsewhere(TRACE_PAGE),
+    'edgeprof trace profiles/reference/trace-pflego-tau50.csv':
+        Elsewhere(TRACE_PAGE),
 }
 #: what ``flower-app-dir`` prints is also started on loopback, SuperLink, SuperNode and submit, with TLS
 ALSO_RUN_ELSEWHERE = {
