@@ -20,11 +20,11 @@ Their bookkeeping is charged to the windows open meanwhile, as every other sampl
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from edgeprof.meters.base import INVALID, Domain
+from edgeprof.meters.sampler import Periodic
 from edgeprof.measure.profiler import Sample, Span
 
 #: the default sampling rate of ``--trace``, Hz
@@ -93,36 +93,19 @@ def trace_rows(points: Sequence[TracePoint], domains: Sequence[Domain], *, hz: f
     return tuple(rows)
 
 
-class Tracer:
+class Tracer(Periodic):
     """A daemon thread that calls ``tick()`` every ``1/hz`` seconds until :meth:`stop`.
 
-    ``tick`` is :meth:`edgeprof.measure.windows.Windows.trace_tick`, which samples only while a window is open.
-    ``wait`` is injectable (an Event's wait by default) so that tests can drive it.
+    ``tick`` is :meth:`edgeprof.measure.windows.Windows.trace_tick`, which samples only while a window is open; a
+    meter that fails in a tick ends the thread (:attr:`error`) and fails the window's own next edge instead.
     """
 
     def __init__(self, tick: Callable[[], None], hz: float) -> None:
-        self.hz = float(hz)
-        self._tick = tick
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="edgeprof-trace", daemon=True)
-        self.ticks = 0
-        self.error: Optional[BaseException] = None
+        super().__init__(tick, hz, "edgeprof-trace")
 
-    def start(self) -> "Tracer":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        period = 1.0 / self.hz
-        while not self._stop.wait(period):
-            try:
-                self._tick()
-                self.ticks += 1
-            except BaseException as err:  # a meter that fails here fails the window's own edge next; stop quietly
-                self.error = err
-                return
+    @property
+    def ticks(self) -> int:
+        return self.calls
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
+        super().stop(timeout=5.0)

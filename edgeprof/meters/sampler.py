@@ -100,6 +100,45 @@ class TrapezoidIntegrator:
         return {c: float("nan") if p is None else p / 1e6 for c, p in self._last_p.items()}
 
 
+class Periodic:
+    """A daemon thread that calls ``fn`` every ``1/hz`` seconds until :meth:`stop`.
+
+    An exception from ``fn`` ends the thread and is kept in :attr:`error` for the owner to raise where its
+    reader can handle it; :attr:`calls` counts the calls that returned. The power sampler and the power trace
+    (:class:`edgeprof.measure.trace.Tracer`) run on it.
+    """
+
+    def __init__(self, fn: Callable[[], object], hz: float, name: str) -> None:
+        self.fn, self.hz, self.name = fn, float(hz), name
+        self.calls = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "Periodic":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        period = 1.0 / self.hz
+        while not self._stop.wait(period):
+            try:
+                self.fn()
+                self.calls += 1
+            except BaseException as err:  # kept for the owner; the thread must not die silently
+                self.error = err
+                return
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread and wait for it (idempotent; from the thread itself, only stop)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
 class PowerSampler:
     """Samples ``read_power_uw()`` (channel -> integer microwatts) and integrates it.
 
@@ -125,10 +164,12 @@ class PowerSampler:
         self._clock_ns = clock_ns
         self._integrator = TrapezoidIntegrator(channels, max_power_uw)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._thread = Periodic(self.sample, self.hz, "edgeprof-power-sampler")
         self.sample()
+
+    @property
+    def _error(self) -> BaseException | None:
+        return self._thread.error
 
     def sample(self) -> None:
         """Take one sample now (reading the power first, then the clock)."""
@@ -163,23 +204,9 @@ class PowerSampler:
 
     def start(self) -> "PowerSampler":
         """Sample in a daemon thread every ``1/hz`` seconds until :meth:`stop`."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="edgeprof-power-sampler", daemon=True)
-            self._thread.start()
+        self._thread.start()
         return self
-
-    def _run(self) -> None:
-        period = 1.0 / self.hz
-        while not self._stop.wait(period):
-            try:
-                self.sample()
-            except BaseException as err:  # kept for the reader; the thread must not die silently
-                self._error = err
-                return
 
     def stop(self) -> None:
         """Stop the thread (idempotent)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._thread.stop()
