@@ -326,3 +326,30 @@ def test_sweep_and_train_trace_every_window_they_write(tmp_path, command):
     report = read_report(sidecar.with_suffix(".csv")).where()
     measured = {i for i, r in enumerate(report) if r["kind"] in ("client", "server")}
     assert measured and {r["row"] for r in rows} == measured
+
+
+def test_a_rapl_counter_in_a_sysfs_tree_is_traced_as_a_counter(tmp_path):
+    """The production RAPL meter reading a powercap tree: each interval's watts are its microjoules over its seconds,
+    across a wrap of the counter."""
+    from edgeprof.meters import rapl
+    from fixtures_sysfs import rapl_zone, set_energy
+
+    top = 2**20
+    rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=top - 3_000, max_range_uj=top)
+    machine = Machine()
+    prof = _profiler(machine, rapl.RaplMeter(tmp_path))
+    prof.windows.start_trace(HZ, thread=False)
+    counter, drawn_uj = top - 3_000, (2_000, 4_000, 1_000)  # the second step wraps past max_energy_range_uj
+
+    with prof.window("client") as win:
+        for i, uj in enumerate(drawn_uj):
+            counter = (counter + uj) % (top + 1)  # the counter runs 0..max_energy_range_uj inclusive
+            set_energy(tmp_path, "intel-rapl:0", counter)
+            machine.run(STEP)
+            if i < len(drawn_uj) - 1:
+                prof.windows.trace_tick()
+    rows = win.result.trace
+
+    assert {(r.column, r.method) for r in rows} == {("cpu_package", "counter")} and len(rows) == 3
+    assert [r.w for r in rows] == pytest.approx([uj / 1e6 / STEP for uj in drawn_uj], rel=1e-15)
+    assert sum(r.w * r.dt_s for r in rows) == pytest.approx(sum(drawn_uj) / 1e6, rel=1e-15)
