@@ -27,13 +27,23 @@ class Terminated(KeyboardInterrupt):
         self.reason = f"interrupted ({signal.Signals(signum).name})"
 
 
+#: the stop signals raised in this process so far (by any handler here): :func:`stop_once` raises only the first
+_raised: list[int] = []
+
+
+def _stop(signum: int) -> KeyboardInterrupt:
+    """The exception for stop signal ``signum``, counted as raised."""
+    _raised.append(signum)
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 def exit_code(err: KeyboardInterrupt) -> int:
     """128 + the signal number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
     return 128 + getattr(err, "signum", signal.SIGINT)
 
 
 def _raise_terminated(signum, _frame) -> None:
-    raise Terminated(signum)
+    raise _stop(signum)
 
 
 @contextlib.contextmanager
@@ -54,17 +64,17 @@ def stop_once() -> None:
     """The process's own handling from its start (the console script): the first stop signal raises
     (KeyboardInterrupt for Ctrl-C, :class:`Terminated` for SIGTERM and SIGHUP); later ones are ignored, because
     the run is already ending: a burst of Ctrl-C cannot break its clean-up into a traceback or a second line.
-    Blocks that install their own handlers (:func:`handle_termination`, :func:`signals_held`) restore this one.
+    Blocks that install their own handlers (:func:`handle_termination`, :func:`signals_held`) restore this one,
+    and a stop they raised counts as the first: one held during a write and raised after it is not followed by
+    another.
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    stopped: list[int] = []
 
     def first_stop(signum, _frame) -> None:
-        if stopped:
+        if _raised:
             return
-        stopped.append(signum)
-        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+        raise _stop(signum)
 
     for s in STOP_SIGNALS:
         signal.signal(s, first_stop)
@@ -101,7 +111,7 @@ class HeldSignals:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if deliver and self.pending:
-            raise KeyboardInterrupt() if self.pending[0] == signal.SIGINT else Terminated(self.pending[0])
+            raise _stop(self.pending[0])
 
 
 @contextlib.contextmanager

@@ -220,3 +220,26 @@ def test_ctrl_c_bursts_at_any_moment_end_in_one_line_and_whole_files(tmp_path):
         outcomes.append("complete" if proc.returncode == 0 else "report" if files else "no report")
 
     assert {"no report", "report"} <= set(outcomes), outcomes  # the bursts hit set-up and the rounds both
+
+
+def test_a_stop_raised_after_a_held_write_is_the_first_and_a_later_one_is_ignored():
+    """The console script's handling (stop_once): a Ctrl-C held during a write is raised after it and counts as the
+    first stop, so the Ctrl-C that follows while the command prints its line is ignored, not a second line."""
+    code = """
+import os, signal
+from edgeprof.signals import signals_held, stop_once
+stop_once()
+try:
+    with signals_held():
+        os.kill(os.getpid(), signal.SIGINT)  # lands during the write: held
+    print("not raised")
+except KeyboardInterrupt:
+    print("raised after the write")
+os.kill(os.getpid(), signal.SIGINT)  # the burst's next Ctrl-C
+signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+print("ignored")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["raised after the write", "ignored"]
