@@ -409,7 +409,7 @@ def test_out_is_a_folder_in_every_command(command):
 def _fake_write_dashboard(monkeypatch) -> list:
     received = []
 
-    def write(paths, output, title="edgeprof report"):
+    def write(paths, output, title="edgeprof report", *, trace_round=None, trace_client=None):
         received.append((list(paths), Path(output)))
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text("<html></html>")

@@ -272,3 +272,25 @@ def test_the_commands_the_power_trace_page_shows(tmp_path, monkeypatch):
     assert "power per phase, in time order" in results[0].output and "server step" in results[1].output
     assert f"round {rnd}, client {client} " in results[2].output and (tmp_path / "profiles" / "trace.html").is_file()
     assert "cache_forward" in results[4].output and "(estimate)" in results[4].output
+
+
+def test_the_dashboard_draws_the_round_and_client_asked_for_and_notes_an_algorithm_without_one(reports, tmp_path):
+    energies = {a: _client_energies(reports[a]) for a in ALGOS}
+    rnd = 2
+    median = {a: _lower_median([e for e in energies[a] if e[1] == rnd]) for a in ALGOS}
+    client = median["pflego"][2]
+    fedavg_has = any(c == client for _, r, c in energies["fedavg"] if r == rnd)
+
+    by_round = _section_figures(render([read_report(reports[a]) for a in ALGOS], trace_round=rnd))
+    by_client = render([read_report(reports[a]) for a in ALGOS], trace_round=rnd, trace_client=int(client))
+    missing = CliRunner().invoke(app, ["dashboard", str(reports["pflego"]), "--trace-round", "9", "--out",
+                                       str(tmp_path)])
+
+    for figure, algo in zip(by_round, ALGOS):  # each algorithm's median-energy client window of that round
+        assert f": {algo}, round {rnd} client {median[algo][2]}, " in figure["layout"]["title"]["text"]
+    titles = [f["layout"]["title"]["text"] for f in _section_figures(by_client)]
+    assert f": pflego, round {rnd} client {client}, " in titles[0]
+    assert ("Not drawn: " in _section(by_client)) == (not fedavg_has)
+    assert missing.exit_code == 2 and not list(tmp_path.iterdir())
+    assert "--trace-round/--trace-client match no traced client window" in missing.output
+    assert "rounds traced: 1, 2" in missing.output

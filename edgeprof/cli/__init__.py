@@ -461,13 +461,14 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 def dashboard(
     reports: Annotated[list[Path], typer.Argument(help="Report CSVs (their JSON sidecars are read too).")],
     out: o.PageOut = Path("profiles"), name: o.PageName = None, title: o.Title = "edgeprof report",
-    output: o.PageFile = None,
+    output: o.PageFile = None, trace_round: o.DashboardTraceRound = None, trace_client: o.DashboardTraceClient = None,
 ) -> None:
     """Write one self-contained HTML page (plots, fits, verdicts; opens offline) from one or more reports."""
     with guard():
         from edgeprof.report.dashboard import write_dashboard
 
-        path = write_dashboard(reports, _page_path(reports, out, name, output), title=title)
+        path = write_dashboard(reports, _page_path(reports, out, name, output), title=title,
+                               trace_round=trace_round, trace_client=trace_client)
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

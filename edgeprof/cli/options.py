@@ -310,3 +310,8 @@ TraceRound = Annotated[Optional[int], _opt("--round", panel=None, help="The roun
 TraceKind = Annotated[str, _opt("--kind", panel=None, choice=WINDOW_KIND,
                                 help="Which windows: client rounds, server steps, or a monitor's own windows.")]
 TraceClient = Annotated[Optional[int], _opt("--client", panel=None, help="The client whose window to show.")]
+DashboardTraceRound = Annotated[Optional[int], _opt(
+    "--trace-round", panel=OUTPUT, help="Power over time: draw each algorithm's traced client window of this round "
+                                        "(default: its median-energy window of all rounds).")]
+DashboardTraceClient = Annotated[Optional[int], _opt("--trace-client", panel=OUTPUT,
+                                                     help="Power over time: draw this client's traced window.")]

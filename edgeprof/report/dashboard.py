@@ -26,13 +26,13 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
                                VariantFit, analyze, variant_of)
 from edgeprof.errors import ConfigError, OutputError, ReportError, require
 from edgeprof.report.schema import BESIDE_ROUND
-from edgeprof.report.trace_view import (OUTSIDE, PHASE_COLORS, estimated, load, median_window, phase_bands,
+from edgeprof.report.trace_view import (OUTSIDE, PHASE_COLORS, choose, estimated, load, phase_bands,
                                         phase_bars, phase_stats, power_lines, report_row)
 from edgeprof.report.writer import Report, read_report
 
@@ -611,9 +611,8 @@ def _trace_groups(traced) -> dict[tuple[str, str], list]:
     return groups
 
 
-def _power_plot(page: _Page, device: str, variant: str, windows: Sequence, bands: Mapping[str, str]) -> str:
-    """The median-energy window of one algorithm: power against time per domain over its phases' bands."""
-    window = median_window(windows)
+def _power_plot(page: _Page, device: str, variant: str, window, bands: Mapping[str, str]) -> str:
+    """One algorithm's chosen window: power against time per domain over its phases' bands."""
     data, estimate = power_lines(window, COLORS), estimated([window])
     shapes, labels = phase_bands(window, bands)
     return page.figure(data, _marked(f"{device}: {variant}, round {window.round} client {window.client}, "
@@ -621,6 +620,22 @@ def _power_plot(page: _Page, device: str, variant: str, windows: Sequence, bands
                        {"title": {"text": "seconds since the window started"}},
                        {"title": {"text": _marked("watts", estimate)}, "rangemode": "tozero"},
                        shapes=shapes, annotations=labels, showlegend=True)
+
+
+def _chosen_windows(groups, round: Optional[int], client: Optional[int]) -> tuple[dict, list[str]]:
+    """(device, algorithm) -> the window to draw (its median-energy client window, within ``round`` and of
+    ``client`` when given), and a note for each algorithm that has none there. ConfigError (exit 2, naming what
+    was traced) when no algorithm has one."""
+    chosen, notes, errors = {}, [], []
+    for (device, variant), windows in groups.items():
+        try:
+            chosen[(device, variant)] = choose(windows, round=round, client=client)[0]
+        except ConfigError as err:
+            errors.append(f"{device}: {variant}: {err}")
+    if not chosen:
+        raise ConfigError("--trace-round/--trace-client match no traced client window: " + "; ".join(errors))
+    notes.extend(f"Not drawn: {e}." for e in errors)
+    return chosen, notes
 
 
 def _phase_power(page: _Page, device: str, variant: str, windows: Sequence) -> str:
@@ -631,8 +646,8 @@ def _phase_power(page: _Page, device: str, variant: str, windows: Sequence) -> s
                        showlegend=True)
 
 
-def _trace_rule(rates: Iterable[str]) -> str:
-    return (f"<p>The power trace of each algorithm's median-energy client window: every meter domain's mean power "
+def _trace_rule(rates: Iterable[str], scope: str) -> str:
+    return (f"<p>The power trace of each algorithm's median-energy client window{esc(scope)}: every meter domain's mean power "
             f"over each interval between samples (taken at {esc(_listing(rates))} and at every phase edge), drawn "
             f"as steps over the phases' shaded bands; drag to zoom, double-click to reset. A phase marked "
             f"<i>(short)</i> lasted less than two sample periods. Below, per algorithm: the mean power of each "
@@ -640,8 +655,10 @@ def _trace_rule(rates: Iterable[str]) -> str:
             f"bookkeeping between phases.</p>")
 
 
-def _power_over_time(page: _Page, reports: Sequence[Report]) -> str:
-    """Reports run with ``--trace``: power against time in a median window, mean power per phase."""
+def _power_over_time(page: _Page, reports: Sequence[Report], round: Optional[int] = None,
+                     client: Optional[int] = None) -> str:
+    """Reports run with ``--trace``: power against time in a chosen window (by default each algorithm's median
+    client window; ``round`` and ``client`` narrow it), mean power per phase."""
     traced, notes = _traced(reports)
     head = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
     groups = _trace_groups(traced)
@@ -654,9 +671,13 @@ def _power_over_time(page: _Page, reports: Sequence[Report]) -> str:
     estimate = ('<p class="estimate"><strong>Power here is an ESTIMATE</strong> wherever its method is estimate '
                 "(process CPU time times watts per core; dashed lines, hatched bars), not a measurement.</p>"
                 if any(estimated(ws) for ws in groups.values()) else "")
-    plots = [_power_plot(page, d, v, ws, bands) for (d, v), ws in groups.items()]
+    chosen, missing = _chosen_windows(groups, round, client)
+    head += "".join(f'<p class="note">{esc(n)}</p>' for n in missing)
+    scope = "".join(part for part, given in ((f" of client {client}", client), (f" in round {round}", round))
+                    if given is not None)
+    plots = [_power_plot(page, d, v, w, bands) for (d, v), w in chosen.items()]
     bars = [_phase_power(page, d, v, ws) for (d, v), ws in groups.items()]
-    return head + estimate + _trace_rule(rates) + _grid(plots) + _grid(bars)
+    return head + estimate + _trace_rule(rates, scope) + _grid(plots) + _grid(bars)
 
 
 def _method_section(reports: Sequence[Report]) -> str:
@@ -703,8 +724,10 @@ SCRIPT = """
 """
 
 
-def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
-    """The whole page for ``reports`` as one string (plotly.js inlined once)."""
+def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_round: Optional[int] = None,
+           trace_client: Optional[int] = None) -> str:
+    """The whole page for ``reports`` as one string (plotly.js inlined once); ``trace_round`` and
+    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window)."""
     get_plotlyjs = require("plotly.offline", "dashboard", "the dashboard").get_plotlyjs
 
     if not reports:
@@ -720,7 +743,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
         "cost-vs-tau": _one_tau(analysis) or _energy_note(rows) + _cost_vs_tau(page, analysis, devices),
         "phases": _grid([_phase_plot(page, rs, d, _phase_names(reports)) for d, rs in devices.items()])
         + _memory(devices) + _setup(devices),
-        "trace": _power_over_time(page, reports),
+        "trace": _power_over_time(page, reports, trace_round, trace_client),
         "timeseries": _timeseries(page, devices),
         "energy": _energy(page, devices),
         "accuracy": _accuracy(page, devices),
@@ -735,10 +758,12 @@ def render(reports: Sequence[Report], title: str = "edgeprof report") -> str:
             f"<script>{SCRIPT}</script></body></html>\n")
 
 
-def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str = "edgeprof report") -> Path:
-    """Read the reports at ``paths`` and write the page to ``output`` (ReportError / OutputError)."""
+def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str = "edgeprof report", *,
+                    trace_round: Optional[int] = None, trace_client: Optional[int] = None) -> Path:
+    """Read the reports at ``paths`` and write the page to ``output`` (ReportError / OutputError; ConfigError
+    for a ``trace_round`` / ``trace_client`` with no traced client window)."""
     reports = [read_report(p) for p in paths]
-    text = render(reports, title=title)
+    text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client)
     output = Path(output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
