@@ -353,3 +353,33 @@ def test_a_rapl_counter_in_a_sysfs_tree_is_traced_as_a_counter(tmp_path):
     assert {(r.column, r.method) for r in rows} == {("cpu_package", "counter")} and len(rows) == 3
     assert [r.w for r in rows] == pytest.approx([uj / 1e6 / STEP for uj in drawn_uj], rel=1e-15)
     assert sum(r.w * r.dt_s for r in rows) == pytest.approx(sum(drawn_uj) / 1e6, rel=1e-15)
+
+
+def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path):
+    """The production Jetson meter over a nano's rails, its sampler on the same fake clock as the profiler: each
+    interval's watts are the trapezoid of the rail's power at its two ends (the meter samples at every read)."""
+    from edgeprof.meters import jetson
+    from fixtures_sysfs import FakeClock, build_jetson, set_rails
+
+    build_jetson(tmp_path, "nano")
+    clock = FakeClock()
+    powers_mw = (4000, 6000, 2000, 2000)  # the input rail at the window's start, two ticks, then until its end
+    set_rails(tmp_path, "nano", {"POM_5V_IN": (powers_mw[0], 1000)})
+    meter = jetson.JetsonMeter(tmp_path, hz=10, clock_ns=clock, start_thread=False)
+    prof = Profiler(MeterSet([meter]), clock=lambda: clock() / 1e9, cpu_clock=lambda: 0.0,
+                    thread_clock=lambda: 0.0, rss=NoRss())
+    prof.windows.start_trace(HZ, thread=False)
+
+    with prof.window("client") as win:
+        for i, mw in enumerate(powers_mw[1:]):
+            clock.advance_s(STEP)
+            set_rails(tmp_path, "nano", {"POM_5V_IN": (mw, 1000)})  # iio: mW (the second value unused)
+            if i < 2:
+                prof.windows.trace_tick()
+        clock.advance_s(STEP)  # the end reads 2 W again, 2 STEP after the last tick
+    total = [r for r in win.result.trace if r.domain == "board_total"]
+
+    assert {r.method for r in total} == {"integrated_power"}
+    # trapezoids between consecutive samples (the rail read at each end), in watts
+    assert [r.w for r in total] == pytest.approx([5.0, 4.0, 2.0], rel=1e-9)
+    assert sum(r.w * r.dt_s for r in total) == pytest.approx(win.result.span.energy_j["board_total"], rel=1e-12)
