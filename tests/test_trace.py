@@ -383,3 +383,29 @@ def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path):
     # trapezoids between consecutive samples (the rail read at each end), in watts
     assert [r.w for r in total] == pytest.approx([5.0, 4.0, 2.0], rel=1e-9)
     assert sum(r.w * r.dt_s for r in total) == pytest.approx(win.result.span.energy_j["board_total"], rel=1e-12)
+
+
+def test_an_interrupted_run_keeps_the_trace_of_every_window_it_wrote(tmp_path, monkeypatch):
+    from edgeprof.rounds.federation import Federation
+
+    real, calls = Federation.client_round, []
+
+    def stopped_on_the_fourth(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "client_round", stopped_on_the_fourth)
+    result = CliRunner().invoke(app, ["measure", *SMALL[:-3], "--rounds", "5", "--no-progress", "--tau", "2",
+                                      "--trace", "--trace-hz", "200", "--run-name", "t", "--out", str(tmp_path)])
+
+    assert result.exit_code == 130, result.output
+    sidecar = json.loads((tmp_path / "t.json").read_text())
+    assert sidecar["status"] == "interrupted" and sidecar["trace"]["rows"] > 0
+    rows = read_trace(tmp_path / sidecar["trace"]["file"])
+    report = read_report(tmp_path / "t.csv").where()
+    assert {r["row"] for r in rows} == set(range(len(report))) and len(report) == sidecar["rows"]
+    for index, row in enumerate(report):
+        total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
+        assert total == pytest.approx(float(row["energy_j"]), rel=5e-6 + 1e-8), index
