@@ -409,3 +409,27 @@ def test_an_interrupted_run_keeps_the_trace_of_every_window_it_wrote(tmp_path, m
     for index, row in enumerate(report):
         total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
         assert total == pytest.approx(float(row["energy_j"]), rel=5e-6 + 1e-8), index
+
+
+def test_a_meter_failing_in_a_tick_stops_the_tracer_and_is_kept_for_the_sidecar():
+    import time
+
+    class FailsOnce(MachineMeter):
+        def read_j(self):
+            if self.reads == 1:  # the second read: the tracer's first tick
+                self.reads += 1
+                raise OSError("counter unreadable for a moment")
+            return super().read_j()
+
+    machine = Machine()
+    prof = Profiler(MeterSet([FailsOnce(machine)]), rss=NoRss())
+    prof.windows.start_trace(1000.0)
+    with prof.window("client") as win:
+        deadline = time.monotonic() + 10
+        while prof.windows._tracer.error is None and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.001)
+    ticks = prof.windows.stop_trace()
+
+    assert ticks == 0 and "counter unreadable" in str(prof.windows.trace_error)
+    # the window's own edges still measured it: one interval, start to end
+    assert [r.domain for r in win.result.trace] == ["cpu_package_0", "gpu_0", "psys"]

@@ -250,10 +250,7 @@ class RunRows:
                        train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
         row = {k: "" if v is None else str(v) for k, v in row.items()}
         row.update(format_cells(profile, set(self.ctx.writer.columns)))
-        index = self.ctx.writer.rows_written
-        self.ctx.writer.write(row)
-        if trace is not None and self.ctx.trace is not None:
-            self.ctx.trace.write_window(trace, row, index, window=window)
+        self.ctx.write(row, trace, window)
 
     @contextlib.contextmanager
     def server_window(self, server_round: int, replies: list[Message]) -> Iterator[None]:

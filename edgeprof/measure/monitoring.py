@@ -317,11 +317,7 @@ class Monitor:
         result = self._windows.end(mw._win)
         with self._lock:
             row = self._row(mw, result)
-            index = self._session.ctx.writer.rows_written
-            self._write(row)
-            trace = self._session.ctx.trace
-            if trace is not None and result.trace is not None:
-                trace.write_window(result.trace, row, index, window=mw.name)
+            self._write(row, result.trace, mw.name)
             self._session.done += 1  # the sidecar's rounds_completed: windows measured here (Flower: rounds)
             self._counts[mw.name] = self._counts.get(mw.name, 0) + 1
             self._overlapped += mw._win.overlapped
@@ -344,12 +340,13 @@ class Monitor:
             row["peak_rss_mb"] = ""
         return row
 
-    def _write(self, row: Mapping[str, str]) -> None:
+    def _write(self, row: Mapping[str, str], trace: Optional[Sequence] = None, window: str = "") -> None:
+        """The row (new label and phase columns join the header first) and, when traced, its window's trace."""
         writer = self._session.ctx.writer
         missing = [c for c in row if c not in writer.columns]
         if missing:
             writer.add_columns(missing)
-        writer.write(row)
+        self._session.ctx.write(row, trace, window)
 
     @contextlib.contextmanager
     def window(self, name: str, /, *, kind: str = "window", **labels: Any) -> Iterator[MonitorWindow]:
@@ -475,10 +472,7 @@ class Monitor:
         row = self._base(name, kind, label_cells, other)
         row.update(format_cells(cells, allowed))
         with self._lock:
-            index = self._session.ctx.writer.rows_written
-            self._write(row)
-            if trace is not None and self._session.ctx.trace is not None:
-                self._session.ctx.trace.write_window(trace, row, index, window=name)
+            self._write(row, trace, name)
             self._counts[name] = self._counts.get(name, 0) + 1
         return row
 

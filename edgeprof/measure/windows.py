@@ -112,6 +112,7 @@ class Windows:
         self._names: set[str] = set()  # phase names this engine has checked (phases recur every round)
         self.trace_hz = 0.0  # the power trace's rate while it is on (start_trace)
         self._tracer = None
+        self.trace_error: Optional[BaseException] = None  # what stopped the last tracer early (a failing meter)
 
     # --- the power trace (edgeprof.measure.trace) ------------------------------------------------------------
     def start_trace(self, hz: float, *, thread: bool = True) -> None:
@@ -130,6 +131,7 @@ class Windows:
         if tracer is None:
             return 0
         tracer.stop()
+        self.trace_error = tracer.error
         return tracer.ticks
 
     def trace_tick(self) -> None:

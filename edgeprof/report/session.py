@@ -20,7 +20,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
@@ -60,11 +60,18 @@ class RunContext:
     trace_section: Optional[dict] = None
 
     def record(self, window, base: dict) -> None:
+        """The row of a window measured here (``base``: its identifying cells), and its trace."""
+        self.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
+                                   carbon_g_per_kwh=self.energy.carbon_g_per_kwh), window.result.trace,
+                   window.result.name)
+
+    def write(self, row: Mapping[str, object], trace: Optional[Sequence] = None, window: str = "") -> None:
+        """Append one report row and, when the run is traced and the window it measured has a trace (a
+        :class:`~edgeprof.measure.trace.TraceRow` sequence, here or a Flower client's), that trace labelled as it."""
         index = self.writer.rows_written
-        self.writer.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
-                                          carbon_g_per_kwh=self.energy.carbon_g_per_kwh))
-        if self.trace is not None and window.result.trace is not None:
-            self.trace.write_window(window.result.trace, base, index, window=window.result.name)
+        self.writer.write(row)
+        if self.trace is not None and trace is not None:
+            self.trace.write_window(trace, row, index, window=window)
 
 
 def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:
@@ -191,7 +198,8 @@ def finish_trace(ctx: RunContext) -> dict:
     """Stop the run's tracer and close its trace file (Parquet where pyarrow is installed): the sidecar's
     ``trace`` section. Called once, however the run ended; a file that cannot be converted stays CSV."""
     if ctx.trace_section is None:
-        ticks = ctx.profiler.windows.stop_trace()
+        windows = ctx.profiler.windows
+        ticks = windows.stop_trace()
         try:
             section = ctx.trace.finish()
         except Exception as err:  # the CSV is whole: keep it, and say why it is not Parquet
@@ -199,6 +207,8 @@ def finish_trace(ctx: RunContext) -> dict:
                        "intervals": ctx.trace.intervals, "rows": ctx.trace.rows_written,
                        "note": f"not converted to Parquet: {err}"}
         section["ticks"] = ticks
+        if windows.trace_error is not None:  # a meter failed in a tick: the trace has the windows' edges after it
+            section["note"] = f"the tracer stopped after {ticks} ticks: {windows.trace_error}"
         ctx.trace_section = section
     return ctx.trace_section
 
