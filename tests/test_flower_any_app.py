@@ -194,3 +194,39 @@ def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_pa
     assert seen and not any(seen)  # the wrapped strategy sees the replies as the ClientApp returned them
     assert "trace" not in __import__("json").loads((tmp_path / "fl.json").read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fl.csv", "fl.json"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"w": [1.0]},  # fields missing
+    "lengths",
+    "method",
+])
+def test_a_trace_record_the_server_cannot_read_is_dropped_and_the_row_still_written(tmp_path, task_identity,
+                                                                                  caplog, bad):  # noqa: F811
+    from edgeprof.flower.energy import TRACE_RECORD
+    from edgeprof.report.trace import read_trace
+
+    def spoil(msg, context, call_next):
+        reply = call_next(msg, context)
+        record = dict(reply.content[TRACE_RECORD])
+        if bad == "lengths":
+            record["w"] = record["w"][:-1]
+        elif bad == "method":
+            record["method"] = ["made-up"] * len(record["method"])
+        else:
+            record = bad
+        reply.content[TRACE_RECORD] = ConfigRecord(record)
+        return reply
+
+    strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl",
+                                trace_hz=200)
+    federate(plain_client_app([spoil, energy_mod(meters=estimate_meters, trace_hz=200)]), strategy)
+    report = read_report(tmp_path / "fl.csv").where()
+    section = __import__("json").loads((tmp_path / "fl.json").read_text())["trace"]
+    rows = read_trace(tmp_path / section["file"])
+
+    clients = [i for i, r in enumerate(report) if r["kind"] in ("client", "eval")]
+    assert len(clients) == 2 * ROUNDS * len(NODES)  # every reply's row is written
+    assert not any(r["row"] in clients for r in rows)  # none with the unreadable trace
+    assert {r["kind"] for r in rows} == {"server"}  # the server's own windows are still traced
+    assert "cannot read" in caplog.text

@@ -34,12 +34,15 @@ same time on one machine (Flower's simulation engine) count each other's work in
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message
 
 from edgeprof.host import device_label
+
+_log = logging.getLogger("edgeprof.flower")
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
@@ -127,21 +130,37 @@ def trace_record(trace) -> ConfigRecord:
 
 
 def take_trace(msg: Message) -> Optional[tuple]:
-    """The trace rows a traced mod attached to ``msg`` (None if none), removed from it."""
+    """The trace rows a traced mod attached to ``msg`` (None if none), removed from it. A record that is not a
+    trace edgeprof's mod writes (lists of other lengths or types, an unknown method) is dropped with a warning:
+    a reply's profile row is still written, without its trace."""
     from edgeprof.measure.trace import TraceRow
+    from edgeprof.meters.base import INVALID, METHODS
 
     if TRACE_RECORD not in msg.content:
         return None
     record = msg.content[TRACE_RECORD]
     del msg.content[TRACE_RECORD]
-    if not isinstance(record, ConfigRecord):
+    types = {"t_s": float, "dt_s": float, "phase": str, "domain": str, "column": str, "in_total": bool, "w": float,
+             "method": str, "short_phase": bool}
+    try:
+        if not isinstance(record, ConfigRecord) or set(record) != set(types):
+            raise ValueError(f"fields {sorted(record) if isinstance(record, ConfigRecord) else type(record).__name__}")
+        columns = {f: list(record[f]) for f in types}
+        if len({len(c) for c in columns.values()}) != 1:
+            raise ValueError("lists of different lengths")
+        for f, kind in types.items():
+            ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)) if kind is float else \
+                (lambda v, kind=kind: isinstance(v, kind))
+            if not all(ok(v) for v in columns[f]):
+                raise ValueError(f"{f} holds a value that is not {kind.__name__}")
+        if not set(columns["method"]) <= {*METHODS, INVALID}:
+            raise ValueError(f"unknown method in {sorted(set(columns['method']))}")
+    except ValueError as err:
+        _log.warning("node %s sent a trace record edgeprof cannot read (%s): its row is written without a trace",
+                     msg.metadata.src_node_id, err)
         return None
-    fields = list(TraceRow.__dataclass_fields__)
-    columns = [list(record[f]) for f in fields]
-    if len({len(c) for c in columns}) != 1:
-        raise ValueError("the trace record's lists differ in length")
-    return tuple(TraceRow(*(float(v) if f in ("t_s", "dt_s", "w") else v for f, v in zip(fields, values)))
-                 for values in zip(*columns))
+    return tuple(TraceRow(**{f: float(columns[f][i]) if types[f] is float else columns[f][i] for f in types})
+                 for i in range(len(columns["method"])))
 
 
 def startup_cells() -> dict[str, float]:
