@@ -203,3 +203,25 @@ def test_a_traced_run_config_traces_every_client_round_and_server_step(tmp_path,
     for index in measured:
         total = sum(r["w"] * r["dt_s"] for r in rows if r["row"] == index)
         assert total == pytest.approx(float(report[index]["energy_j"]), rel=5e-6 + 1e-8), index
+
+
+def test_a_node_config_trace_hz_0_keeps_that_device_from_tracing(tmp_path, task_identity):
+    from edgeprof.config import EnergySettings
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.config import FlowerSettings, to_run_config
+    from edgeprof.flower.server_app import run_server
+    from edgeprof.report import read_report
+    from edgeprof.report.trace import read_trace
+
+    cfg = dataclasses.replace(tiny_cfg("fedavg", tmp_path), participation=1.0, energy=EnergySettings(trace_hz=200.0))
+    run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))
+    contexts = {pid: Context(run_id=1, node_id=pid, node_config={
+        "partition-id": pid, "num-partitions": CLIENTS, **({"trace-hz": 0} if pid == 0 else {})},
+        state=RecordDict(), run_config=run_config) for pid in range(CLIENTS)}
+
+    run_id = run_server(LoopbackGrid(make_client_app(), contexts), run_config)
+    report = read_report(tmp_path / f"{run_id}.csv").where()
+    rows = read_trace(tmp_path / json.loads((tmp_path / f"{run_id}.json").read_text())["trace"]["file"])
+
+    traced = {report[r["row"]]["client"] for r in rows if r["kind"] == "client"}
+    assert traced == {str(pid) for pid in range(1, CLIENTS)}  # every device but the one that opted out
