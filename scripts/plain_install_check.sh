@@ -33,6 +33,7 @@ if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
 else
   "${PIP[@]}" $spec
 fi
+rm -rf build  # setuptools builds in the tree and never deletes a module removed since: no stale copy may ship
 if [ "$MODE" = newest ]; then
   "${PIP[@]}" .
 else
