@@ -7,14 +7,14 @@
 # which must say in one line which extra is missing.
 #
 # With --lowest, the same on the lowest releases pyproject declares instead of the newest (uv's
-# --resolution lowest-direct: the oldest release of each dependency that its lower bound allows, torch held at
-# the one installed first), and then the core test files (CLI, numerics, reports, profiler) on that environment:
-# the lower bounds are what was run, not a guess.
+# --resolution lowest-direct: the oldest release of each dependency that its lower bound allows; torch is the one
+# installed first, 2.1.2 by default), and then the core test files (CLI, numerics, algorithms, compute, reports,
+# profiler, sweep) on that environment: the lower bounds are what was run, not a guess.
 #
 # Needs the main environment (.venv, scripts/setup.sh) for pytest. Without --lowest it fails when typer is not the
 # newest release the package index offers (the point of this check), unless EDGEPROF_PLAIN_ANY_TYPER=1.
 #   EDGEPROF_PLAIN_VENV  where to build it (default .venv-plain, or .venv-lowest; rebuilt from scratch every run)
-#   EDGEPROF_TORCH_SPEC  the torch installed first (default torch==2.13.0)
+#   EDGEPROF_TORCH_SPEC  the torch installed first (default torch==2.13.0; with --lowest torch==2.1.2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-newest}"
@@ -25,7 +25,10 @@ PYTHON="${PYTHON:-python3}"
 rm -rf "$PLAIN"
 "$PYTHON" -m venv "$PLAIN"
 PIP=("$PLAIN/bin/python" -m pip install --quiet --disable-pip-version-check)
-spec="${EDGEPROF_TORCH_SPEC:-torch==2.13.0}"
+# the lowest torch pyproject allows is torch 2.1: the release a plain index offers (its CUDA build, ~3 GB with the
+# NVIDIA libraries it pulls, runs on the CPU)
+if [ "$MODE" = lowest ]; then default_torch="torch==2.1.2"; else default_torch="torch==2.13.0"; fi
+spec="${EDGEPROF_TORCH_SPEC:-$default_torch}"
 echo "plain ($MODE): installing $spec, then the project with no extras"
 # shellcheck disable=SC2086
 if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
@@ -65,5 +68,8 @@ if [ "$MODE" = lowest ]; then
   "${PIP[@]}" pytest pytest-timeout hypothesis
   PYTHONPATH=. "$PLAIN/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli.py tests/test_hostile_input.py \
     tests/test_pflego.py tests/test_ort.py tests/test_head.py tests/test_fedavg.py tests/test_baselines.py \
-    tests/test_report.py tests/test_profiler.py tests/test_analysis.py tests/test_meters_carbon.py
+    tests/test_report.py tests/test_profiler.py tests/test_analysis.py tests/test_meters_carbon.py \
+    tests/test_compute.py tests/test_custom_backbone.py tests/test_execution.py tests/test_pflego_engines.py \
+    tests/test_reproducibility.py tests/test_backbones.py tests/test_eval_protocol.py tests/test_sweep.py \
+    tests/test_train.py
 fi

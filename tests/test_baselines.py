@@ -285,3 +285,20 @@ def test_training_lowers_the_loss(name, tmp_path):
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert set(ALGORITHMS[name].phases) <= {c[:-2] for c in report.columns if c.endswith("_s")}
     assert all(r[f"{ALGORITHMS[name].phases[-1]}_s"] for r in report.where(kind="client"))
+
+
+def test_fedbabus_orthogonal_head_is_seeded_orthonormal_and_leaves_the_global_rng_alone():
+    from tolerances import gamma
+
+    head = fedbabu.orthogonal_head(10, 64, seed=7)[0]
+    torch.manual_seed(1)
+    drawn = torch.rand(3)
+    torch.manual_seed(1)
+    fedbabu.orthogonal_head(10, 64, seed=7)
+
+    assert np.array_equal(head, fedbabu.orthogonal_head(10, 64, seed=7)[0])
+    assert not np.array_equal(head, fedbabu.orthogonal_head(10, 64, seed=8)[0])
+    # rows of a float32 QR factor: each dot product of 64 terms within a few gamma_64 of the identity's
+    np.testing.assert_allclose(head.astype(np.float64) @ head.T.astype(np.float64), np.eye(10), rtol=0,
+                               atol=4 * gamma(64))
+    assert torch.equal(torch.rand(3), drawn)  # the global generator did not move

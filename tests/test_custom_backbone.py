@@ -157,7 +157,7 @@ def test_an_export_that_ties_running_variance_to_the_weight_is_refused_naming_th
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (torch.zeros(1, *SHAPE),), buffer, input_names=["x"], output_names=["features"],
                           dynamic_axes={"x": {0: "batch"}, "features": {0: "batch"}}, opset_version=17,
-                          do_constant_folding=False, dynamo=False)
+                          do_constant_folding=False, **ort._torchscript_exporter())
     tied = onnx.load_from_string(buffer.getvalue())
     names = ort._param_names(tied, module)
 

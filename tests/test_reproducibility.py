@@ -7,6 +7,8 @@ docs/reproduction.md, "PFLEGO at the paper's rho: thread count and reproducibili
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -17,7 +19,12 @@ threadpoolctl = pytest.importorskip("threadpoolctl")
 
 
 def _blas_threads() -> list[int]:
-    return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
+    """The thread counts of numpy's own BLAS (what its matrix products call; scipy, once imported, brings a BLAS of
+    its own that numpy never calls, so which tests ran before cannot change what is counted here)."""
+    here = Path(np.__file__).resolve().parent
+    numpys = (here, here.parent / "numpy.libs")
+    return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"
+            and any(Path(info["filepath"]).resolve().is_relative_to(d.resolve()) for d in numpys)]
 
 
 @pytest.fixture

@@ -83,6 +83,14 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
     return path
 
 
+def _torchscript_exporter() -> dict:
+    """``dynamo=False`` where ``torch.onnx.export`` has that choice (torch 2.5 and later; the dynamo exporter is
+    its default from 2.9); older releases only have the TorchScript-based exporter."""
+    import inspect
+
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+
+
 def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
     """Export with the TorchScript-based exporter (the dynamo one needs onnxscript and is slower).
 
@@ -104,7 +112,8 @@ def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
                 module, (torch.zeros((1, *input_shape), dtype=torch.float32),), buffer,
                 input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                 dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-                opset_version=opset, do_constant_folding=False, dynamo=False, keep_initializers_as_inputs=True,
+                opset_version=opset, do_constant_folding=False, keep_initializers_as_inputs=True,
+                **_torchscript_exporter(),
             )  # fmt: skip
     except Exception as err:  # torch raises many unrelated types here
         raise ModelError(f"ONNX export failed: {type(err).__name__}: {err}".splitlines()[0]) from err
