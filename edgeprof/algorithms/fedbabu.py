@@ -46,7 +46,7 @@ server_step = fedper.server_step
 def orthogonal_head(num_outputs: int, feature_dim: int, seed: int) -> list[np.ndarray]:
     """[W, b]: W (num_outputs x M) with orthonormal rows (torch's orthogonal init), b zero."""
     weight = torch.empty(num_outputs, feature_dim)  # host-only: as fedavg.shared_head
-    with torch.random.fork_rng(devices=[]):  # orthogonal_ takes a generator only from torch 2.3: seed a forked one
+    with torch.random.fork_rng(devices=[]):  # torch 2.1's orthogonal_ takes no generator: seed a forked global one
         torch.manual_seed(seed)
         torch.nn.init.orthogonal_(weight)
     return [weight.numpy().astype(np.float32), np.zeros(num_outputs, dtype=np.float32)]  # host-only: drawn on the host

@@ -84,8 +84,8 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
 
 
 def _torchscript_exporter() -> dict:
-    """``dynamo=False`` where ``torch.onnx.export`` has that choice (torch 2.5 and later; the dynamo exporter is
-    its default from 2.9); older releases only have the TorchScript-based exporter."""
+    """``dynamo=False`` where ``torch.onnx.export`` has that choice (recent releases, whose default became the
+    dynamo exporter); older ones (torch 2.1, the lowest pyproject allows) only have the TorchScript-based one."""
     import inspect
 
     return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
