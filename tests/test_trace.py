@@ -235,6 +235,7 @@ def test_a_traced_run_writes_its_trace_beside_the_report_and_each_window_integra
     section = sidecar["trace"]
     assert section["format"] == ("parquet" if parquet else "csv") and section["hz"] == 200.0
     assert section["file"] == f"t.trace.{section['format']}" and section["columns"] == list(TRACE_COLUMNS)
+    assert section["notes"] == [] and section["ticks"] >= 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.csv", "t.json", section["file"]])
     rows = read_trace(tmp_path / section["file"])
     assert len(rows) == section["rows"]

@@ -200,15 +200,9 @@ def finish_trace(ctx: RunContext) -> dict:
     if ctx.trace_section is None:
         windows = ctx.profiler.windows
         ticks = windows.stop_trace()
-        try:
-            section = ctx.trace.finish()
-        except Exception as err:  # the CSV is whole: keep it, and say why it is not Parquet
-            section = {"file": ctx.trace.path.name, "format": "csv", "hz": ctx.trace.hz,
-                       "intervals": ctx.trace.intervals, "rows": ctx.trace.rows_written,
-                       "note": f"not converted to Parquet: {err}"}
-        section["ticks"] = ticks
+        section = {**ctx.trace.finish(), "ticks": ticks}
         if windows.trace_error is not None:  # a meter failed in a tick: the trace has the windows' edges after it
-            section["note"] = f"the tracer stopped after {ticks} ticks: {windows.trace_error}"
+            section["notes"].append(f"the tracer stopped after {ticks} ticks: {windows.trace_error}")
         ctx.trace_section = section
     return ctx.trace_section
 

@@ -78,17 +78,21 @@ class TraceWriter:
         self._writer.close()
 
     def finish(self) -> dict:
-        """Close the CSV and, where pyarrow is installed, turn it into Parquet; the sidecar's ``trace`` section."""
+        """Close the CSV and, where pyarrow is installed, turn it into Parquet; the sidecar's ``trace`` section.
+        A CSV that cannot be converted stays (it is whole), and ``notes`` say why."""
         self.close()
-        path, fmt = self.path, "csv"
+        path, fmt, notes = self.path, "csv", []
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             pass
         else:
-            path, fmt = to_parquet(self.path), "parquet"
+            try:
+                path, fmt = to_parquet(self.path), "parquet"
+            except Exception as err:  # pyarrow's own error types vary by version
+                notes.append(f"not converted to Parquet: {err}")
         return {"file": path.name, "format": fmt, "hz": self.hz, "intervals": self.intervals,
-                "rows": self.rows_written, "columns": list(TRACE_COLUMNS)}
+                "rows": self.rows_written, "columns": list(TRACE_COLUMNS), "notes": notes}
 
 
 def _arrow_types():
