@@ -35,6 +35,27 @@ def best_of(fn, repeats: int, sync) -> float:
     return best
 
 
+def measure(device: str, backbone: str = "cnn-omniglot", sizes=(150, 600, 2400), classes: int = 5,
+            steps: int = 49, repeats: int = 5, threads=None) -> dict:
+    """The rule for ``device``'s kind and, per local set size N, the best-of-``repeats`` seconds of the head steps
+    in numpy on the host and in torch on the device (interleaved)."""
+    module = build_backbone(backbone)
+    compute = resolve(device, "contiguous:all", module, threads)
+    m = module.feature_dim
+    rows = []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        feats_b = headlib.with_bias(rng.random((n, m), dtype=np.float32))
+        labels = rng.integers(0, classes, n)
+        head = headlib.init_head(classes, m, rng)
+        host = best_of(lambda: headlib.gradient_steps(head, feats_b, labels, 0.1, steps), repeats, compute.sync)
+        on_device = best_of(lambda: headlib.device_gradient_steps(compute, head, feats_b, labels, 0.1, steps),
+                            repeats, compute.sync)
+        rows.append({"n": n, "numpy_s": host, "torch_s": on_device, "torch_over_numpy": on_device / host})
+    return {"device": compute.device, "backbone": backbone, "features": m, "classes": classes, "steps": steps,
+            "rule": "torch on the device" if compute.kind.head_on_device else "numpy on the host", "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -45,23 +66,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
-    module = build_backbone(args.backbone)
-    compute = resolve(args.device, "contiguous:all", module, args.threads)
-    m = module.feature_dim
-    rule = "torch on the device" if compute.kind.head_on_device else "numpy on the host"
-    print(f"{args.steps} head steps, M={m} features ({args.backbone}), K={args.classes}; device {compute.device}; "
-          f"the rule for {compute.kind.name}: {rule}")
+    result = measure(args.device, args.backbone, tuple(int(s) for s in args.sizes.split(",")), args.classes,
+                     args.steps, args.repeats, args.threads)
+    print(f"{args.steps} head steps, M={result['features']} features ({args.backbone}), K={args.classes}; "
+          f"device {result['device']}; the rule for it: {result['rule']}")
     print(f"{'N':>6}{'numpy s':>11}{'torch s':>11}{'torch/numpy':>13}")
-    rng = np.random.default_rng(0)
-    for n in (int(s) for s in args.sizes.split(",")):
-        feats_b = headlib.with_bias(rng.random((n, m), dtype=np.float32))
-        labels = rng.integers(0, args.classes, n)
-        head = headlib.init_head(args.classes, m, rng)
-        host = best_of(lambda: headlib.gradient_steps(head, feats_b, labels, 0.1, args.steps), args.repeats,
-                       compute.sync)
-        device = best_of(lambda: headlib.device_gradient_steps(compute, head, feats_b, labels, 0.1, args.steps),
-                         args.repeats, compute.sync)
-        print(f"{n:>6}{host:>11.4f}{device:>11.4f}{device / host:>12.2f}x")
+    for row in result["rows"]:
+        print(f"{row['n']:>6}{row['numpy_s']:>11.4f}{row['torch_s']:>11.4f}{row['torch_over_numpy']:>12.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,42 +1,61 @@
 #!/usr/bin/env python
 """Validate a CUDA machine end to end: the GPU tests, then PFLEGO against FedAvg on the GPU with NVML's joules.
 
-Needs only what a CUDA PyTorch image has (torch 2.11 or newer, onnxruntime, nvidia-ml-py, numpy, scipy, psutil,
-typer, rich; no flwr, codecarbon or plotly). From the checkout:
+Needs only what a CUDA PyTorch image has (torch 2.1 or newer, onnxruntime, nvidia-ml-py, numpy, scipy, psutil,
+typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
 
     PYTHONPATH=. python scripts/gpu_check.py --out DIR [--device cuda:0] [--taus 5,25,50,100] [--repeats 3]
+                                             [--archive FILE.tar.gz]
 
+0. the machine: GPU, driver, CUDA, power limit, torch, onnxruntime and its providers (``DIR/gpu_check.json``);
 1. the GPU tests (``tests/test_gpu.py`` under pytest where it is installed, else the same checks of
    ``tests/gpu_cases.py`` called directly);
 2. the GPU's idle power (NVML power samples over ``--idle-seconds`` before anything runs);
-3. ``sweep --device cuda --algos pflego,fedavg`` on ``cnn-omniglot`` and ``cnn-cifar`` (one client of 600 local
-   images), while a thread samples the round's GPU's power and utilisation through NVML at ``--sample-hz``;
-4. printed and written to ``DIR/gpu_check.json``: the FedAvg/PFLEGO per-round ratio at tau=50 in wall time and in
-   NVML joules, PFLEGO's growth from the smallest to the largest tau, the phase split, the GPU's utilisation inside
-   the client windows and between them, NVML's energy counter against the integral of its power samples over the
-   same windows, the idle power, and a PFLEGO round against one bare forward and one forward+backward of the same
-   backbone on the GPU (the floor);
-5. the sweep reports in DIR, and the dashboard where plotly is installed (else one line says it is not).
+3. the rule for PFLEGO's head steps on this device kind (``scripts/bench_head_steps.py``: numpy on the host
+   against torch on the device, for a quarter, one and four times ``--samples`` local images);
+4. ``sweep --device cuda --algos pflego,fedavg --trace`` on ``cnn-omniglot`` and ``cnn-cifar`` (one client of
+   ``--samples`` local images), while a thread samples the round's GPU's power (NVML's average and, where the
+   GPU answers it, instant field) and utilisation at ``--sample-hz``, and reads its energy counter at both ends;
+5. printed and written: the FedAvg/PFLEGO per-round ratio at tau=50 in wall time and in NVML joules (ratio of
+   geometric means with its 95% interval), PFLEGO's and FedAvg's growth over tau with the sweep's verdicts and
+   whether the claim is shown, the phase split, the GPU's utilisation inside and between the client windows,
+   NVML's energy counter against the integral of its power samples (over each window of five samples or more and
+   over the whole sweep), the idle power, a PFLEGO round against one bare forward and one forward+backward of
+   the same backbone on the GPU (the floor), and the held figure: each algorithm's rounds back to back for
+   ``--sustain-seconds`` inside one reading of the energy counter (joules per round from a window long against
+   NVML's update period, where one round on a GPU may be shorter than it);
+6. ``DIR/README.md`` (the table of those figures, the machine, the software and the commands, for
+   ``profiles/reference/gpu-<kind>/``), the sweep reports and traces, the dashboard where plotly is installed
+   (else the command that writes it elsewhere), and with ``--archive`` all of DIR in one file.
 
-On a machine whose torch sees no CUDA GPU it stops with one line (exit 2). ``--dry-run-on-cpu`` runs every step on
-the CPU instead, to test this script itself where there is no GPU: it measures nothing about a GPU.
+A step that fails is recorded and the next one runs: the figures, README and archive are written whatever failed.
+Exit 0 when every step passed, 1 when a step or a GPU test failed. On a machine whose torch sees no CUDA GPU it
+stops with one line (exit 2). ``--dry-run-on-cpu`` runs every step on the CPU instead, to test this script itself
+where there is no GPU: it measures nothing about a GPU, and its README says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
+import math
+import shlex
 import statistics
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKBONES = ("cnn-omniglot", "cnn-cifar")
 PFLEGO_PHASES = ("cache_forward", "head_steps", "joint_grad")
+#: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the round's total
+METRICS = ("wall_s", "gpu_j", "energy_j")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -53,6 +72,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=600, help="local training images (default 600)")
     parser.add_argument("--idle-seconds", type=float, default=3.0, help="idle power sampling (default 3 s)")
     parser.add_argument("--sample-hz", type=float, default=50.0, help="NVML sampling rate (default 50 Hz)")
+    parser.add_argument("--trace-hz", type=float, default=50.0,
+                        help="the sweeps' power trace rate (default 50 Hz; 0: no trace)")
+    parser.add_argument("--sustain-seconds", type=float, default=5.0,
+                        help="per algorithm, rounds back to back for this long inside one reading of NVML's energy "
+                             "counter, at the ratio's tau (default 5 s; 0: skip)")
+    parser.add_argument("--archive", type=Path, default=None,
+                        help="also pack all of --out into this .tar.gz (one file to carry back)")
     parser.add_argument("--skip-tests", action="store_true", help="do not run the GPU tests first")
     parser.add_argument("--dry-run-on-cpu", action="store_true",
                         help="run every step on the CPU (tests this script where there is no GPU; measures no GPU)")
@@ -63,36 +89,87 @@ def parse_args(argv=None) -> argparse.Namespace:
         fail(f"--taus must be a comma-separated list of integers, got {args.taus!r}")
     if not args.taus or args.taus[0] < 1 or args.repeats < 1 or args.samples < 1 or args.sample_hz <= 0:
         fail("--taus, --repeats, --samples and --sample-hz must be positive")
+    if args.sustain_seconds < 0 or args.idle_seconds < 0:
+        fail("--sustain-seconds and --idle-seconds must not be negative")
+    if args.trace_hz and not 1 <= args.trace_hz <= 1000:
+        fail(f"--trace-hz must be in 1..1000 (0: no trace), got {args.trace_hz:g}")
+    if args.archive is not None and not args.archive.name.endswith(".tar.gz"):
+        fail(f"--archive must name a .tar.gz file, got {str(args.archive)!r}")
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 
-# ---------------------------------------------------------------------------------------------------- NVML sampling
+# ---------------------------------------------------------------------------------------------------- NVML
+
+
+def _nvml_try(fn, *args):
+    """``fn(*args)``, or None where this GPU or this nvidia-ml-py lacks it."""
+    try:
+        value = fn(*args)
+    except Exception:  # pynvml.NVMLError (not supported, no permission) or a binding too old to have it
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+#: nvmlValueType_t -> the member of nvmlValue_t that holds a field's value
+VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def instant_power_w(nvml, handle):
+    """The GPU's instant power (W) from NVML's field ``NVML_FI_DEV_POWER_INSTANT``, or None where it is not
+    answered. ``nvmlDeviceGetPowerUsage`` is a one-second average on Ampere (but GA100) and newer GPUs."""
+    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    if field is None or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+        return None
+    values = _nvml_try(nvml.nvmlDeviceGetFieldValues, handle, [field])
+    if not values or values[0].nvmlReturn != 0:
+        return None
+    member = VALUE_MEMBERS.get(getattr(values[0], "valueType", 1), "uiVal")  # the type differs between drivers
+    return float(getattr(values[0].value, member)) / 1000.0
 
 
 class NvmlSampler:
-    """A thread that samples one GPU's power (W) and utilisation (%) through NVML, stamped with time.time()."""
+    """A thread that samples one GPU through NVML, stamped with time.time(): ``samples`` holds (t, average power W,
+    instant power W or nan, utilisation %); ``counter`` the energy counter (t, J) read on entry and on exit (empty
+    where the GPU has none)."""
 
     def __init__(self, nvml, handle, hz: float) -> None:
         self._nvml, self._handle, self._period = nvml, handle, 1.0 / hz
-        self.samples: list[tuple[float, float, float]] = []
+        self.samples: list[tuple[float, float, float, float]] = []
+        self.counter: list[tuple[float, float]] = []
+        self.error = None
+        self._instant = instant_power_w(nvml, handle) is not None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpu-check-nvml", daemon=True)
 
     def _run(self) -> None:
+        nvml, handle = self._nvml, self._handle
         while not self._stop.is_set():
             now = time.time()
-            power = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
-            util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
-            self.samples.append((now, power, util))
+            power = _nvml_try(nvml.nvmlDeviceGetPowerUsage, handle)
+            if power is None:  # no power at all: the samples end here, and say why
+                self.error = "nvmlDeviceGetPowerUsage failed"
+                return
+            instant = instant_power_w(nvml, handle) if self._instant else None
+            util = _nvml_try(lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+            self.samples.append((now, power / 1000.0, math.nan if instant is None else instant,
+                                 math.nan if util is None else util))
             self._stop.wait(self._period)
 
+    def _read_counter(self) -> None:
+        millijoules = _nvml_try(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handle)
+        if millijoules is not None:
+            self.counter.append((time.time(), millijoules / 1000.0))
+
     def __enter__(self) -> "NvmlSampler":
+        self._read_counter()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._read_counter()
 
 
 def nvml_handle(device: str):
@@ -110,12 +187,13 @@ def nvml_handle(device: str):
     return pynvml, pynvml.nvmlDeviceGetHandleByIndex(mapped.nvml_index)
 
 
-def integral_j(samples, start: float, end: float) -> tuple[float, int]:
-    """Trapezoid integral of the power samples over [start, end] (samples linearly interpolated at the edges), and
-    how many samples lie inside."""
-    inside = [(t, p) for t, p, _ in samples if start <= t <= end]
-    before = [(t, p) for t, p, _ in samples if t < start][-1:]
-    after = [(t, p) for t, p, _ in samples if t > end][:1]
+def integral_j(samples, start: float, end: float, column: int = 1) -> tuple[float, int]:
+    """Trapezoid integral of the power in ``column`` of the samples over [start, end] (samples linearly
+    interpolated at the edges; samples without that power skipped), and how many samples lie inside."""
+    usable = [(s[0], s[column]) for s in samples if s[column] == s[column]]
+    inside = [(t, p) for t, p in usable if start <= t <= end]
+    before = [(t, p) for t, p in usable if t < start][-1:]
+    after = [(t, p) for t, p in usable if t > end][:1]
     points = before + inside + after
     if len(points) < 2:
         return float("nan"), len(inside)
@@ -130,38 +208,176 @@ def integral_j(samples, start: float, end: float) -> tuple[float, int]:
 # ---------------------------------------------------------------------------------------------------- steps
 
 
-def run_tests() -> bool:
-    """The GPU tests: pytest where installed, else the plain checks. True when all pass."""
+def environment(device: str, nvml=None, handle=None) -> dict:
+    """The machine and the software the figures were measured with."""
+    import torch
+
+    from edgeprof.host import device_info, library_versions
+
+    env = {"device": device, "host": device_info(), "libraries": library_versions(), "commit": _commit(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    env.update(_software())
+    if device != "cpu":
+        props = torch.cuda.get_device_properties(torch.device(device))
+        env.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                   multiprocessors=props.multi_processor_count)
+    if handle is not None:
+        env.update(_nvml_facts(nvml, handle))
+    return env
+
+
+def _software() -> dict:
+    import onnxruntime
+    import torch
+
+    return {"torch_cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "onnxruntime_providers": onnxruntime.get_available_providers()}
+
+
+def _nvml_facts(nvml, handle) -> dict:
+    limit = _nvml_try(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    cuda_driver = _nvml_try(nvml.nvmlSystemGetCudaDriverVersion)
+    return {"driver": _nvml_try(nvml.nvmlSystemGetDriverVersion),
+            "cuda_driver": f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}" if cuda_driver else None,
+            "power_limit_w": limit / 1000.0 if limit else None,
+            "energy_counter": _nvml_try(nvml.nvmlDeviceGetTotalEnergyConsumption, handle) is not None,
+            "instant_power_field": instant_power_w(nvml, handle) is not None}
+
+
+def _commit():
+    """The checkout's commit (with ``+changes`` where the tree differs), or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def run_tests(out: Path) -> dict:
+    """The GPU tests: pytest where installed (its JUnit XML kept in ``out``), else the plain checks. Counts of
+    passed, failed and skipped tests."""
     try:
         import pytest  # noqa: F401
     except ImportError:
         sys.path.insert(0, str(ROOT / "tests"))
         import gpu_cases
 
-        ok = True
+        counts = {"passed": 0, "failed": 0, "skipped": 0, "runner": "tests/gpu_cases.py"}
         for check in gpu_cases.CHECKS:
             try:
                 check()
+                counts["passed"] += 1
                 print(f"  pass  {check.__name__}")
             except Exception as err:  # a failing check is reported, the others still run
-                ok = False
+                counts["failed"] += 1
                 print(f"  FAIL  {check.__name__}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
-        return ok
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "gpu",
-                           "tests/test_gpu.py"], cwd=ROOT)
-    return done.returncode == 0
+        return counts
+    import xml.etree.ElementTree as ElementTree
+
+    xml = out / "gpu-tests.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "gpu",
+                    f"--junitxml={xml}", "tests/test_gpu.py"], cwd=ROOT)
+    root = ElementTree.parse(xml).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    total, failed, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    return {"passed": total - failed - errors - skipped, "failed": failed + errors, "skipped": skipped,
+            "runner": "pytest tests/test_gpu.py"}
 
 
-def sweep(backbone: str, args, device: str) -> Path:
-    from edgeprof.config import RunConfig
-    from edgeprof.rounds.sweep import SweepConfig, run_sweep
+def tests_line(tests) -> str:
+    if not tests:
+        return "not run"
+    text = f"{tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped ({tests['runner']})"
+    return ("FAILED: " if tests["failed"] else "") + text
+
+
+def idle_power_w(nvml, handle, args) -> float:
+    """The median of NVML's power samples over ``--idle-seconds`` before anything runs."""
+    with NvmlSampler(nvml, handle, args.sample_hz) as idle:
+        time.sleep(args.idle_seconds)
+    if not idle.samples:
+        raise RuntimeError(f"no NVML power sample in {args.idle_seconds:g} s ({idle.error or 'no reason given'})")
+    watts = statistics.median(s[1] for s in idle.samples)
+    print(f"2. idle power: {watts:.1f} W (median of {len(idle.samples)} samples)")
+    return watts
+
+
+def head_rule(device: str, samples: int) -> dict:
+    """``scripts/bench_head_steps.py`` on this device for a quarter, one and four times the local set."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_head_steps import measure
+
+    return measure(device, sizes=(max(8, samples // 4), samples, 4 * samples))
+
+
+def sweep_config(backbone: str, args, device: str):
+    from edgeprof.config import EnergySettings, RunConfig
+    from edgeprof.rounds.sweep import SweepConfig
 
     base = RunConfig(dataset="synthetic", synthetic_samples=max(2000, 2 * args.samples), clients=1,
                      participation=1.0, backbone=backbone, device=device, out=args.out,
-                     run_name=f"gpu-check-{backbone}", progress=False)
-    cfg = SweepConfig(base=base, algos=("pflego", "fedavg"), taus=args.taus, repeats=args.repeats,
-                      samples_per_client=args.samples)
-    return run_sweep(cfg).csv_path
+                     run_name=f"gpu-check-{backbone}", progress=False,
+                     energy=EnergySettings(trace_hz=args.trace_hz))
+    return SweepConfig(base=base, algos=("pflego", "fedavg"), taus=args.taus, repeats=args.repeats,
+                       samples_per_client=args.samples)
+
+
+def sweep(backbone: str, args, device: str):
+    from edgeprof.rounds.sweep import run_sweep
+
+    return run_sweep(sweep_config(backbone, args, device))
+
+
+def tau_for_ratio(taus) -> int:
+    """50 where swept, else the largest tau under 50, else the smallest."""
+    return 50 if 50 in taus else max(t for t in taus if t <= 50) if min(taus) <= 50 else min(taus)
+
+
+def sustained(backbone: str, args, device: str, nvml=None, handle=None) -> dict:
+    """PFLEGO's and FedAvg's rounds at the ratio's tau, back to back for ``--sustain-seconds`` (three at least)
+    inside one reading of NVML's energy counter, on the sweep's client, with no profiler: joules and seconds per
+    round from a window long against NVML's update period, where a round alone may be shorter than it."""
+    import dataclasses
+
+    from edgeprof.config import EnergySettings
+    from edgeprof.rounds.simulate import build_federation
+    from edgeprof.rounds.sweep import sweep_clients
+
+    cfg = sweep_config(backbone, args, device)
+    tau = tau_for_ratio(args.taus)
+    clients = sweep_clients(cfg)
+
+    def counter_j():
+        millijoules = _nvml_try(nvml.nvmlDeviceGetTotalEnergyConsumption, handle) if handle is not None else None
+        return None if millijoules is None else millijoules / 1000.0
+
+    out: dict = {"tau": tau, "seconds": args.sustain_seconds}
+    for algo in ("pflego", "fedavg"):
+        run = dataclasses.replace(cfg.base, algo=algo, tau=tau, energy=EnergySettings()).resolved()
+        federation = build_federation(run, clients)
+        sync = federation.runtime.compute.sync
+        federation.client_round(0)  # warm-up: kernels, caches, the ONNX session
+        sync()
+        j0, t0, rounds = counter_j(), time.perf_counter(), 0
+        while rounds < 3 or time.perf_counter() - t0 < args.sustain_seconds:
+            federation.client_round(0)
+            rounds += 1
+        sync()
+        t1, j1 = time.perf_counter(), counter_j()
+        entry = {"rounds": rounds, "wall_s": (t1 - t0) / rounds}
+        if j0 is not None and j1 is not None:
+            entry.update(gpu_j=(j1 - j0) / rounds, power_w=(j1 - j0) / (t1 - t0))
+        out[algo] = entry
+    out["ratio_wall_s"] = out["fedavg"]["wall_s"] / out["pflego"]["wall_s"]
+    if "gpu_j" in out["pflego"] and "gpu_j" in out["fedavg"] and out["pflego"]["gpu_j"] > 0:
+        out["ratio_gpu_j"] = out["fedavg"]["gpu_j"] / out["pflego"]["gpu_j"]
+    return out
 
 
 def floor_s(backbone: str, device: str, samples: int, repeats: int = 5) -> tuple[float, float]:
@@ -205,75 +421,254 @@ def _median(rows, column: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def figures(csv_path: Path, samples, taus) -> dict:
+def _interval(iv) -> dict:
+    return {"value": iv.value, "lo": iv.lo, "hi": iv.hi}
+
+
+def _spread(values) -> dict:
+    return {"n": len(values), "median": statistics.median(values) if values else None,
+            "min": min(values) if values else None, "max": max(values) if values else None}
+
+
+def figures(csv_path: Path, sampler, taus) -> dict:
+    """The figures of one backbone's sweep (and of the NVML samples taken while it ran, where ``sampler``)."""
+    from edgeprof.report.analysis import analyze, check_claim
+
     rows = [r for r in csv.DictReader(open(csv_path, newline="")) if r["kind"] == "client"]
-    by = {(r["algo"], int(r["tau"])): [] for r in rows}
+    by: dict = {}
     for r in rows:
-        by[(r["algo"], int(r["tau"]))].append(r)
-    tau = 50 if 50 in taus else max(t for t in taus if t <= 50) if min(taus) <= 50 else min(taus)
-    out: dict = {"tau_for_ratio": tau}
-    for metric in ("wall_s", "gpu_j", "energy_j"):
-        p, f = _median(by.get(("pflego", tau), []), metric), _median(by.get(("fedavg", tau), []), metric)
-        out[f"pflego_{metric}"], out[f"fedavg_{metric}"], out[f"ratio_{metric}"] = p, f, f / p if p else float("nan")
-    lo, hi = min(taus), max(taus)
-    out["pflego_growth"] = _median(by.get(("pflego", hi), []), "wall_s") / _median(by.get(("pflego", lo), []),
-                                                                                     "wall_s") - 1.0
-    out["growth_taus"] = [lo, hi]
+        by.setdefault((r["algo"], int(r["tau"])), []).append(r)
+    tau = tau_for_ratio(taus)
+    metrics = [m for m in METRICS if any(r.get(m) not in (None, "") for r in rows)]
+    analysis = analyze(rows, metrics)
+    out: dict = {"tau_for_ratio": tau, "taus": list(taus), "rounds": len(rows), "ratio": {}, "growth": {},
+                 "claim": {}}
+    for metric in metrics:
+        out[f"pflego_{metric}"] = _median(by.get(("pflego", tau), []), metric)
+        out[f"fedavg_{metric}"] = _median(by.get(("fedavg", tau), []), metric)
+        ratio = next((r for r in analysis.ratios if (r.metric, r.variant, r.reference, r.tau)
+                      == (metric, "fedavg", "pflego", tau)), None)
+        if ratio is not None:
+            out["ratio"][metric] = _interval(ratio.ratio)
+        for algo in ("pflego", "fedavg"):
+            fit = next((f for f in analysis.fits if (f.metric, f.variant) == (metric, algo)), None)
+            if fit is not None:
+                out["growth"].setdefault(algo, {})[metric] = {"verdict": fit.verdict.label,
+                                                              **_interval(fit.verdict.growth)}
+        if metric != "energy_j":  # energy_j adds the CPU's figure, an estimate where the host has no counter
+            problems = check_claim(analysis, metric)
+            out["claim"][metric] = {"shown": not problems, "problems": problems}
     out["phases"] = {algo: {p: _median(by.get((algo, tau), []), f"{p}_s") for p in phases}
                      for algo, phases in (("pflego", PFLEGO_PHASES), ("fedavg", ("local_steps",)))}
     out["gpu_method"] = sorted({r.get("gpu_method", "") for r in rows} - {""})
-    windows = []
-    for r in rows:
-        end = float(r["timestamp_s"])
-        windows.append((end - float(r["wall_s"]), end, float(r["gpu_j"]) if r.get("gpu_j") else float("nan")))
-    if samples:
-        inside = [u for t, _, u in samples if any(s <= t <= e for s, e, _ in windows)]
-        first, last = min(w[0] for w in windows), max(w[1] for w in windows)
-        between = [u for t, _, u in samples if first <= t <= last and not any(s <= t <= e for s, e, _ in windows)]
-        out["gpu_util_in_windows_pct"] = statistics.mean(inside) if inside else float("nan")
-        out["gpu_util_between_windows_pct"] = statistics.mean(between) if between else float("nan")
-        ratios = []
-        for s, e, counter in windows:
-            integral, n = integral_j(samples, s, e)
-            if n >= 5 and counter == counter and integral > 0:
-                ratios.append(counter / integral)
-        out["counter_over_integral"] = {"windows": len(ratios), "median": statistics.median(ratios) if ratios else None,
-                                        "min": min(ratios) if ratios else None, "max": max(ratios) if ratios else None}
+    out["energy_method"] = sorted({r.get("energy_method", "") for r in rows} - {""})
+    out["short_windows"] = sum(r.get("short_window") in ("1", "True", "true") for r in rows)
+    if sampler is not None and sampler.samples:
+        out.update(_nvml_figures(rows, sampler))
     return out
 
 
-def print_figures(backbone: str, fig: dict, floor: tuple[float, float]) -> None:
-    tau = fig["tau_for_ratio"]
-    joules = (f"{fig['ratio_gpu_j']:.2f}x NVML joules ({fig['fedavg_gpu_j']:.4g} / {fig['pflego_gpu_j']:.4g} J; "
-              f"method {', '.join(fig['gpu_method'])})") if fig["gpu_method"] else "no NVML joules in the report"
-    print(f"\n{backbone}: FedAvg/PFLEGO at tau={tau}: {fig['ratio_wall_s']:.2f}x wall "
-          f"({fig['fedavg_wall_s']:.4f} / {fig['pflego_wall_s']:.4f} s), {joules}")
-    lo, hi = fig["growth_taus"]
-    print(f"  PFLEGO growth tau {lo} -> {hi}: {100 * fig['pflego_growth']:+.1f}% (wall)")
+def _nvml_figures(rows, sampler) -> dict:
+    samples = sampler.samples
+    windows = []
+    for r in rows:
+        end = float(r["timestamp_s"])
+        windows.append((end - float(r["wall_s"]), end, float(r["gpu_j"]) if r.get("gpu_j") else math.nan))
+
+    def in_a_window(t: float) -> bool:
+        return any(s <= t <= e for s, e, _ in windows)
+
+    first, last = min(w[0] for w in windows), max(w[1] for w in windows)
+    inside = [s[3] for s in samples if s[3] == s[3] and in_a_window(s[0])]
+    between = [s[3] for s in samples if s[3] == s[3] and first <= s[0] <= last and not in_a_window(s[0])]
+    out: dict = {"gpu_util_in_windows_pct": statistics.mean(inside) if inside else math.nan,
+                 "gpu_util_between_windows_pct": statistics.mean(between) if between else math.nan,
+                 "nvml_samples": len(samples), "counter_over_integral": {}}
+    columns = {"average": 1} | ({"instant": 2} if any(s[2] == s[2] for s in samples) else {})
+    for name, column in columns.items():
+        ratios = []
+        for s, e, counter in windows:
+            integral, n = integral_j(samples, s, e, column)
+            if n >= 5 and counter == counter and integral > 0:
+                ratios.append(counter / integral)
+        entry = {"windows": _spread(ratios)}
+        if len(sampler.counter) == 2:
+            (t0, j0), (t1, j1) = sampler.counter
+            integral, n = integral_j(samples, t0, t1, column)
+            entry["whole_sweep"] = {"seconds": t1 - t0, "counter_j": j1 - j0, "integral_j": integral,
+                                    "ratio": (j1 - j0) / integral if integral > 0 else None, "samples": n}
+        out["counter_over_integral"][name] = entry
+    return out
+
+
+def _f(value, fmt: str = "{:.3g}") -> str:
+    return "-" if value is None or value != value else fmt.format(value)
+
+
+def _iv(entry, fmt: str = "{:.3g}", suffix: str = "") -> str:
+    if not entry:
+        return "-"
+    text = _f(entry["value"], fmt) + suffix
+    if entry.get("lo") is not None and entry.get("hi") is not None:
+        text += f" [{_f(entry['lo'], fmt)}, {_f(entry['hi'], fmt)}]"
+    return text
+
+
+def figure_lines(fig: dict) -> list[tuple[str, str]]:
+    """(what, figure) pairs of one backbone: the printed summary and the README's table rows."""
+    tau, (lo, hi) = fig["tau_for_ratio"], (min(fig["taus"]), max(fig["taus"]))
+    lines = [(f"FedAvg/PFLEGO per round at tau={tau}, wall",
+              f"{_iv(fig['ratio'].get('wall_s'), suffix='x')} ({_f(fig['fedavg_wall_s'], '{:.4g}')} / "
+              f"{_f(fig['pflego_wall_s'], '{:.4g}')} s)")]
+    if "gpu_j" in fig["ratio"]:
+        lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules ({', '.join(fig['gpu_method'])})",
+                      f"{_iv(fig['ratio']['gpu_j'], suffix='x')} ({_f(fig['fedavg_gpu_j'], '{:.4g}')} / "
+                      f"{_f(fig['pflego_gpu_j'], '{:.4g}')} J)"))
+    else:
+        lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules", "no NVML joules in the report"))
+    for algo in ("pflego", "fedavg"):
+        for metric, growth in fig["growth"].get(algo, {}).items():
+            if metric != "energy_j":
+                lines.append((f"{algo} growth tau {lo} -> {hi}, {metric}",
+                              f"{_iv(growth, '{:+.1%}')}: {growth['verdict']}"))
+    for metric, claim in fig["claim"].items():
+        lines.append((f"claim (PFLEGO flat, FedAvg linear) in {metric}",
+                      "shown" if claim["shown"] else "not shown: " + "; ".join(claim["problems"])))
     for algo, phases in fig["phases"].items():
-        print(f"  {algo} phases at tau={tau}: " + ", ".join(f"{p} {s:.4f} s" for p, s in phases.items()))
+        lines.append((f"{algo} phases at tau={tau}", ", ".join(f"{p} {_f(s, '{:.4f}')} s" for p, s in phases.items())))
+    forward, both = fig.get("floor_forward_s"), fig.get("floor_forward_backward_s")
+    if both:
+        lines.append(("floor: one forward, one forward+backward", f"{_f(forward, '{:.4f}')} s, {_f(both, '{:.4f}')} s"))
+        lines.append(("PFLEGO round / forward+backward", f"{_f(fig['pflego_wall_s'] / both, '{:.2f}')}x"))
     if "gpu_util_in_windows_pct" in fig:
-        c = fig["counter_over_integral"]
-        print(f"  GPU utilisation: {fig['gpu_util_in_windows_pct']:.0f}% in the client windows, "
-              f"{fig['gpu_util_between_windows_pct']:.0f}% between them")
-        if c["median"] is not None:
-            print(f"  NVML energy counter / integral of its power samples over the same windows: median "
-                  f"{c['median']:.3f} (min {c['min']:.3f}, max {c['max']:.3f}) over {c['windows']} windows")
-    forward, both = floor
-    print(f"  floor: one forward {forward:.4f} s, one forward+backward {both:.4f} s; a PFLEGO round is "
-          f"{fig['pflego_wall_s'] / both:.2f}x the forward+backward")
+        lines.append(("GPU utilisation in / between client windows",
+                      f"{_f(fig['gpu_util_in_windows_pct'], '{:.0f}')}% / "
+                      f"{_f(fig['gpu_util_between_windows_pct'], '{:.0f}')}%"))
+        for name, entry in fig["counter_over_integral"].items():
+            w = entry["windows"]
+            text = (f"windows: median {_f(w['median'], '{:.3f}')} ({_f(w['min'], '{:.3f}')}..{_f(w['max'], '{:.3f}')},"
+                    f" {w['n']} windows of 5+ samples)")
+            if "whole_sweep" in entry:
+                s = entry["whole_sweep"]
+                text += (f"; whole sweep: {_f(s['ratio'], '{:.3f}')} ({_f(s['counter_j'], '{:.1f}')} J counter / "
+                         f"{_f(s['integral_j'], '{:.1f}')} J integral over {_f(s['seconds'], '{:.1f}')} s)")
+            lines.append((f"NVML energy counter / integral of its {name} power", text))
+    lines.append(("short windows (under NVML's update period)", str(fig["short_windows"])))
+    held = fig.get("sustained")
+    if held:
+        what = f"held: rounds back to back at tau={held['tau']} for {held['seconds']:g} s, one counter reading"
+        text = f"FedAvg/PFLEGO {_f(held['ratio_wall_s'], '{:.3g}')}x wall"
+        if "ratio_gpu_j" in held:
+            text += f", {_f(held['ratio_gpu_j'], '{:.3g}')}x NVML joules"
+        for algo in ("pflego", "fedavg"):
+            a = held[algo]
+            text += f"; {algo} {a['rounds']} rounds, {_f(a['wall_s'], '{:.4g}')} s"
+            if "gpu_j" in a:
+                text += f", {_f(a['gpu_j'], '{:.4g}')} J, {_f(a['power_w'], '{:.0f}')} W"
+        lines.append((what, text))
+    return lines
+
+
+def print_figures(backbone: str, fig: dict) -> None:
+    print(f"\n{backbone} ({fig['rounds']} client rounds):")
+    for what, value in figure_lines(fig):
+        print(f"  {what}: {value}")
+
+
+def write_readme(result: dict, out: Path, args) -> Path:
+    """``out/README.md``: the machine, the software, the figures and the commands."""
+    env = result["environment"]
+    libs, host = env.get("libraries", {}), env.get("host", {})
+    dry = env["device"] == "cpu"
+    title = "DRY RUN ON THE CPU: no figure here measures a GPU" if dry else f"GPU reference: {env.get('gpu')}"
+    lines = [f"# {title}", "",
+             f"Written by `scripts/gpu_check.py` on {env.get('date', '-')} (commit {env.get('commit') or 'unknown'}).", "",
+             "| machine | |", "|---|---|"]
+    rows = [("device", env["device"] + (f" ({env['gpu']}, {env['gpu_memory_gib']} GiB, "
+                                        f"{env['multiprocessors']} SMs)" if env.get("gpu") else "")),
+            ("driver / CUDA", f"{env.get('driver') or '-'} / driver CUDA {env.get('cuda_driver') or '-'}, "
+                              f"torch's CUDA {env.get('torch_cuda') or '-'}, cuDNN {env.get('cudnn') or '-'}"),
+            ("power limit", f"{_f(env.get('power_limit_w'), '{:.0f}')} W"),
+            ("NVML", f"energy counter: {env.get('energy_counter', '-')}, instant power field: "
+                     f"{env.get('instant_power_field', '-')}, nvidia-ml-py {libs.get('nvidia-ml-py') or '-'}"),
+            ("host CPU", f"{host.get('cpu_model', '-')}, {host.get('cpu_cores_logical', '-')} logical cores, "
+                         f"{host.get('memory_gib', '-')} GiB"),
+            ("software", f"torch {libs.get('torch')}, onnxruntime {libs.get('onnxruntime')} "
+                         f"({', '.join(env['onnxruntime_providers'])}), numpy {libs.get('numpy')}, "
+                         f"Python {host.get('python', '-')}"),
+            ("idle power", f"{_f(result.get('idle_power_w'), '{:.1f}')} W (NVML, median)"),
+            ("GPU tests", tests_line(result.get("tests")))]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    rule = result.get("head_rule")
+    if rule and "rows" in rule:
+        lines += ["", f"PFLEGO's head steps on {rule['device']} ({rule['steps']} steps, M={rule['features']}, "
+                      f"K={rule['classes']}); the rule for this kind: {rule['rule']}.", "",
+                  "| N | numpy on the host, s | torch on the device, s | torch/numpy |", "|---|---|---|---|"]
+        lines += [f"| {r['n']} | {r['numpy_s']:.4f} | {r['torch_s']:.4f} | {r['torch_over_numpy']:.2f}x |"
+                  for r in rule["rows"]]
+    figs = {b: f for b, f in result["backbones"].items() if "error" not in f}
+    if figs:
+        names = list(figs)
+        table = {}
+        for b, fig in figs.items():
+            for what, value in figure_lines(fig):
+                table.setdefault(what, {})[b] = value
+        lines += ["", f"Sweeps: one client of {args.samples} images, taus {','.join(map(str, args.taus))}, "
+                      f"{args.repeats} rounds each; ratios are of geometric means with their 95% intervals, growth "
+                      "is the fitted line's over the swept taus.", "",
+                  "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [f"| {what} | " + " | ".join(v.get(b, "-").replace("|", "/") for b in names) + " |"
+                  for what, v in table.items()]
+    for b, fig in result["backbones"].items():
+        if "error" in fig:
+            lines += ["", f"{b}: FAILED: {fig['error']}"]
+    commands = [f"PYTHONPATH=. python scripts/gpu_check.py {shlex.join(args.argv)}"]
+    if figs:
+        reports = " ".join(f"gpu-check-{b}.csv" for b in figs)
+        commands.append(f"edgeprof dashboard {reports} --out . --name dashboard   # where plotly is installed")
+        if args.trace_hz:
+            commands.append(f"edgeprof trace gpu-check-{next(iter(figs))}.csv   # the median client window, per phase")
+    lines += ["", "## Commands", "", "```bash", *commands, "```", ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
 
 
 def write_dashboard(paths, out: Path) -> None:
     try:
         import plotly  # noqa: F401
     except ImportError:
-        print("dashboard: not written: plotly is not installed (pip install plotly; then edgeprof dashboard "
-              f"{' '.join(str(p) for p in paths)})")
+        print("dashboard: not written: plotly is not installed (where it is, in this folder: edgeprof dashboard "
+              f"{' '.join(p.name for p in paths)} --out . --name dashboard)")
         return
     from edgeprof.report.dashboard import write_dashboard as write
 
-    print(f"dashboard: {write(paths, out / 'gpu-check.html', title='edgeprof GPU check')}")
+    print(f"dashboard: {write(paths, out / 'dashboard.html', title='edgeprof GPU check')}")
+
+
+def archive(out: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(target, "w:gz") as tar:
+        tar.add(out, arcname=out.name, filter=lambda info: None if Path(info.name).name == target.name else info)
+    print(f"archive: {target} ({target.stat().st_size / 1e6:.1f} MB)")
+
+
+class Steps:
+    """Runs the steps, records a failing one's error in the result and goes on."""
+
+    def __init__(self, result: dict) -> None:
+        self.result, self.failed = result, []
+
+    def run(self, name: str, fn, *args):
+        try:
+            return fn(*args)
+        except (Exception, SystemExit) as err:
+            text = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500]
+            self.failed.append(name)
+            self.result.setdefault("errors", {})[name] = text
+            print(f"  FAILED {name}: {text}")
+            traceback.print_exc(file=sys.stdout)
+            return None
 
 
 def main(argv=None) -> int:
@@ -288,41 +683,73 @@ def main(argv=None) -> int:
     else:
         device = args.device
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"gpu_check: torch {torch.__version__}, device {device}"
-          + (f" ({torch.cuda.get_device_name(torch.device(device))})" if device != "cpu" else " (dry run)"))
-    tests_ok = True
-    if not args.skip_tests:
-        print("1. the GPU tests")
-        tests_ok = run_tests()
+    result: dict = {"device": device, "tests": None, "backbones": {}}
+    steps = Steps(result)
     nvml = handle = None
-    if device != "cpu":
-        nvml, handle = nvml_handle(device)
-    result: dict = {"device": device, "torch": torch.__version__, "tests_passed": tests_ok, "backbones": {}}
-    if handle is not None:
-        with NvmlSampler(nvml, handle, args.sample_hz) as idle:
-            time.sleep(args.idle_seconds)
-        result["idle_power_w"] = statistics.median(p for _, p, _ in idle.samples)
-        print(f"2. idle power: {result['idle_power_w']:.1f} W (median of {len(idle.samples)} samples)")
-    reports = []
-    for backbone in BACKBONES:
-        print(f"3. sweep on {backbone} ({args.samples} images, taus {','.join(map(str, args.taus))}, "
-              f"{args.repeats} repeats)")
+    try:
+        if device != "cpu":
+            nvml, handle = steps.run("nvml", nvml_handle, device) or (None, None)
+        env = steps.run("environment", environment, device, nvml, handle) or {
+            "device": device, "host": {}, "libraries": {}, "onnxruntime_providers": []}
+        result["environment"] = env
+        print(f"gpu_check: {env.get('gpu', 'no GPU: dry run on the CPU')}, driver {env.get('driver', '-')}, "
+              f"torch {env['libraries'].get('torch')}, onnxruntime {env['libraries'].get('onnxruntime')} "
+              f"({', '.join(env['onnxruntime_providers'])}), device {device}")
+        if not args.skip_tests:
+            print("1. the GPU tests")
+            result["tests"] = steps.run("tests", run_tests, args.out)
+            print(f"  {tests_line(result['tests'])}")
         if handle is not None:
-            with NvmlSampler(nvml, handle, args.sample_hz) as sampler:
-                path = sweep(backbone, args, device)
-            samples = sampler.samples
-        else:
-            path, samples = sweep(backbone, args, device), []
-        reports.append(path)
-        fig = figures(path, samples, args.taus)
-        floor = floor_s(backbone, device, args.samples)
-        fig["floor_forward_s"], fig["floor_forward_backward_s"] = floor
-        result["backbones"][backbone] = fig
-        print_figures(backbone, fig, floor)
-    (args.out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str))
-    write_dashboard(reports, args.out)
-    print(f"figures: {args.out / 'gpu_check.json'}")
-    return 0 if tests_ok else 1
+            result["idle_power_w"] = steps.run("idle power", idle_power_w, nvml, handle, args)
+        print(f"3. PFLEGO's head steps: numpy on the host against torch on {device}")
+        rule = result["head_rule"] = steps.run("head_rule", head_rule, device, args.samples) or {}
+        for row in rule.get("rows", []):
+            print(f"  N={row['n']}: numpy {row['numpy_s']:.4f} s, torch {row['torch_s']:.4f} s "
+                  f"({row['torch_over_numpy']:.2f}x); the rule: {rule['rule']}")
+        reports = []
+        for backbone in BACKBONES:
+            print(f"4. sweep on {backbone} ({args.samples} images, taus {','.join(map(str, args.taus))}, "
+                  f"{args.repeats} repeats, trace {args.trace_hz:g} Hz)")
+            sampler = NvmlSampler(nvml, handle, args.sample_hz) if handle is not None else None
+            if sampler is not None:
+                with sampler:
+                    done = steps.run(f"sweep {backbone}", sweep, backbone, args, device)
+            else:
+                done = steps.run(f"sweep {backbone}", sweep, backbone, args, device)
+            if done is None:
+                result["backbones"][backbone] = {"error": result["errors"][f"sweep {backbone}"]}
+                continue
+            reports.append(done.csv_path)
+            fig = steps.run(f"figures {backbone}", figures, done.csv_path, sampler, args.taus)
+            if fig is None:
+                result["backbones"][backbone] = {"error": result["errors"][f"figures {backbone}"]}
+                continue
+            fig["sweep_status"] = done.status
+            floor = steps.run(f"floor {backbone}", floor_s, backbone, device, args.samples)
+            if floor is not None:
+                fig["floor_forward_s"], fig["floor_forward_backward_s"] = floor
+            if args.sustain_seconds:
+                fig["sustained"] = steps.run(f"held rounds {backbone}", sustained, backbone, args, device, nvml,
+                                             handle)
+            result["backbones"][backbone] = fig
+            print_figures(backbone, fig)
+        if reports:
+            steps.run("dashboard", write_dashboard, reports, args.out)
+    finally:
+        tests = result["tests"]
+        if tests and (tests["failed"] or (device != "cpu" and tests["skipped"])):
+            steps.failed.append("the GPU tests")
+        result["failed_steps"] = steps.failed
+        (args.out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str))
+        if "environment" in result:
+            print(f"README: {write_readme(result, args.out, args)}")
+        print(f"figures: {args.out / 'gpu_check.json'}")
+        if args.archive is not None:
+            archive(args.out, args.archive)
+    if steps.failed:
+        print(f"gpu_check: failed: {', '.join(steps.failed)}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -134,8 +134,10 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
     """A module with pynvml's functions, ``NVMLError`` and error codes.
 
     Each GPU dict: ``energy_mj`` (int, or None when the counter is NOT_SUPPORTED), ``power_mw`` (int or
-    None), ``name`` and optionally ``limit_mw`` (the largest power limit; absent: NOT_SUPPORTED); tests
-    change the dicts between reads. ``module.calls`` records function names.
+    None), ``name`` and optionally ``limit_mw`` (the largest power limit, also the enforced one; absent:
+    NOT_SUPPORTED), ``instant_mw`` (the field ``NVML_FI_DEV_POWER_INSTANT``; absent: NOT_SUPPORTED) and
+    ``util`` (GPU utilisation %, default 0); tests change the dicts between reads. ``module.calls`` records
+    function names. The driver is ``580.00.00`` with CUDA 13.0.
     """
     mod = types.ModuleType("pynvml")
     mod.NVML_ERROR_NOT_SUPPORTED = 3
@@ -185,4 +187,26 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
         return 100_000, gpus[handle]["limit_mw"]  # (min, max) in mW
 
     mod.nvmlDeviceGetPowerManagementLimitConstraints = nvmlDeviceGetPowerManagementLimitConstraints
+
+    def nvmlDeviceGetEnforcedPowerLimit(handle):
+        if gpus[handle].get("limit_mw") is None:
+            raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
+        return gpus[handle]["limit_mw"]
+
+    mod.nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetEnforcedPowerLimit
+    mod.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=gpus[h].get("util", 0), memory=0)
+    mod.nvmlSystemGetDriverVersion = lambda: "580.00.00"
+    mod.nvmlSystemGetCudaDriverVersion = lambda: 13000
+    mod.NVML_FI_DEV_POWER_INSTANT = 186
+    mod.NVML_VALUE_TYPE_UNSIGNED_INT = 1
+
+    def nvmlDeviceGetFieldValues(handle, field_ids):
+        out = []
+        for field in field_ids:
+            value = gpus[handle].get("instant_mw") if field == mod.NVML_FI_DEV_POWER_INSTANT else None
+            out.append(types.SimpleNamespace(fieldId=field, valueType=1, nvmlReturn=0 if value is not None else 3,
+                                             value=types.SimpleNamespace(uiVal=value or 0)))
+        return out
+
+    mod.nvmlDeviceGetFieldValues = nvmlDeviceGetFieldValues
     return mod

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import tarfile
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -34,26 +38,79 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
     assert "sees no CUDA GPU" in lines[0] and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("args,message", [(["--taus", "5,x"], "--taus must be"), (["--repeats", "0"], "positive")])
+@pytest.mark.parametrize("args,message", [
+    (["--taus", "5,x"], "--taus must be"), (["--repeats", "0"], "positive"),
+    (["--trace-hz", "5000"], "--trace-hz must be in 1..1000"), (["--archive", "out.zip"], "must name a .tar.gz"),
+    (["--sustain-seconds", "-1"], "must not be negative")])
 def test_bad_options_are_one_line(tmp_path, args, message):
     done = _run("--out", str(tmp_path), *args, cwd=tmp_path)
-    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr
+
+
+#: what a CUDA PyTorch image (the GPU machines this script is for) lacks of edgeprof's requirements
+ABSENT_ON_A_CUDA_IMAGE = ("pydantic", "codecarbon", "flwr", "plotly")
+
+BLOCKER = """
+import importlib.abc, runpy, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {absent!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Absent())
+sys.argv = [{script!r}, *sys.argv[1:]]
+runpy.run_path({script!r}, run_name="__main__")
+"""
 
 
 @pytest.mark.slow
-def test_a_dry_run_on_the_cpu_writes_the_reports_and_every_figure(tmp_path):
+def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figure(tmp_path):
+    """The dry run where pydantic, codecarbon, flwr and plotly cannot be imported (as on the GPU machines): every
+    step runs, the reports, traces, README and archive are written, and the README says it measured no GPU."""
     out = tmp_path / "out"
-    done = _run("--out", str(out), "--dry-run-on-cpu", "--skip-tests", "--taus", "1,3", "--repeats", "2",
-                "--samples", "40", cwd=tmp_path)
+    blocker = BLOCKER.format(absent=set(ABSENT_ON_A_CUDA_IMAGE), script=str(SCRIPT))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", blocker, "--out", str(out), "--dry-run-on-cpu", "--taus", "1,3",
+                           "--repeats", "2", "--samples", "40", "--sustain-seconds", "0.2",
+                           "--archive", str(tmp_path / "gc.tar.gz")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads((out / "gpu_check.json").read_text())
     assert figures["device"] == "cpu" and set(figures["backbones"]) == {"cnn-omniglot", "cnn-cifar"}
+    assert figures["failed_steps"] == [] and figures["tests"]["failed"] == 0
+    assert figures["tests"]["skipped"] == len(__import__("gpu_cases").CHECKS)  # no GPU here: each check skipped
+    assert [row["n"] for row in figures["head_rule"]["rows"]] == [10, 40, 160]
     for backbone, fig in figures["backbones"].items():
-        assert (out / f"gpu-check-{backbone}.csv").is_file()
-        assert fig["tau_for_ratio"] == 3 and fig["ratio_wall_s"] > 0 and fig["growth_taus"] == [1, 3]
+        assert (out / f"gpu-check-{backbone}.csv").is_file() and (out / f"gpu-check-{backbone}.trace.parquet").is_file()
+        assert fig["tau_for_ratio"] == 3 and fig["ratio"]["wall_s"]["value"] > 0 and fig["taus"] == [1, 3]
+        assert fig["growth"]["fedavg"]["wall_s"]["verdict"] in ("linear", "inconclusive", "flat")
         assert set(fig["phases"]["pflego"]) == {"cache_forward", "head_steps", "joint_grad"}
         assert 0 < fig["floor_forward_s"] < fig["floor_forward_backward_s"]
-    assert "FedAvg/PFLEGO at tau=3" in done.stdout and "floor: one forward" in done.stdout
+        assert "gpu_j" not in fig["ratio"] and fig["gpu_method"] == []
+        held = fig["sustained"]
+        assert held["tau"] == 3 and held["pflego"]["rounds"] >= 3 and held["ratio_wall_s"] > 0
+        assert "gpu_j" not in held["pflego"] and "ratio_gpu_j" not in held
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# DRY RUN ON THE CPU: no figure here measures a GPU")
+    assert "| FedAvg/PFLEGO per round at tau=3, wall |" in readme and "no NVML joules in the report" in readme
+    assert "plotly is not installed" in done.stdout and "FedAvg/PFLEGO per round at tau=3" in done.stdout
+    with tarfile.open(tmp_path / "gc.tar.gz") as tar:
+        names = set(tar.getnames())
+        tar.extractall(tmp_path / "back", filter="data")
+    assert {"out/README.md", "out/gpu_check.json", "out/gpu-check-cnn-cifar.csv",
+            "out/gpu-check-cnn-omniglot.trace.parquet"} <= names
+    # back where plotly is installed, docs/gpus.md's dashboard command draws the unpacked folder
+    pytest.importorskip("plotly")
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+
+    back = tmp_path / "back" / "out"
+    drawn = CliRunner().invoke(app, ["dashboard", str(back / "gpu-check-cnn-omniglot.csv"),
+                                     str(back / "gpu-check-cnn-cifar.csv"), "--out", str(back), "--name",
+                                     "dashboard", "--title", "edgeprof GPU check"])
+    assert drawn.exit_code == 0, drawn.output
+    assert "edgeprof GPU check" in (back / "dashboard.html").read_text()
 
 
 def _module():
@@ -69,10 +126,140 @@ def test_the_power_integral_over_a_window_interpolates_its_edges():
     """Power 100 W until t=10.5, then 300 W: over [10.25, 11.0] the samples at 0.1 s steps integrate exactly to the
     piecewise-linear area (the edges interpolated between the samples around them)."""
     check = _module()
-    samples = [(10.0 + 0.1 * i, 100.0 if 10.0 + 0.1 * i <= 10.5 + 1e-9 else 300.0, 50.0) for i in range(21)]
+    samples = [(10.0 + 0.1 * i, 100.0 if 10.0 + 0.1 * i <= 10.5 + 1e-9 else 300.0, math.nan, 50.0)
+               for i in range(21)]
 
     joules, inside = check.integral_j(samples, 10.25, 11.0)
 
     # 100 W to 10.5, a ramp 10.5 -> 10.6 (mean 200 W), 300 W from 10.6 to 11.0
     assert inside == 8 and joules == pytest.approx(100 * 0.25 + 200 * 0.1 + 300 * 0.4, rel=1e-9)
     assert check.integral_j(samples, 20.0, 21.0)[1] == 0
+    assert math.isnan(check.integral_j(samples, 10.25, 11.0, column=2)[0]), "no instant power: no integral"
+
+
+def test_the_instant_power_is_integrated_where_the_gpu_answers_it_and_only_those_samples():
+    check = _module()
+    samples = [(float(t), 100.0, 200.0 if t % 2 == 0 else math.nan, 0.0) for t in range(11)]  # instant every 2 s
+    assert check.integral_j(samples, 1.0, 9.0, column=2) == (pytest.approx(200.0 * 8), 4)
+
+
+def _live_gpu(watts: float, **rest) -> dict:
+    """One GPU of a fake pynvml drawing ``watts`` since now: its counter follows the wall clock."""
+    start = time.time()
+
+    class Live(dict):
+        def __getitem__(self, key):
+            if key == "energy_mj":
+                return int((time.time() - start) * watts * 1000)
+            return super().__getitem__(key)
+
+    return Live(energy_mj=0, power_mw=int(watts * 1000), instant_mw=int(watts * 1000), util=37,
+                limit_mw=700_000, name="Fake H100", bus_id="00000000:17:00.0",
+                uuid="GPU-A1B2C3D4-0000-1111-2222-333344445555", **rest)
+
+
+def _fake_pynvml(gpus):
+    from fixtures_sysfs import fake_pynvml
+
+    mod = fake_pynvml(gpus)
+    mod.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=gpus[h]["bus_id"].encode())
+    mod.nvmlDeviceGetUUID = lambda h: gpus[h]["uuid"]
+    return mod
+
+
+def test_the_sampler_reads_average_and_instant_power_utilisation_and_the_counter_at_both_ends():
+    check = _module()
+    gpu = _live_gpu(150.0)
+    nvml = _fake_pynvml([gpu])
+    with check.NvmlSampler(nvml, 0, hz=200) as sampler:
+        time.sleep(0.1)
+    assert len(sampler.samples) >= 5 and sampler.error is None
+    assert {s[1:] for s in sampler.samples} == {(150.0, 150.0, 37.0)}
+    (t0, j0), (t1, j1) = sampler.counter
+    assert j1 - j0 == pytest.approx(150.0 * (t1 - t0), abs=0.002 + 150 * 0.002)  # mJ steps, reads ~1 ms apart
+
+
+def test_a_gpu_without_instant_power_or_utilisation_is_sampled_with_what_it_answers():
+    check = _module()
+    gpu = {"energy_mj": None, "power_mw": 80_000}
+    nvml = _fake_pynvml([gpu])
+    nvml.nvmlDeviceGetUtilizationRates = lambda h: (_ for _ in ()).throw(nvml.NVMLError(3))
+    with check.NvmlSampler(nvml, 0, hz=200) as sampler:
+        time.sleep(0.05)
+    assert sampler.samples and all(s[1] == 80.0 and math.isnan(s[2]) and math.isnan(s[3]) for s in sampler.samples)
+    assert sampler.counter == [], "no energy counter: nothing to read at the ends"
+    gpu["power_mw"] = None  # the power stops answering: the samples end, and say why
+    with check.NvmlSampler(nvml, 0, hz=200) as sampler:
+        time.sleep(0.02)
+    assert sampler.samples == [] and sampler.error == "nvmlDeviceGetPowerUsage failed"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch sees one CUDA GPU (faked at torch.cuda's function boundary, as in tests/test_compute.py) whose device
+    kind keeps its tensors in host memory, and pynvml is a fake whose GPU draws 150 W: every step of the script
+    runs as it would on a GPU machine, and the NVML figures have a known answer."""
+    import torch
+
+    from edgeprof.nn import compute as computelib
+    from edgeprof.nn.cuda import CudaKind
+
+    props = types.SimpleNamespace(name="Fake H100", total_memory=80 * 2**30, multi_processor_count=132, major=9,
+                                  minor=0, uuid=None, pci_domain_id=0, pci_bus_id=0x17, pci_device_id=0)
+    for name, value in {"is_available": lambda: True, "device_count": lambda: 1, "is_initialized": lambda: False,
+                        "current_device": lambda: 0, "get_device_properties": lambda *a: props,
+                        "synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
+                        "max_memory_allocated": lambda *a: 2**20}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+
+    class HostBackedCuda(CudaKind):
+        def torch_device(self, device):
+            return torch.device("cpu")
+
+        def to_device(self, t, device):
+            return t.clone()
+
+        def place_module(self, module, device):
+            return module
+
+    monkeypatch.setitem(computelib.KINDS, "cuda", HostBackedCuda())
+    gpu = _live_gpu(150.0)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([gpu]))
+    return gpu
+
+
+@pytest.mark.slow
+def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_its_power(fake_gpu, tmp_path):
+    """main() as on a GPU machine (device cuda, NVML found, sampled and read by the sweep's meter): the GPU's
+    description, idle power, NVML joules per round (counter), their ratio and the counter against the integral
+    of the power samples, which for a GPU drawing a constant 150 W must agree."""
+    check = _module()
+    out = tmp_path / "gpu-h100"
+    code = check.main(["--out", str(out), "--skip-tests", "--taus", "1,3", "--repeats", "2", "--samples", "40",
+                       "--idle-seconds", "0.2", "--sample-hz", "200", "--sustain-seconds", "0.3", "--archive", str(tmp_path / "gc.tar.gz")])
+
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert code == 0 and result["failed_steps"] == [], result.get("errors")
+    env = result["environment"]
+    assert (env["gpu"], env["driver"], env["cuda_driver"], env["power_limit_w"]) == ("Fake H100", "580.00.00",
+                                                                                     "13.0", 700.0)
+    assert env["energy_counter"] is True and env["instant_power_field"] is True
+    assert result["idle_power_w"] == 150.0 and result["head_rule"]["rule"] == "torch on the device"
+    for backbone, fig in result["backbones"].items():
+        assert fig["gpu_method"] == ["counter"] and fig["ratio"]["gpu_j"]["value"] > 0, backbone
+        # the round's GPU joules are the counter's: 150 W over the window
+        for algo in ("pflego", "fedavg"):
+            assert fig[f"{algo}_gpu_j"] == pytest.approx(150.0 * fig[f"{algo}_wall_s"], rel=0.05, abs=0.02)
+        assert fig["gpu_util_in_windows_pct"] == 37.0
+        held = fig["sustained"]
+        for algo in ("pflego", "fedavg"):  # one counter reading over >= 0.3 s of rounds: 150 W, to the mJ
+            assert held[algo]["power_w"] == pytest.approx(150.0, rel=0.01), (backbone, algo, held)
+            assert held[algo]["gpu_j"] == pytest.approx(150.0 * held[algo]["wall_s"], rel=0.01)
+        assert held["ratio_gpu_j"] == pytest.approx(held["ratio_wall_s"], rel=0.02)
+        for power in ("average", "instant"):
+            whole = fig["counter_over_integral"][power]["whole_sweep"]
+            assert whole["ratio"] == pytest.approx(1.0, abs=0.01), (backbone, power, whole)
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# GPU reference: Fake H100") and "580.00.00" in readme and "700 W" in readme
+    assert "NVML joules (counter)" in readme and "NVML energy counter / integral of its instant power" in readme
+    assert "| held: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme
