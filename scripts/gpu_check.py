@@ -111,21 +111,13 @@ def _nvml_try(fn, *args):
     return value.decode() if isinstance(value, bytes) else value
 
 
-#: nvmlValueType_t -> the member of nvmlValue_t that holds a field's value
-VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
-
 def instant_power_w(nvml, handle):
-    """The GPU's instant power (W) from NVML's field ``NVML_FI_DEV_POWER_INSTANT``, or None where it is not
-    answered. ``nvmlDeviceGetPowerUsage`` is a one-second average on Ampere (but GA100) and newer GPUs."""
-    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
-    if field is None or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
-        return None
-    values = _nvml_try(nvml.nvmlDeviceGetFieldValues, handle, [field])
-    if not values or values[0].nvmlReturn != 0:
-        return None
-    member = VALUE_MEMBERS.get(getattr(values[0], "valueType", 1), "uiVal")  # the type differs between drivers
-    return float(getattr(values[0].value, member)) / 1000.0
+    """The GPU's instant power (W), or None where it is not answered (``nvmlDeviceGetPowerUsage`` is a one-second
+    average on Ampere (but GA100) and newer GPUs)."""
+    from edgeprof.meters.nvml import instant_power_mw
+
+    milliwatts = instant_power_mw(nvml, handle)
+    return None if milliwatts is None else milliwatts / 1000.0
 
 
 class NvmlSampler:

@@ -53,6 +53,59 @@ def test_without_the_counter_power_samples_are_integrated_exactly():
     assert meter.describe()["sampling_hz"] == 10.0
 
 
+def test_without_the_counter_the_instant_power_is_integrated_where_the_gpu_answers_it():
+    """A GPU whose instant power field answers: its samples are that field (not nvmlDeviceGetPowerUsage's
+    one-second average), integrated exactly, and the update period is the sampling period, not a second."""
+    gpus = [{"energy_mj": None, "power_mw": 50_000, "instant_mw": 100_000}]
+    clock = FakeClock()
+    meter = nvml.NvmlMeter(fake_pynvml(gpus), hz=20.0, clock_ns=clock, start_thread=False)  # t=0: 100 W
+    clock.advance_s(0.5)
+    gpus[0]["instant_mw"] = 200_000
+    meter.sampler.sample()  # t=0.5: 200 W instant, while the average still says 50 W
+
+    reading = meter.read_j()  # t=0.5: 200 W
+    info = meter.describe()
+    meter.close()
+
+    assert reading == {"gpu_0": 75.0}  # (100 + 200) / 2 * 0.5
+    assert meter.update_period_s == 0.05 and info["gpus"][0]["power_reading"] == "NVML_FI_DEV_POWER_INSTANT"
+    assert "instant power (NVML_FI_DEV_POWER_INSTANT) sampled at 20 Hz" in info["power"]
+
+
+def test_without_the_counter_or_the_instant_field_the_average_is_integrated_and_windows_under_a_second_are_short():
+    with nvml.NvmlMeter(fake_pynvml([{"energy_mj": None, "power_mw": 50_000}]), start_thread=False) as meter:
+        info = meter.describe()
+    assert meter.update_period_s == nvml.POWER_AVERAGE_S == 1.0
+    assert info["gpus"][0]["power_reading"] == "nvmlDeviceGetPowerUsage" and "average" in info["power"]
+
+
+@pytest.mark.parametrize("value_type,member,value,want", [
+    (1, "uiVal", 123_456, 123_456.0), (5, "siVal", 80_000, 80_000.0), (0, "dVal", 512.5, 512.5),
+    (3, "ullVal", 7, 7.0)])
+def test_the_instant_field_is_read_from_the_member_its_value_type_names(value_type, member, value, want):
+    """Drivers differ in the type they give the field (seen: unsigned and signed int); the member read is the
+    one ``valueType`` names, and a field the GPU does not answer is None."""
+    field = types.SimpleNamespace(nvmlReturn=0, valueType=value_type,
+                                  value=types.SimpleNamespace(**{m: -1 for m in nvml.VALUE_MEMBERS.values()}))
+    setattr(field.value, member, value)
+    mod = types.SimpleNamespace(NVML_FI_DEV_POWER_INSTANT=186, nvmlDeviceGetFieldValues=lambda h, ids: [field])
+    assert nvml.instant_power_mw(mod, 0) == want
+    field.nvmlReturn = 3
+    assert nvml.instant_power_mw(mod, 0) is None
+    assert nvml.instant_power_mw(types.SimpleNamespace(), 0) is None, "a binding without field values"
+
+
+def test_an_instant_field_that_stops_answering_is_a_one_line_meter_error():
+    gpus = [{"energy_mj": None, "power_mw": 50_000, "instant_mw": 100_000}]
+    meter = nvml.NvmlMeter(fake_pynvml(gpus), clock_ns=FakeClock(), start_thread=False)
+    gpus[0]["instant_mw"] = None
+    with pytest.raises(MeterError, match="NVML instant power of GPU 0: .* no longer answered") as err:
+        meter.sampler.sample()
+        meter.read_j()
+    meter.close()
+    assert "\n" not in str(err.value)
+
+
 def test_close_shuts_nvml_down_once():
     mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
     meter = nvml.NvmlMeter(mod)

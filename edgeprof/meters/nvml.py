@@ -3,9 +3,10 @@
 Per GPU, the most direct source available:
   * ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver loaded; Volta and newer)
     -> method ``counter``; deltas accumulated in integer millijoules.
-  * where that answers ``NVML_ERROR_NOT_SUPPORTED`` (or the function is missing), ``nvmlDeviceGetPowerUsage``
-    (milliwatts) sampled by a :class:`~edgeprof.meters.sampler.PowerSampler` thread and integrated
-    -> method ``integrated_power``.
+  * where that answers ``NVML_ERROR_NOT_SUPPORTED`` (or the function is missing), the GPU's power (milliwatts)
+    sampled by a :class:`~edgeprof.meters.sampler.PowerSampler` thread and integrated -> method
+    ``integrated_power``: its instant power (the field ``NVML_FI_DEV_POWER_INSTANT``) where the GPU answers it,
+    else ``nvmlDeviceGetPowerUsage``, which on Ampere (but GA100) and newer is an average over the last second.
 
 The round's GPU (``gpu``, a torch device such as ``"cuda:1"``, also a ``discover()`` setting): its domain
 ``gpu_<nvml index>`` adds into column ``gpu`` and counts towards the total; every other GPU is measured beside
@@ -16,9 +17,9 @@ business; torch's device properties (PCI address, UUID) are read only when torch
 e.g. a monitor around a user's code) counts every GPU in ``gpu``, as before the round's GPU was known.
 
 ``update_period_s`` is 0.1 s where every GPU has the energy counter: NVML refreshes it about every 100 ms.
-Where a GPU's figure is integrated power it is :data:`POWER_AVERAGE_S` (1 s): on Ampere and newer NVML's power
-reading is itself an average over up to 1 s, so a window shorter than that cannot be told from its
-neighbours. Either way a shorter window is flagged by the profiler (``short_window``) rather than trusted. The module is
+Where a GPU's figure is integrated from ``nvmlDeviceGetPowerUsage`` it is :data:`POWER_AVERAGE_S` (1 s): that
+reading is itself an average over up to 1 s, so a window shorter than that cannot be told from its neighbours;
+integrated from instant power it is the sampling period. Either way a shorter window is flagged by the profiler (``short_window``) rather than trusted. The module is
 injectable (``nvml_module``, also a ``discover()`` setting) so tests pass a fake with the same functions,
 ``NVMLError`` and error codes.
 Every exception the binding raises (``NVMLError`` or any other) is translated into
@@ -106,13 +107,42 @@ def _translate(nvml: ModuleType, err: BaseException, what: str) -> MeterError:
 class _Gpu:
     """One GPU's handle, how its energy is read, and its plausible-power bound."""
 
-    def __init__(self, index: int, handle, gpu_name: str, method: str, max_power_mw: int, bound_source: str) -> None:
+    def __init__(self, index: int, handle, gpu_name: str, method: str, max_power_mw: int, bound_source: str,
+                 instant: bool = False) -> None:
         self.index = index
         self.handle = handle
         self.gpu_name = gpu_name
         self.method = method
         self.max_power_mw = max_power_mw
         self.bound_source = bound_source
+        #: integrated power read from the instant field (else nvmlDeviceGetPowerUsage's average)
+        self.instant = instant
+
+    @property
+    def power_reading(self) -> str | None:
+        if self.method != "integrated_power":
+            return None
+        return "NVML_FI_DEV_POWER_INSTANT" if self.instant else "nvmlDeviceGetPowerUsage"
+
+
+#: nvmlValueType_t -> the member of nvmlValue_t that holds a field's value (the type differs between drivers)
+VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def instant_power_mw(nvml: ModuleType, handle) -> float | None:
+    """The GPU's instant power in mW (the field ``NVML_FI_DEV_POWER_INSTANT``), or None where the binding, the
+    driver or the GPU does not answer it."""
+    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    read = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+    if field is None or read is None:
+        return None
+    try:
+        value = read(handle, [field])[0]
+        if value.nvmlReturn != 0:
+            return None
+        return float(getattr(value.value, VALUE_MEMBERS.get(int(getattr(value, "valueType", 1)), "uiVal")))
+    except Exception:  # not supported, or a binding that lays the structure out otherwise
+        return None
 
 
 def _name(nvml: ModuleType, handle) -> str:
@@ -152,7 +182,8 @@ def _classify(nvml: ModuleType, index: int) -> _Gpu | None:
             if not _unsupported(nvml, err):
                 raise _translate(nvml, err, f"GPU {index} ({name})") from err
             continue
-        return _Gpu(index, handle, name, method, *_power_bound(nvml, handle))
+        instant = method == "integrated_power" and instant_power_mw(nvml, handle) is not None
+        return _Gpu(index, handle, name, method, *_power_bound(nvml, handle), instant=instant)
     return None
 
 
@@ -324,7 +355,8 @@ class NvmlMeter(Meter):
         self._total_mj = {key: 0 for key in self._last_mj}
         powered = tuple(g for g in self._gpus if g.method == "integrated_power")
         if powered:
-            self.update_period_s = POWER_AVERAGE_S
+            self.update_period_s = POWER_AVERAGE_S if not all(g.instant for g in powered) else max(
+                COUNTER_PERIOD_S if self._counter_gpus else 0.0, 1.0 / hz)
             self._sampler = PowerSampler(
                 tuple(self._key(g) for g in powered),
                 lambda: {self._key(g): self._power_mw(g) * 1000 for g in powered},
@@ -344,7 +376,13 @@ class NvmlMeter(Meter):
         except Exception as err:
             raise _translate(self._nvml, err, f"energy of GPU {gpu.index}") from err
 
-    def _power_mw(self, gpu: _Gpu) -> int:
+    def _power_mw(self, gpu: _Gpu) -> float:
+        if gpu.instant:
+            value = instant_power_mw(self._nvml, gpu.handle)
+            if value is None:
+                raise MeterError(f"NVML instant power of GPU {gpu.index}: the field NVML_FI_DEV_POWER_INSTANT, "
+                                 "answered when the meter opened, is no longer answered")
+            return value
         try:
             return int(self._nvml.nvmlDeviceGetPowerUsage(gpu.handle))
         except Exception as err:
@@ -402,12 +440,18 @@ class NvmlMeter(Meter):
     def describe(self) -> dict:
         info = super().describe()
         info["gpus"] = [{"index": g.index, "name": g.gpu_name, "method": g.method, "max_power_w": g.max_power_mw / 1000,
-                         "max_power_source": g.bound_source, "domain": self._key(g)} for g in self._gpus]
+                         "max_power_source": g.bound_source, "domain": self._key(g),
+                         **({"power_reading": g.power_reading} if g.power_reading else {})} for g in self._gpus]
         info["round_gpu"] = self._describe_round()
         if self._sampler is not None:
             info["sampling_hz"] = self.hz
-            info["power"] = (f"NVML's power reading, on Ampere and newer an average over up to {POWER_AVERAGE_S:g} s: "
-                             f"windows shorter than {POWER_AVERAGE_S:g} s are flagged short_window")
+            if self.update_period_s >= POWER_AVERAGE_S:
+                info["power"] = (f"NVML's power reading (nvmlDeviceGetPowerUsage), on Ampere and newer an average "
+                                 f"over up to {POWER_AVERAGE_S:g} s: windows shorter than {POWER_AVERAGE_S:g} s are "
+                                 "flagged short_window")
+            else:
+                info["power"] = (f"NVML's instant power (NVML_FI_DEV_POWER_INSTANT) sampled at {self.hz:g} Hz: "
+                                 f"windows shorter than {self.update_period_s:g} s are flagged short_window")
         info["resolution"] = "1 mJ counter" if self._counter_gpus else "1 mW power samples"
         return info
 
