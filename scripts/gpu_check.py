@@ -424,7 +424,7 @@ def _spread(values) -> dict:
 
 def figures(csv_path: Path, sampler, taus) -> dict:
     """The figures of one backbone's sweep (and of the NVML samples taken while it ran, where ``sampler``)."""
-    from edgeprof.report.analysis import analyze, check_claim
+    from edgeprof.report.analysis import analyze, check_claim, is_short
 
     rows = [r for r in csv.DictReader(open(csv_path, newline="")) if r["kind"] == "client"]
     by: dict = {}
@@ -436,8 +436,9 @@ def figures(csv_path: Path, sampler, taus) -> dict:
     out: dict = {"tau_for_ratio": tau, "taus": list(taus), "rounds": len(rows), "ratio": {}, "growth": {},
                  "claim": {}}
     for metric in metrics:
-        out[f"pflego_{metric}"] = _median(by.get(("pflego", tau), []), metric)
-        out[f"fedavg_{metric}"] = _median(by.get(("fedavg", tau), []), metric)
+        for algo in ("pflego", "fedavg"):  # joules of a window shorter than the meters' update period: unresolved
+            cell = [r for r in by.get((algo, tau), []) if not (metric.endswith("_j") and is_short(r))]
+            out[f"{algo}_{metric}"] = _median(cell, metric)
         ratio = next((r for r in analysis.ratios if (r.metric, r.variant, r.reference, r.tau)
                       == (metric, "fedavg", "pflego", tau)), None)
         if ratio is not None:
@@ -454,7 +455,7 @@ def figures(csv_path: Path, sampler, taus) -> dict:
                      for algo, phases in (("pflego", PFLEGO_PHASES), ("fedavg", ("local_steps",)))}
     out["gpu_method"] = sorted({r.get("gpu_method", "") for r in rows} - {""})
     out["energy_method"] = sorted({r.get("energy_method", "") for r in rows} - {""})
-    out["short_windows"] = sum(r.get("short_window") in ("1", "True", "true") for r in rows)
+    out["short_windows"] = sum(is_short(r) for r in rows)
     if sampler is not None and sampler.samples:
         out.update(_nvml_figures(rows, sampler))
     return out
@@ -516,6 +517,10 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
         lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules ({', '.join(fig['gpu_method'])})",
                       f"{_iv(fig['ratio']['gpu_j'], suffix='x')} ({_f(fig['fedavg_gpu_j'], '{:.4g}')} / "
                       f"{_f(fig['pflego_gpu_j'], '{:.4g}')} J)"))
+    elif fig["gpu_method"]:
+        lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules",
+                      f"not resolved: {fig['short_windows']} of {fig['rounds']} windows shorter than NVML's update "
+                      "period (see the held figure)"))
     else:
         lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules", "no NVML joules in the report"))
     for algo in ("pflego", "fedavg"):

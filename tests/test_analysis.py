@@ -240,3 +240,44 @@ def test_check_claim_passes_and_fails_with_reasons():
     assert any("pflego" in p and "not flat" in p for p in problems)
     assert any("fedavg" in p and "not linear" in p for p in problems)
     assert any("no fedavg" in p for p in check_claim(analyze(rows_for({("pflego", "onnx"): lambda t: 1.0}))))
+
+
+def _short_below(rows: list[dict], seconds: float) -> list[dict]:
+    """Mark the rows whose window lasted less than ``seconds`` (a meter updating that often) short, and give them
+    joules quantized to that meter's steps, as a counter read across them would: 0 or one step."""
+    out = []
+    for i, r in enumerate(rows):
+        short = float(r["wall_s"]) < seconds
+        energy = (10 * seconds if i % 2 else 0.0) if short else float(r["energy_j"])
+        out.append({**r, "short_window": str(int(short)), "energy_j": f"{energy:.6g}"})
+    return out
+
+
+def test_energy_fits_leave_short_windows_out_and_say_so_while_seconds_keep_every_row():
+    """PFLEGO's rounds (0.05 s) all shorter than a 0.2 s meter, FedAvg's only at tau=1 (0.16 s) and one more row
+    marked short: PFLEGO has no energy fit (inconclusive, saying why), FedAvg's energy fit uses its other rows and
+    names the four it left out, its slope still the true 10 W * 0.15 s; wall time fits every row of both."""
+    rows = _short_below(rows_for({("pflego", "onnx"): lambda t: 0.05, ("fedavg", "torch"): lambda t: 0.01 + 0.15 * t},
+                                 noise=0.0), 0.2)
+    rows[-1]["short_window"] = "True"  # the boolean spelling reads the same
+
+    result = analyze(rows)
+
+    pf = result.fit_for("dev", "pflego", "energy_j")
+    assert pf.fit is None and pf.n == 0 and pf.short == 18 and pf.verdict.label == "inconclusive"
+    assert "every one of its 18 windows was shorter than the meters' update period" in pf.verdict.reason
+    fa = result.fit_for("dev", "fedavg", "energy_j")
+    assert (fa.n, fa.short, fa.taus) == (14, 4, (5, 10, 25, 50, 100)) and fa.verdict.label == "linear"
+    assert fa.fit.b == pytest.approx(1.5, rel=1e-9) and "4 window(s) shorter than the meters' update period" \
+        in fa.verdict.reason
+    assert not [r for r in result.ratios if r.metric == "energy_j"], "no PFLEGO energy to be a ratio's reference"
+    assert result.fit_for("dev", "pflego", "wall_s").n == 18 and result.fit_for("dev", "fedavg", "wall_s").short == 0
+    problems = check_claim(result, "energy_j")
+    assert any("pflego on dev is inconclusive" in p and "not resolved" in p for p in problems)
+    fits, _ = analysis.render(result, metrics=("energy_j",))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(fits)
+    text = console.export_text()
+    assert "14 (+4 short)" in text and "0 (+18 short)" in text

@@ -229,10 +229,16 @@ def fake_gpu(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_its_power(fake_gpu, tmp_path):
+@pytest.mark.parametrize("period", [0.0, 60.0], ids=["resolved", "every-window-short"])
+def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_its_power(fake_gpu, tmp_path,
+                                                                                         monkeypatch, period):
     """main() as on a GPU machine (device cuda, NVML found, sampled and read by the sweep's meter): the GPU's
     description, idle power, NVML joules per round (counter), their ratio and the counter against the integral
-    of the power samples, which for a GPU drawing a constant 150 W must agree."""
+    of the power samples, which for a GPU drawing a constant 150 W must agree. With a counter updating every
+    minute every window is short: no NVML ratio or verdict is drawn from the rounds, and the held figure stands."""
+    from edgeprof.meters.nvml import NvmlMeter
+
+    monkeypatch.setattr(NvmlMeter, "update_period_s", period)
     check = _module()
     out = tmp_path / "gpu-h100"
     code = check.main(["--out", str(out), "--skip-tests", "--taus", "1,3", "--repeats", "2", "--samples", "40",
@@ -246,10 +252,18 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
     assert env["energy_counter"] is True and env["instant_power_field"] is True
     assert result["idle_power_w"] == 150.0 and result["head_rule"]["rule"] == "torch on the device"
     for backbone, fig in result["backbones"].items():
-        assert fig["gpu_method"] == ["counter"] and fig["ratio"]["gpu_j"]["value"] > 0, backbone
-        # the round's GPU joules are the counter's: 150 W over the window
-        for algo in ("pflego", "fedavg"):
-            assert fig[f"{algo}_gpu_j"] == pytest.approx(150.0 * fig[f"{algo}_wall_s"], rel=0.05, abs=0.02)
+        assert fig["gpu_method"] == ["counter"], backbone
+        if period:
+            assert fig["short_windows"] == fig["rounds"] and "gpu_j" not in fig["ratio"]
+            claim = fig["claim"]["gpu_j"]
+            assert not claim["shown"] and any("pflego" in p and "not resolved" in p for p in claim["problems"])
+            assert fig["growth"]["pflego"]["gpu_j"]["verdict"] == "inconclusive"
+            assert math.isnan(fig["pflego_gpu_j"])
+        else:
+            assert fig["short_windows"] == 0 and fig["ratio"]["gpu_j"]["value"] > 0
+            # the round's GPU joules are the counter's: 150 W over the window
+            for algo in ("pflego", "fedavg"):
+                assert fig[f"{algo}_gpu_j"] == pytest.approx(150.0 * fig[f"{algo}_wall_s"], rel=0.05, abs=0.02)
         assert fig["gpu_util_in_windows_pct"] == 37.0
         held = fig["sustained"]
         for algo in ("pflego", "fedavg"):  # one counter reading over >= 0.3 s of rounds: 150 W, to the mJ
@@ -261,5 +275,9 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
             assert whole["ratio"] == pytest.approx(1.0, abs=0.01), (backbone, power, whole)
     readme = (out / "README.md").read_text()
     assert readme.startswith("# GPU reference: Fake H100") and "580.00.00" in readme and "700 W" in readme
-    assert "NVML joules (counter)" in readme and "NVML energy counter / integral of its instant power" in readme
+    if period:
+        assert "NVML joules | not resolved: 8 of 8 windows shorter than NVML's update period" in readme
+    else:
+        assert "NVML joules (counter)" in readme
+    assert "NVML energy counter / integral of its instant power" in readme
     assert "| held: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme

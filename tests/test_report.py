@@ -134,3 +134,26 @@ def test_net_energy_and_carbon_columns_follow_the_sidecar(tmp_path):
         gross, wall = float(row["energy_j"]), float(row["wall_s"])
         assert float(row["energy_net_j"]) == pytest.approx(gross - idle_w * wall, rel=1e-4, abs=1e-9)
         assert float(row["carbon_g"]) == pytest.approx(gross / 3.6e6 * 250.0, rel=1e-4)
+
+
+def test_the_summary_says_how_many_windows_were_too_short_for_the_meters(tmp_path, monkeypatch):
+    """A Jetson sampled at 1 Hz (a sysfs tree read by the production meter) cannot resolve a round of a few
+    milliseconds: every row is flagged short_window, and the summary says so with the meters' update period."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    from fixtures_sysfs import build_jetson
+
+    build_jetson(tmp_path / "sys", "orin_nano")
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path / "sys"))
+    result = CliRunner().invoke(app, ["measure", "--dataset", "synthetic", "--synthetic-samples", "240",
+                                      "--backbone", "mlp", "--clients", "4", "--rounds", "2", "--tau", "2",
+                                      "--jetson-hz", "1", "--no-progress", "--run-name", "short", "--out",
+                                      str(tmp_path / "out")])
+
+    assert result.exit_code == 0, result.output
+    report = read_report(tmp_path / "out" / "short.csv")
+    rows = [r for r in report.rows if r["kind"] in ("client", "server")]
+    assert rows and all(r["short_window"] == "1" for r in rows)
+    assert (f"energy: {len(rows)} of {len(rows)} rows lasted less than the meters' update period (1 s): their "
+            "joules are not resolved (short_window)") in " ".join(result.stdout.split())

@@ -223,7 +223,8 @@ def _console():
 
 def _print_summary(csv_path: Path) -> None:
 
-    from edgeprof.report.summary import carbon_total, invalid_rows, overhead_fraction, render, summarize
+    from edgeprof.report.summary import (carbon_total, invalid_rows, overhead_fraction, render, short_rows,
+                                         summarize)
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
@@ -232,6 +233,11 @@ def _print_summary(csv_path: Path) -> None:
     if invalid:
         typer.echo(f"energy: {invalid} of {rows} rows have an implausible reading (method invalid, no joules; "
                    f"the sidecar's meters.invalid says why); medians and totals leave them out")
+    short, rows, period = short_rows(report)
+    if short:
+        every = f" ({period:g} s)" if period else ""
+        typer.echo(f"energy: {short} of {rows} rows lasted less than the meters' update period{every}: their joules "
+                   f"are not resolved (short_window); sweeps' energy fits leave them out")
     carbon = carbon_total(report)
     if carbon is not None:
         source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(

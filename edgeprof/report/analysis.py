@@ -25,6 +25,11 @@ device of a report is analysed on its own.
 * **Ratios** of every other variant to every PFLEGO variant at each tau both were measured at: ratio of
   geometric means, with a Welch t interval on the log scale (needs >= 2 rows on each side) at the
   Welch-Satterthwaite degrees of freedom, fractional as they come.
+* **Short windows.** A row whose window was shorter than its meters' update period (``short_window``; NVML's
+  counter moves about every 100 ms, a millisecond GPU round reads zero or one whole step) has joules the meters
+  did not resolve: energy metrics (``*_j``) leave such rows out of fits and ratios, and the verdict says how many
+  it left out; a variant whose every row was short has no energy fit, only an ``inconclusive`` verdict that says
+  why. Seconds are measured by the clock and keep every row.
 """
 
 from __future__ import annotations
@@ -185,14 +190,26 @@ def variant_of(algo: str, engine: str) -> str:
     return algo if engine in ("", default) else f"{algo}[{engine}]"
 
 
-def _cells(rows: Iterable[Mapping[str, str]], metric: str) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``."""
+def is_short(row: Mapping[str, str]) -> bool:
+    """Whether the row's window was shorter than its meters' update period (``short_window``)."""
+    return str(row.get("short_window", "")).strip().lower() in ("1", "true")
+
+
+def _cells(rows: Iterable[Mapping[str, str]], metric: str,
+           ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], dict[tuple[str, str], int]]:
+    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``, and for an energy
+    metric (device, variant) -> how many short-window rows were left out."""
     out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    short: dict[tuple[str, str], int] = defaultdict(int)
+    energy = metric.endswith("_j")
     for r in rows:
         if r.get("kind") == "client" and r.get(metric, "") != "" and r.get("tau", "") != "":
             key = (r.get("device", ""), variant_of(r.get("algo", ""), r.get("engine", "")))
-            out[key].append((int(r["tau"]), float(r[metric])))
-    return out
+            if energy and is_short(r):
+                short[key] += 1
+            else:
+                out[key].append((int(r["tau"]), float(r[metric])))
+    return out, short
 
 
 @dataclass(frozen=True)
@@ -207,6 +224,8 @@ class VariantFit:
     fit: Optional[LineFit]
     verdict: Verdict
     step_vs_pass: Optional[Interval] = None
+    #: rows left out because their window was shorter than the meters' update period (energy metrics)
+    short: int = 0
 
 
 @dataclass(frozen=True)
@@ -278,16 +297,29 @@ def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS)
     rows = list(rows)
     result = Analysis()
     for metric in metrics:
-        cells = _cells(rows, metric)
+        cells, short = _cells(rows, metric)
         fits = {key: _fit_group(points) for key, points in cells.items()}
-        for (device, variant), points in cells.items():
-            fit = fits[(device, variant)]
+        for (device, variant) in dict.fromkeys([*cells, *short]):
+            points, left_out = cells.get((device, variant), []), short.get((device, variant), 0)
+            fit = fits.get((device, variant))
             ref = fits.get((device, PASS_ALGO))
             rel = slope_ratio(fit, ref) if fit is not None and ref is not None else None
             result.fits.append(VariantFit(device, variant, metric, len(points), tuple(sorted({p[0] for p in points})),
-                                          fit, verdict(fit), rel))
+                                          fit, _short_verdict(verdict(fit), points, left_out), rel, left_out))
         result.ratios.extend(_ratios(cells, metric))
     return result
+
+
+def _short_verdict(v: Verdict, points: list, left_out: int) -> Verdict:
+    """The verdict with the short-window rows it left out named (see the module docstring)."""
+    if not left_out:
+        return v
+    if not points:
+        return Verdict("inconclusive", Interval(math.nan),
+                       f"every one of its {left_out} windows was shorter than the meters' update period: their "
+                       f"joules are not resolved (short_window); longer rounds or a faster meter are needed")
+    return Verdict(v.label, v.growth, f"{v.reason}; {left_out} window(s) shorter than the meters' update period "
+                                      "left out (short_window)")
 
 
 def _is_reference(variant: str) -> bool:
@@ -352,7 +384,8 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
         if f.metric not in metrics:
             continue
         b = Interval(f.fit.b, *f.fit.ci_b) if f.fit else None
-        fits.add_row(*(escape(f.device),) * several, escape(f.variant), f.metric, str(f.n),
+        fits.add_row(*(escape(f.device),) * several, escape(f.variant), f.metric,
+                     f"{f.n} (+{f.short} short)" if f.short else str(f.n),
                      f"{f.fit.a:.3g}" if f.fit else "-", _fmt_interval(b),
                      _fmt_interval(f.step_vs_pass, "{:.3g}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
                      f.verdict.label)

@@ -123,6 +123,18 @@ def invalid_rows(report: Report) -> tuple[int, int]:
     return sum("invalid" in (r.get("energy_method") or "") for r in rows), len(rows)
 
 
+def short_rows(report: Report) -> tuple[int, int, float | None]:
+    """(client and server rows whose window was shorter than its meters' update period, all client and server
+    rows, the slowest meter's update period in seconds where the sidecar names it)."""
+    from edgeprof.report.analysis import is_short
+
+    rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
+    meters = report.sidecar.get("meters", {}) if isinstance(report.sidecar, dict) else {}
+    periods = [m.get("update_period_s") for m in (meters.get("meters") or []) if isinstance(m, dict)]
+    periods = [float(p) for p in periods if isinstance(p, (int, float))]
+    return sum(is_short(r) for r in rows), len(rows), max(periods) if periods else None
+
+
 def carbon_total(report: Report) -> tuple[float, int] | None:
     """Grams CO2e of every client round and server step with a carbon figure, and how many rows that is."""
     rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
