@@ -238,6 +238,26 @@ def test_confidence_band_of_a_cost_stops_at_zero(tmp_path):
     assert lower[0] == pytest.approx(fit.predict(fit.x_max) - fit.band(fit.x_max)) and lower[0] > 0
 
 
+def test_short_windows_are_drawn_hollow_and_left_out_of_the_energy_fit_and_the_table_counts_them(tmp_path):
+    """PFLEGO's rounds shorter than a 0.3 s meter, FedAvg's at tau=1 too: their joules are hollow markers, not in
+    the energy fit, the fits table shows '0 (+18 short)' and '15 (+3 short)', and the note says why."""
+    from test_analysis import _short_below
+
+    rows = _short_below(rows_for(TWO, noise=0.0), 0.3)  # PFLEGO 0.2 s; FedAvg 0.16 s at tau=1, 0.76 s at tau=5
+
+    page = _render(tmp_path, [dict(r, energy_method="counter") for r in rows])
+
+    (figure,) = _figures(page, "energy, J per client round")
+    hollow = {t["name"]: len(t["x"]) for t in figure["data"] if t.get("marker", {}).get("symbol") == "circle-open"}
+    assert hollow == {"pflego: short window, not fitted": 18, "fedavg: short window, not fitted": 3}
+    assert [t["name"] for t in figure["data"] if t.get("mode") == "lines" and "fit" in t["name"]] == [
+        "fedavg fit (linear)"], "no fit is drawn through joules the meters did not resolve"
+    counts = {(c[1], c[2]): c[3] for c in _cells(page, "verdicts")}
+    assert counts[("pflego", "energy_j")] == "0 (+18 short)" and counts[("fedavg", "energy_j")] == "15 (+3 short)"
+    assert counts[("pflego", "wall_s")] == "18"
+    assert "21 client or server window(s) lasted less than the meters' update period" in page
+
+
 @pytest.mark.parametrize("taus,sentences,verdicts,cost_plots", [((5,), 2, False, 0), ((1, 5, 10), 0, True, 3)],
                          ids=["one-tau", "three-taus"])
 def test_one_tau_says_no_fit_instead_of_verdicts_and_strips(tmp_path, taus, sentences, verdicts, cost_plots):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
-                               VariantFit, analyze, variant_of)
+                                     VariantFit, analyze, is_short, variant_of)
 from edgeprof.errors import ConfigError, OutputError, ReportError, require
 from edgeprof.report.schema import BESIDE_ROUND
 from edgeprof.report.trace_view import (OUTSIDE, PHASE_COLORS, choose, estimated, load, phase_bands,
@@ -194,6 +194,10 @@ def _energy_note(rows: Sequence[Row]) -> str:
     listed = esc(_listing(sorted(methods)))
     used = (f"The energy methods in these reports are {listed}." if len(methods) > 1
             else f"The energy method in these reports is {listed}.")
+    short = sum(1 for r in rows if r.data.get("kind") in ("client", "server") and is_short(r.data))
+    if short:
+        used += (f" {short} client or server window(s) lasted less than the meters' update period: their joules are "
+                 "not resolved, drawn hollow and left out of the energy fits and ratios.")
     if "estimate" in methods:
         return ('<p class="estimate"><strong>Energy here is an ESTIMATE</strong> wherever its method is estimate '
                 f'(process CPU time times watts per core), not a measurement. {used}</p>')
@@ -251,7 +255,8 @@ def _metric_cell(metric: str, device: str, variants: Iterable[str], estimated: s
 
 def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
     return _table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
-                  [(f.device, f.variant, _metric_cell(f.metric, f.device, [f.variant], estimated), f.n,
+                  [(f.device, f.variant, _metric_cell(f.metric, f.device, [f.variant], estimated),
+                    f"{f.n} (+{f.short} short)" if f.short else f.n,
                     f"{f.fit.a:.4g}" if f.fit else "-", _iv(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None),
                     _iv(f.step_vs_pass, "{:.3g}"), _iv(f.verdict.growth, "{:+.1%}"), f.verdict.label)
                    for f in analysis.fits], "verdicts")
@@ -302,9 +307,15 @@ def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str
             groups[r.variant].append(r)
     for variant, members in groups.items():
         color, name = page.color(variant), esc(variant)
+        short = [r for r in members if metric.endswith("_j") and is_short(r.data)]
+        kept = [r for r in members if r not in short]
         data.append({"type": "scatter", "mode": "markers", "name": name, "legendgroup": name,
-                     "x": [r.num("tau") for r in members], "y": [r.num(metric) for r in members],
+                     "x": [r.num("tau") for r in kept], "y": [r.num(metric) for r in kept],
                      "marker": {"color": color, "size": 6, "opacity": 0.7}})
+        if short:  # joules the meters did not resolve: drawn hollow, left out of the fit
+            data.append({"type": "scatter", "mode": "markers", "name": esc(f"{variant}: short window, not fitted"),
+                         "legendgroup": name, "x": [r.num("tau") for r in short], "y": [r.num(metric) for r in short],
+                         "marker": {"color": color, "size": 6, "symbol": "circle-open"}})
         data.extend(_fit_traces(analysis.fit_for(device, variant, metric), variant, color))
     if not data:
         return ""
