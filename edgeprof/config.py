@@ -157,6 +157,9 @@ class RunConfig:
     device: str = "auto"
     evaluate: bool = False
     eval_protocol: str = "global"
+    #: seconds each client window holds: the client's round repeats inside its window until this long has passed
+    #: (at least once), and the row gives the mean of one round (``held_rounds``); 0: one round per window
+    hold_seconds: float = 0.0
     energy: EnergySettings = dataclasses.field(default_factory=lambda: EnergySettings())
     progress: bool = True
 
@@ -278,6 +281,10 @@ def _check_int(name: str, value) -> None:
            f"{name.replace('_', ' ')} must be an integer in {low}..{high:,}, got {value}")
 
 
+#: the longest a client window may be held (``--hold-seconds``)
+MAX_HOLD_S = 600.0
+
+
 def validate(cfg: RunConfig) -> None:
     """Raise ConfigError with one clear line for the first invalid setting."""
     _choice("algorithm", cfg.algo, algorithm_names())
@@ -312,3 +319,8 @@ def validate(cfg: RunConfig) -> None:
     check_device(cfg.device)
     _check(cfg.run_name is None or RUN_NAME.fullmatch(cfg.run_name) is not None,
            f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")
+    _check(isinstance(cfg.hold_seconds, (int, float)) and 0 <= cfg.hold_seconds <= MAX_HOLD_S,
+           f"hold seconds must be in 0..{MAX_HOLD_S:g}, got {cfg.hold_seconds}")
+    _check(not (cfg.hold_seconds and cfg.evaluate),
+           "--hold-seconds repeats each client's round inside its window, training it several times a round: "
+           "it measures cost, not accuracy, so it does not go with --evaluate")

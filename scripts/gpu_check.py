@@ -13,15 +13,15 @@ typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
 2. the GPU's idle power (NVML power samples over ``--idle-seconds`` before anything runs);
 3. the rule for PFLEGO's head steps on this device kind (``scripts/bench_head_steps.py``: numpy on the host
    against torch on the device, for a quarter, one and four times ``--samples`` local images);
-4. ``sweep --device cuda --algos pflego,fedavg --trace`` on ``cnn-omniglot`` and ``cnn-cifar`` (one client of
-   ``--samples`` local images), while a thread samples the round's GPU's power (NVML's average and, where the
+4. ``sweep --device cuda --algos pflego,fedavg --trace --hold-seconds 0.5`` on ``cnn-omniglot`` and ``cnn-cifar``
+   (one client of ``--samples`` local images; each client window held long enough for NVML's counter), while a thread samples the round's GPU's power (NVML's average and, where the
    GPU answers it, instant field) and utilisation at ``--sample-hz``, and reads its energy counter at both ends;
 5. printed and written: the FedAvg/PFLEGO per-round ratio at tau=50 in wall time and in NVML joules (ratio of
    geometric means with its 95% interval), PFLEGO's and FedAvg's growth over tau with the sweep's verdicts and
    whether the claim is shown, the phase split, the GPU's utilisation inside and between the client windows,
    NVML's energy counter against the integral of its power samples (over each window of five samples or more and
    over the whole sweep), the idle power, a PFLEGO round against one bare forward and one forward+backward of
-   the same backbone on the GPU (the floor), and the held figure: each algorithm's rounds back to back for
+   the same backbone on the GPU (the floor), and the sustained figure: each algorithm's rounds back to back for
    ``--sustain-seconds`` inside one reading of the energy counter (joules per round from a window long against
    NVML's update period, where one round on a GPU may be shorter than it);
 6. ``DIR/README.md`` (the table of those figures, the machine, the software and the commands, for
@@ -74,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sample-hz", type=float, default=50.0, help="NVML sampling rate (default 50 Hz)")
     parser.add_argument("--trace-hz", type=float, default=50.0,
                         help="the sweeps' power trace rate (default 50 Hz; 0: no trace)")
+    parser.add_argument("--hold-seconds", type=float, default=0.5,
+                        help="the sweeps hold each client window this long (the round repeated inside it, the row "
+                             "one round's mean), so that NVML's 100 ms counter resolves it (default 0.5 s; 0: off)")
     parser.add_argument("--sustain-seconds", type=float, default=5.0,
                         help="per algorithm, rounds back to back for this long inside one reading of NVML's energy "
                              "counter, at the ratio's tau (default 5 s; 0: skip)")
@@ -89,8 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         fail(f"--taus must be a comma-separated list of integers, got {args.taus!r}")
     if not args.taus or args.taus[0] < 1 or args.repeats < 1 or args.samples < 1 or args.sample_hz <= 0:
         fail("--taus, --repeats, --samples and --sample-hz must be positive")
-    if args.sustain_seconds < 0 or args.idle_seconds < 0:
-        fail("--sustain-seconds and --idle-seconds must not be negative")
+    if args.sustain_seconds < 0 or args.idle_seconds < 0 or not 0 <= args.hold_seconds <= 600:
+        fail("--sustain-seconds and --idle-seconds must not be negative, --hold-seconds must be in 0..600")
     if args.trace_hz and not 1 <= args.trace_hz <= 1000:
         fail(f"--trace-hz must be in 1..1000 (0: no trace), got {args.trace_hz:g}")
     if args.archive is not None and not args.archive.name.endswith(".tar.gz"):
@@ -314,7 +317,7 @@ def sweep_config(backbone: str, args, device: str):
 
     base = RunConfig(dataset="synthetic", synthetic_samples=max(2000, 2 * args.samples), clients=1,
                      participation=1.0, backbone=backbone, device=device, out=args.out,
-                     run_name=f"gpu-check-{backbone}", progress=False,
+                     run_name=f"gpu-check-{backbone}", progress=False, hold_seconds=args.hold_seconds,
                      energy=EnergySettings(trace_hz=args.trace_hz))
     return SweepConfig(base=base, algos=("pflego", "fedavg"), taus=args.taus, repeats=args.repeats,
                        samples_per_client=args.samples)
@@ -520,7 +523,7 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
     elif fig["gpu_method"]:
         lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules",
                       f"not resolved: {fig['short_windows']} of {fig['rounds']} windows shorter than NVML's update "
-                      "period (see the held figure)"))
+                      "period (see the sustained figure)"))
     else:
         lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules", "no NVML joules in the report"))
     for algo in ("pflego", "fedavg"):
@@ -553,7 +556,7 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
     lines.append(("short windows (under NVML's update period)", str(fig["short_windows"])))
     held = fig.get("sustained")
     if held:
-        what = f"held: rounds back to back at tau={held['tau']} for {held['seconds']:g} s, one counter reading"
+        what = f"sustained: rounds back to back at tau={held['tau']} for {held['seconds']:g} s, one counter reading"
         text = f"FedAvg/PFLEGO {_f(held['ratio_wall_s'], '{:.3g}')}x wall"
         if "ratio_gpu_j" in held:
             text += f", {_f(held['ratio_gpu_j'], '{:.3g}')}x NVML joules"
@@ -610,9 +613,11 @@ def write_readme(result: dict, out: Path, args) -> Path:
         for b, fig in figs.items():
             for what, value in figure_lines(fig):
                 table.setdefault(what, {})[b] = value
+        held = (f", each client window held {args.hold_seconds:g} s (the round repeated inside it, the row one "
+                f"round's mean)" if args.hold_seconds else "")
         lines += ["", f"Sweeps: one client of {args.samples} images, taus {','.join(map(str, args.taus))}, "
-                      f"{args.repeats} rounds each; ratios are of geometric means with their 95% intervals, growth "
-                      "is the fitted line's over the swept taus.", "",
+                      f"{args.repeats} rounds each{held}; ratios are of geometric means with their 95% intervals, "
+                      "growth is the fitted line's over the swept taus.", "",
                   "| figure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         lines += [f"| {what} | " + " | ".join(v.get(b, "-").replace("|", "/") for b in names) + " |"
                   for what, v in table.items()]
@@ -726,7 +731,7 @@ def main(argv=None) -> int:
             if floor is not None:
                 fig["floor_forward_s"], fig["floor_forward_backward_s"] = floor
             if args.sustain_seconds:
-                fig["sustained"] = steps.run(f"held rounds {backbone}", sustained, backbone, args, device, nvml,
+                fig["sustained"] = steps.run(f"sustained rounds {backbone}", sustained, backbone, args, device, nvml,
                                              handle)
             result["backbones"][backbone] = fig
             print_figures(backbone, fig)

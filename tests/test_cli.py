@@ -352,6 +352,7 @@ def _values(tmp_path: Path) -> dict:
             "jetson_hz": (["--jetson-hz", "20"], 20.0), "idle_seconds": (["--idle-seconds", "0.5"], 0.5),
             "country": (["--country", "FRA"], "FRA"), "region": (["--region", "north"], "north"),
             "carbon_intensity": (["--carbon-intensity", "99"], 99.0), "progress": (["--no-progress"], False),
+            "hold_seconds": (["--hold-seconds", "0.25"], 0.25),
             "out": (["--out", str(tmp_path / "reports")], tmp_path / "reports")}
 
 
@@ -374,15 +375,23 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
     return {"progress": False}
 
 
-@pytest.mark.parametrize("command", ["measure", "train", "sweep", "flower-app-dir", "flower-simulate"])
-def test_each_command_builds_its_run_config_from_its_options(monkeypatch, tmp_path, command):
+#: options that refuse each other: the second is given in a run of its own
+APART = {"hold_seconds": "evaluate"}
+
+
+@pytest.mark.parametrize("command,apart", [*[(c, False) for c in ("measure", "train", "sweep", "flower-app-dir",
+                                                                     "flower-simulate")], ("measure", True)])
+def test_each_command_builds_its_run_config_from_its_options(monkeypatch, tmp_path, command, apart):
     from edgeprof.config import RunConfig
 
     monkeypatch.chdir(tmp_path)
     values, received = _values(tmp_path), []
     fixed = _capture_config(monkeypatch, command, received)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    taken = [p.name for p in _options(command) if p.name in fields]
+    options = [p.name for p in _options(command) if p.name in fields]
+    clash = {a for a, b in APART.items() if a in options and b in options}
+    assert clash or not apart, f"{command} has no options that refuse each other"
+    taken = [n for n in options if (n in clash) == apart] if apart else [n for n in options if n not in clash]
     argv = [command, *(t for name in taken for t in values[name][0])]
     if command == "train":
         argv += ["--algos", "fedprox,fedavg"]
@@ -392,7 +401,7 @@ def test_each_command_builds_its_run_config_from_its_options(monkeypatch, tmp_pa
 
     assert result.exit_code == 0, result.output
     (cfg,) = received
-    assert len(taken) >= 12 and set(taken) <= set(values)  # a new run option needs a row in _values
+    assert len(taken) >= (1 if apart else 12) and set(taken) <= set(values)  # a new run option needs a row
     assert {name: getattr(cfg, name) for name in taken} == {name: values[name][1] for name in taken}
     assert {name: getattr(cfg, name) for name in fixed} == fixed
 

@@ -71,7 +71,7 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
     blocker = BLOCKER.format(absent=set(ABSENT_ON_A_CUDA_IMAGE), script=str(SCRIPT))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", blocker, "--out", str(out), "--dry-run-on-cpu", "--taus", "1,3",
-                           "--repeats", "2", "--samples", "40", "--sustain-seconds", "0.2",
+                           "--repeats", "2", "--samples", "40", "--sustain-seconds", "0.2", "--hold-seconds", "0.05",
                            "--archive", str(tmp_path / "gc.tar.gz")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -229,20 +229,22 @@ def fake_gpu(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("period", [0.0, 60.0], ids=["resolved", "every-window-short"])
+@pytest.mark.parametrize("period,hold", [(0.1, 0.15), (60.0, 0.0)], ids=["held", "every-window-short"])
 def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_its_power(fake_gpu, tmp_path,
-                                                                                         monkeypatch, period):
+                                                                                         monkeypatch, period, hold):
     """main() as on a GPU machine (device cuda, NVML found, sampled and read by the sweep's meter): the GPU's
     description, idle power, NVML joules per round (counter), their ratio and the counter against the integral
-    of the power samples, which for a GPU drawing a constant 150 W must agree. With a counter updating every
-    minute every window is short: no NVML ratio or verdict is drawn from the rounds, and the held figure stands."""
+    of the power samples, which for a GPU drawing a constant 150 W must agree. With NVML's 100 ms counter and
+    windows held 0.15 s every window is resolved; with a counter updating every minute and no hold every window
+    is short: no NVML ratio or verdict is drawn from the rounds, and the sustained figure stands."""
     from edgeprof.meters.nvml import NvmlMeter
 
     monkeypatch.setattr(NvmlMeter, "update_period_s", period)
     check = _module()
     out = tmp_path / "gpu-h100"
     code = check.main(["--out", str(out), "--skip-tests", "--taus", "1,3", "--repeats", "2", "--samples", "40",
-                       "--idle-seconds", "0.2", "--sample-hz", "200", "--sustain-seconds", "0.3", "--archive", str(tmp_path / "gc.tar.gz")])
+                       "--idle-seconds", "0.2", "--sample-hz", "200", "--sustain-seconds", "0.3", "--hold-seconds", str(hold),
+                       "--archive", str(tmp_path / "gc.tar.gz")])
 
     result = json.loads((out / "gpu_check.json").read_text())
     assert code == 0 and result["failed_steps"] == [], result.get("errors")
@@ -253,7 +255,7 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
     assert result["idle_power_w"] == 150.0 and result["head_rule"]["rule"] == "torch on the device"
     for backbone, fig in result["backbones"].items():
         assert fig["gpu_method"] == ["counter"], backbone
-        if period:
+        if not hold:
             assert fig["short_windows"] == fig["rounds"] and "gpu_j" not in fig["ratio"]
             claim = fig["claim"]["gpu_j"]
             assert not claim["shown"] and any("pflego" in p and "not resolved" in p for p in claim["problems"])
@@ -275,9 +277,9 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
             assert whole["ratio"] == pytest.approx(1.0, abs=0.01), (backbone, power, whole)
     readme = (out / "README.md").read_text()
     assert readme.startswith("# GPU reference: Fake H100") and "580.00.00" in readme and "700 W" in readme
-    if period:
+    if not hold:
         assert "NVML joules | not resolved: 8 of 8 windows shorter than NVML's update period" in readme
     else:
         assert "NVML joules (counter)" in readme
     assert "NVML energy counter / integral of its instant power" in readme
-    assert "| held: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme
+    assert "| sustained: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme

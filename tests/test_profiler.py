@@ -107,6 +107,29 @@ def test_repeated_phase_accumulates_and_short_window_is_flagged():
     assert win.result.short_window is True
 
 
+def test_a_held_window_is_written_as_the_mean_of_one_round():
+    """A window that held 4 repeats of a round: every cost cell of the row (seconds, CPU seconds, joules per column
+    and in total, net joules, carbon, overhead, each phase's) is the window's divided by 4, the same window
+    written unheld gives the totals, and short_window still judges the whole window."""
+    readings = [{"cpu_package_0": 8.0 * i, "dram_0": 2.0 * i} for i in range(10)]
+    meters = MeterSet([ScriptedMeter(readings, (PKG, DRAM), update_period_s=0.5)])
+    prof = Profiler(meters, clock=Ticker(0.125), cpu_clock=Ticker(0.0625), thread_clock=Ticker(0.03125), rss=NoRss())
+    with prof.window("client") as win:
+        for _ in range(4):
+            with win.phase("x"):
+                pass
+    whole = row_from_window(win.result, {"run_id": "r"}, idle_power_w=2.0, carbon_g_per_kwh=360.0)
+    held = row_from_window(win.result, {"run_id": "r"}, idle_power_w=2.0, carbon_g_per_kwh=360.0, held_rounds=4)
+
+    assert whole["held_rounds"] == "" and held["held_rounds"] == "4"
+    for cell in ("wall_s", "cpu_s", "energy_j", "energy_net_j", "carbon_g", "cpu_package_j", "dram_j",
+                 "profiler_overhead_s", "x_s", "x_cpu_s", "x_j"):
+        assert float(held[cell]) == pytest.approx(float(whole[cell]) / 4, rel=1e-5), cell  # _fmt's 6 digits
+    assert float(whole["energy_j"]) == 90.0 and float(held["energy_j"]) == 22.5  # (8 + 2) J x 9 reads apart
+    assert held["short_window"] == whole["short_window"] == "0", "the whole window is longer than 0.5 s"
+    assert held["energy_method"] == whole["energy_method"] == "counter"
+
+
 class FakeMachine:
     """One thread on a machine: wall, process-CPU and thread-CPU clocks that move only when it runs or waits."""
 

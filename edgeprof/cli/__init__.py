@@ -223,8 +223,8 @@ def _console():
 
 def _print_summary(csv_path: Path) -> None:
 
-    from edgeprof.report.summary import (carbon_total, invalid_rows, overhead_fraction, render, short_rows,
-                                         summarize)
+    from edgeprof.report.summary import (carbon_total, held_rounds, invalid_rows, overhead_fraction, render,
+                                         short_rows, summarize)
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
@@ -233,6 +233,10 @@ def _print_summary(csv_path: Path) -> None:
     if invalid:
         typer.echo(f"energy: {invalid} of {rows} rows have an implausible reading (method invalid, no joules; "
                    f"the sidecar's meters.invalid says why); medians and totals leave them out")
+    held = held_rounds(report)
+    if held:
+        typer.echo(f"held: each client window repeated its round (median {held[1]:g} rounds a window, "
+                   f"--hold-seconds); its row is the mean of one round")
     short, rows, period = short_rows(report)
     if short:
         every = f" ({period:g} s)" if period else ""
@@ -283,6 +287,7 @@ def measure(
     cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
+    hold_seconds: o.HoldSeconds = 0.0,
     out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
     eval_protocol: o.EvalProtocol = "global",
     progress: o.ShowProgress = True,
@@ -417,6 +422,7 @@ def sweep(
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
+    hold_seconds: o.HoldSeconds = 0.0,
     out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""

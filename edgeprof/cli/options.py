@@ -220,6 +220,10 @@ SamplesPerClient = Annotated[int, _opt(panel=DATA, help="Training samples kept p
 CpuWatts = Annotated[Optional[float], _opt(panel=ENERGY, help="Watts per busy core for the CPU estimate.")]
 JetsonHz = Annotated[float, _opt(panel=ENERGY, help="Sampling rate of the Jetson power rails, Hz.")]
 IdleSeconds = Annotated[float, _opt(panel=ENERGY, help="Seconds of idle baseline before the run (0: off).")]
+HoldSeconds = Annotated[float, _opt(panel=ENERGY, help="Hold each client window this long: the client's round "
+                                                       "repeats inside it and the row is one round's mean "
+                                                       "(held_rounds), for rounds shorter than a meter's update "
+                                                       "period, as on GPUs (0: off; not with --evaluate).")]
 Country = Annotated[Optional[str], _opt(panel=ENERGY, help="ISO country code for the carbon intensity (e.g. FRA).")]
 Region = Annotated[Optional[str], _opt(panel=ENERGY, help="Region within the country, where data exists.")]
 CarbonIntensity = Annotated[Optional[float], _opt(panel=ENERGY, help="Carbon intensity in gCO2e/kWh (overrides).")]

@@ -26,7 +26,7 @@ CORE_COLUMNS = (
     "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "round", "kind", "client",
     "n_samples", "n_participants", "train_loss", "test_accuracy", "eval_protocol",
     "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
-    "short_window", "profiler_overhead_s", "timestamp_s",
+    "short_window", "held_rounds", "profiler_overhead_s", "timestamp_s",
     "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
     "device_kind", "gpu_peak_mem_mb", "short_phases",
 )
@@ -61,7 +61,7 @@ def _fmt(value: float) -> str:
 
 
 #: measured cells written as whole numbers, and with one decimal (MiB)
-INTEGER_CELLS = ("short_window",)
+INTEGER_CELLS = ("short_window", "held_rounds")
 ONE_DECIMAL_CELLS = ("peak_rss_mb", "gpu_peak_mem_mb")
 
 
@@ -91,8 +91,13 @@ def _total_is_valid(span: Span, win: WindowResult) -> bool:
 
 
 def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power_w: float | None = None,
-                    carbon_g_per_kwh: float | None = None) -> dict[str, str]:
+                    carbon_g_per_kwh: float | None = None, held_rounds: int | None = None) -> dict[str, str]:
     """A report row for one finished window; ``base`` holds run id, algo, round, client, loss...
+
+    ``held_rounds``: the window held that many repeats of the client's round (``--hold-seconds``); its seconds,
+    CPU seconds, joules, carbon and overhead, and its phases', are then the mean of one round (the window's
+    totals divided by it), ``held_rounds`` says so, and ``short_window`` still compares the whole window with
+    the meters' update period (which is what resolving its joules takes).
 
     A domain with an implausible reading inside the window (``win.invalid``) is never written as a number:
     its column's ``<column>_j`` is empty and ``<column>_method`` is ``invalid`` (a column summed over several
@@ -102,10 +107,12 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
     the dashboard would average as if it were whole. A nested domain (not in the total) being invalid leaves
     the total as it is. The reasons are in the sidecar (``meters.invalid``).
     """
-    total = win.energy_total_j
+    per = 1.0 / held_rounds if held_rounds else 1.0  # a held window's figures are those of one round
+    total = win.energy_total_j * per
     row: dict[str, str] = {k: "" if v is None else str(v) for k, v in base.items()}
-    row.update(wall_s=_fmt(win.wall_s), cpu_s=_fmt(win.cpu_s), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
-               profiler_overhead_s=_fmt(win.overhead_s), short_window=str(int(win.short_window)),
+    row.update(wall_s=_fmt(win.wall_s * per), cpu_s=_fmt(win.cpu_s * per), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
+               profiler_overhead_s=_fmt(win.overhead_s * per), short_window=str(int(win.short_window)),
+               held_rounds="" if not held_rounds else str(held_rounds),
                device_kind=win.device_kind, short_phases=";".join(win.short_phases),
                gpu_peak_mem_mb="" if win.device_peak_mem_mb is None else f"{win.device_peak_mem_mb:.1f}")
     if win.domains and not _total_is_valid(win.span, win):
@@ -114,7 +121,7 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
         row["energy_j"] = _fmt(total)
         row["energy_method"] = _methods([d.method for d in win.domains if d.in_total])
         if idle_power_w is not None:
-            row["energy_net_j"] = _fmt(total - idle_power_w * win.wall_s)
+            row["energy_net_j"] = _fmt(total - idle_power_w * win.wall_s * per)
         if carbon_g_per_kwh is not None:
             row["carbon_g"] = _fmt(total / 3.6e6 * carbon_g_per_kwh)
     for col in dict.fromkeys(d.column for d in win.domains):  # each one registered: MeterSet checks it
@@ -122,11 +129,11 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
         if any(d.name in win.span.invalid for d in members):
             row[f"{col}_j"], row[f"{col}_method"] = "", INVALID
             continue
-        row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members))
+        row[f"{col}_j"] = _fmt(sum(win.span.energy_j[d.name] for d in members) * per)
         row[f"{col}_method"] = _methods([d.method for d in members])
     for name, span in win.phases.items():
-        row[f"{name}_s"] = _fmt(span.wall_s)
-        row[f"{name}_cpu_s"] = _fmt(span.cpu_s)
+        row[f"{name}_s"] = _fmt(span.wall_s * per)
+        row[f"{name}_cpu_s"] = _fmt(span.cpu_s * per)
         if win.domains:
-            row[f"{name}_j"] = _fmt(_span_total_j(span, win)) if _total_is_valid(span, win) else ""
+            row[f"{name}_j"] = _fmt(_span_total_j(span, win) * per) if _total_is_valid(span, win) else ""
     return row

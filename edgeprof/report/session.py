@@ -59,11 +59,12 @@ class RunContext:
     #: the sidecar's ``trace`` section once :func:`finish_trace` closed the trace
     trace_section: Optional[dict] = None
 
-    def record(self, window, base: dict) -> None:
-        """The row of a window measured here (``base``: its identifying cells), and its trace."""
+    def record(self, window, base: dict, *, held_rounds: Optional[int] = None) -> None:
+        """The row of a window measured here (``base``: its identifying cells; ``held_rounds``: the repeats of the
+        client's round it held, see :func:`~edgeprof.report.schema.row_from_window`), and its trace."""
         self.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
-                                   carbon_g_per_kwh=self.energy.carbon_g_per_kwh), window.result.trace,
-                   window.result.name)
+                                   carbon_g_per_kwh=self.energy.carbon_g_per_kwh, held_rounds=held_rounds),
+                   window.result.trace, window.result.name)
 
     def write(self, row: Mapping[str, object], trace: Optional[Sequence] = None, window: str = "") -> None:
         """Append one report row and, when the run is traced and the window it measured has a trace (a

@@ -135,6 +135,12 @@ def short_rows(report: Report) -> tuple[int, int, float | None]:
     return sum(is_short(r) for r in rows), len(rows), max(periods) if periods else None
 
 
+def held_rounds(report: Report) -> tuple[int, float] | None:
+    """(client rows that held several rounds in their window, the median rounds a window held), or None."""
+    held = [int(v) for v in report.values("held_rounds", report.where(kind="client"))]
+    return (len(held), statistics.median(held)) if held else None
+
+
 def carbon_total(report: Report) -> tuple[float, int] | None:
     """Grams CO2e of every client round and server step with a carbon figure, and how many rows that is."""
     rows = [r for r in report.rows if r.get("kind") in ("client", "server")]

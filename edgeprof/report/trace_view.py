@@ -242,6 +242,8 @@ class TraceView:
     window: Window
     why: str
     phases: list[PhaseStat]
+    #: the rounds the window held (``--hold-seconds``), from its report row; None when not held
+    held_rounds: Optional[int] = None
 
 
 def view(report_path: Path, round: Optional[int] = None, kind: str = "client",
@@ -252,7 +254,10 @@ def view(report_path: Path, round: Optional[int] = None, kind: str = "client",
     report = read_report(report_path)
     path, found = load(report)
     window, why = choose(found, round=round, kind=kind, client=client)
-    return TraceView(path, float(report.sidecar["trace"].get("hz", math.nan)), window, why, phase_stats([window]))
+    row = report.rows[window.row] if window.row < len(report.rows) else {}
+    held = int(float(row["held_rounds"])) if row.get("held_rounds") else None
+    return TraceView(path, float(report.sidecar["trace"].get("hz", math.nan)), window, why, phase_stats([window]),
+                     held)
 
 
 def _num(value: Optional[float]) -> str:
@@ -282,6 +287,9 @@ def notes(v: TraceView) -> list[str]:
              f"another)",
              "mean W: the phase's energy over its duration; peak W: the highest mean over one interval between "
              "samples"]
+    if v.held_rounds:
+        lines.append(f"held: the window repeated the client's round {v.held_rounds} times (--hold-seconds): the "
+                     "durations and joules here are all of them; its report row is one round's mean")
     if any(s.short for s in v.phases):
         lines.append(f"(short): the phase lasted less than two sample periods (2/{v.hz:g} Hz = {2 / v.hz:.3g} s): "
                      "too few intervals for its peak to show a shape")

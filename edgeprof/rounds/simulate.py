@@ -9,6 +9,7 @@ flushed as soon as the window closes. Nothing here names an algorithm.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -85,10 +86,11 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
     updates, local = [], []
     for cid in participants:
         with ctx.profiler.window("client") as win:
-            update = federation.client_round(cid, win.phase, settings)
+            update, held = _client_window(federation, cid, win.phase, settings, cfg.hold_seconds)
         updates.append(update)
         ctx.record(win, base_row(ctx, cfg, round_index, "client", client=cid, n_samples=update.n_samples,
-                                 n_participants=len(participants), train_loss=f"{update.loss:.6g}"))
+                                 n_participants=len(participants), train_loss=f"{update.loss:.6g}"),
+                   held_rounds=held)
         if paper:
             local.append(federation.evaluate_local(update, settings))
     with ctx.profiler.window("server") as win:
@@ -100,6 +102,19 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
         ctx.writer.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
                                   test_accuracy=f"{acc:.6g}", n_participants=len(participants),
                                   eval_protocol=cfg.eval_protocol))
+
+
+def _client_window(federation: Federation, cid: int, phase, settings, hold_s: float):
+    """The client's round inside its window: once, or with ``hold_s`` repeated until that long has passed (at
+    least once; the last reply is the one sent). (the reply, how many rounds were held: None when not held)."""
+    if not hold_s:
+        return federation.client_round(cid, phase, settings), None
+    start, held = time.perf_counter(), 0
+    while True:
+        update = federation.client_round(cid, phase, settings)
+        held += 1
+        if time.perf_counter() - start >= hold_s:
+            return update, held
 
 
 def run_rounds(ctx: RunContext, cfg: RunConfig, federation: Federation,
