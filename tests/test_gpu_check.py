@@ -51,15 +51,14 @@ def test_bad_options_are_one_line(tmp_path, args, message):
 #: what a CUDA PyTorch image (the GPU machines this script is for) lacks of edgeprof's requirements
 ABSENT_ON_A_CUDA_IMAGE = ("pydantic", "codecarbon", "flwr", "plotly")
 
+#: a sitecustomize that makes the modules unimportable in every Python process that starts with it on its path
 BLOCKER = """
-import importlib.abc, runpy, sys
+import importlib.abc, sys
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {absent!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 sys.meta_path.insert(0, Absent())
-sys.argv = [{script!r}, *sys.argv[1:]]
-runpy.run_path({script!r}, run_name="__main__")
 """
 
 
@@ -67,10 +66,13 @@ runpy.run_path({script!r}, run_name="__main__")
 def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figure(tmp_path):
     """The dry run where pydantic, codecarbon, flwr and plotly cannot be imported (as on the GPU machines): every
     step runs, the reports, traces, README and archive are written, and the README says it measured no GPU."""
-    out = tmp_path / "out"
-    blocker = BLOCKER.format(absent=set(ABSENT_ON_A_CUDA_IMAGE), script=str(SCRIPT))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", blocker, "--out", str(out), "--dry-run-on-cpu", "--taus", "1,3",
+    out, site = tmp_path / "out", tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(absent=set(ABSENT_ON_A_CUDA_IMAGE)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}  # gpu_check and its pytest
+    check = subprocess.run([sys.executable, "-c", "import pydantic"], env=env, capture_output=True, text=True)
+    assert "No module named 'pydantic'" in check.stderr, "the blocker must work for this test to mean anything"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--dry-run-on-cpu", "--taus", "1,3",
                            "--repeats", "2", "--samples", "40", "--sustain-seconds", "0.2", "--hold-seconds", "0.05",
                            "--archive", str(tmp_path / "gc.tar.gz")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

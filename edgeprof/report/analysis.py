@@ -317,7 +317,7 @@ def _short_verdict(v: Verdict, points: list, left_out: int) -> Verdict:
     if not points:
         return Verdict("inconclusive", Interval(math.nan),
                        f"every one of its {left_out} windows was shorter than the meters' update period: their "
-                       f"joules are not resolved (short_window); longer rounds or a faster meter are needed")
+                       f"joules are not resolved (short_window); hold the windows longer (--hold-seconds)")
     return Verdict(v.label, v.growth, f"{v.reason}; {left_out} window(s) shorter than the meters' update period "
                                       "left out (short_window)")
 
