@@ -13,7 +13,7 @@ typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
 2. the GPU's idle power (NVML power samples over ``--idle-seconds`` before anything runs);
 3. the rule for PFLEGO's head steps on this device kind (``scripts/bench_head_steps.py``: numpy on the host
    against torch on the device, for a quarter, one and four times ``--samples`` local images);
-4. ``sweep --device cuda --algos pflego,fedavg --trace --hold-seconds 0.5`` on ``cnn-omniglot`` and ``cnn-cifar``
+4. ``sweep --device cuda --algos pflego,fedavg --trace --hold-seconds 2`` on ``cnn-omniglot`` and ``cnn-cifar``
    (one client of ``--samples`` local images; each client window held long enough for NVML's counter), while a thread samples the round's GPU's power (NVML's average and, where the
    GPU answers it, instant field) and utilisation at ``--sample-hz``, and reads its energy counter at both ends;
 5. printed and written: the FedAvg/PFLEGO per-round ratio at tau=50 in wall time and in NVML joules (ratio of
@@ -74,9 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sample-hz", type=float, default=50.0, help="NVML sampling rate (default 50 Hz)")
     parser.add_argument("--trace-hz", type=float, default=50.0,
                         help="the sweeps' power trace rate (default 50 Hz; 0: no trace)")
-    parser.add_argument("--hold-seconds", type=float, default=0.5,
+    parser.add_argument("--hold-seconds", type=float, default=2.0,
                         help="the sweeps hold each client window this long (the round repeated inside it, the row "
-                             "one round's mean), so that NVML's 100 ms counter resolves it (default 0.5 s; 0: off)")
+                             "one round's mean), so that NVML's 100 ms counter resolves it to about 5%% "
+                             "(default 2 s; 0: off)")
     parser.add_argument("--sustain-seconds", type=float, default=5.0,
                         help="per algorithm, rounds back to back for this long inside one reading of NVML's energy "
                              "counter, at the ratio's tau (default 5 s; 0: skip)")
