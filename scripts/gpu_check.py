@@ -465,12 +465,21 @@ def figures(csv_path: Path, sampler, taus) -> dict:
     return out
 
 
-def _nvml_figures(rows, sampler) -> dict:
-    samples = sampler.samples
+def window_spans(rows) -> list[tuple[float, float, float]]:
+    """(start, end, the round's GPU's joules) of each row's whole window, on time.time()'s clock: a held window
+    (``held_rounds``) lasted its rounds' mean times their number, and drew as much more."""
     windows = []
     for r in rows:
+        rounds = int(r["held_rounds"]) if r.get("held_rounds") else 1
         end = float(r["timestamp_s"])
-        windows.append((end - float(r["wall_s"]), end, float(r["gpu_j"]) if r.get("gpu_j") else math.nan))
+        joules = float(r["gpu_j"]) * rounds if r.get("gpu_j") else math.nan
+        windows.append((end - float(r["wall_s"]) * rounds, end, joules))
+    return windows
+
+
+def _nvml_figures(rows, sampler) -> dict:
+    samples = sampler.samples
+    windows = window_spans(rows)
 
     def in_a_window(t: float) -> bool:
         return any(s <= t <= e for s, e, _ in windows)

@@ -145,6 +145,36 @@ def test_the_instant_power_is_integrated_where_the_gpu_answers_it_and_only_those
     assert check.integral_j(samples, 1.0, 9.0, column=2) == (pytest.approx(200.0 * 8), 4)
 
 
+def test_a_held_windows_counter_is_compared_with_the_power_over_the_whole_window():
+    """Rows of held windows (each the mean of its rounds) against a GPU whose power rises linearly, 100 W + 20 W/s:
+    each window's counter joules (its rounds') over the samples' exact trapezoid over the whole window is 1; taken
+    as one round's joules over the last round's span it would not be (the power rose meanwhile)."""
+    check = _module()
+
+    def energy(t: float) -> float:  # joules drawn since t = 0
+        return 100.0 * t + 10.0 * t * t
+
+    samples = [(0.01 * i, 100.0 + 0.2 * i, 100.0 + 0.2 * i, 50.0) for i in range(1001)]  # 100 Hz over 10 s
+    rows = []
+    for start, rounds in ((1.0, 4), (3.0, 1), (5.5, 7)):
+        end = start + 0.5 * rounds  # rounds of 0.5 s
+        rows.append({"timestamp_s": f"{end:.3f}", "wall_s": "0.5", "held_rounds": "" if rounds == 1 else str(rounds),
+                     "gpu_j": f"{(energy(end) - energy(start)) / rounds:.9g}"})
+    sampler = types.SimpleNamespace(samples=samples, counter=[(0.0, 0.0), (10.0, energy(10.0))])
+
+    spans = check.window_spans(rows)
+    figures = check._nvml_figures(rows, sampler)
+
+    assert [(a, b) for a, b, _ in spans] == [pytest.approx((1.0, 3.0)), pytest.approx((3.0, 3.5)),
+                                             pytest.approx((5.5, 9.0))]
+    for power in ("average", "instant"):
+        entry = figures["counter_over_integral"][power]
+        assert entry["windows"]["n"] == 3
+        assert entry["windows"]["min"] == pytest.approx(1.0, abs=1e-8)
+        assert entry["windows"]["max"] == pytest.approx(1.0, abs=1e-8)
+        assert entry["whole_sweep"]["ratio"] == pytest.approx(1.0, abs=1e-12)
+
+
 def _live_gpu(watts: float, **rest) -> dict:
     """One GPU of a fake pynvml drawing ``watts`` since now: its counter follows the wall clock."""
     start = time.time()
