@@ -136,7 +136,8 @@ def short_rows(report: Report) -> tuple[int, int, float | None]:
 
 
 def held_rounds(report: Report) -> tuple[int, float] | None:
-    """(client rows that held several rounds in their window, the median rounds a window held), or None."""
+    """(client rows whose window was held, ``--hold-seconds``; the median rounds such a window held), or None
+    when none was."""
     held = [int(v) for v in report.values("held_rounds", report.where(kind="client"))]
     return (len(held), statistics.median(held)) if held else None
 
