@@ -241,8 +241,8 @@ def _print_summary(csv_path: Path) -> None:
     if short:
         every = f" ({period:g} s)" if period else ""
         typer.echo(f"energy: {short} of {rows} rows lasted less than the meters' update period{every}: their joules "
-                   f"are not resolved (short_window); sweeps' energy fits leave them out; --hold-seconds holds "
-                   f"each client window long enough")
+                   f"are not resolved (short_window); sweeps' energy fits leave them out; in measure and sweep, "
+                   f"--hold-seconds holds each client window long enough")
     carbon = carbon_total(report)
     if carbon is not None:
         source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(
