@@ -227,7 +227,7 @@ def _software() -> dict:
     import torch
 
     return {"torch_cuda": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
             "onnxruntime_providers": onnxruntime.get_available_providers()}
 
 
@@ -357,15 +357,18 @@ def sustained(backbone: str, args, device: str, nvml=None, handle=None) -> dict:
     for algo in ("pflego", "fedavg"):
         run = dataclasses.replace(cfg.base, algo=algo, tau=tau, energy=EnergySettings()).resolved()
         federation = build_federation(run, clients)
-        sync = federation.runtime.compute.sync
-        federation.client_round(0)  # warm-up: kernels, caches, the ONNX session
-        sync()
-        j0, t0, rounds = counter_j(), time.perf_counter(), 0
-        while rounds < 3 or time.perf_counter() - t0 < args.sustain_seconds:
-            federation.client_round(0)
-            rounds += 1
-        sync()
-        t1, j1 = time.perf_counter(), counter_j()
+        try:
+            sync = federation.runtime.compute.sync
+            federation.client_round(0)  # warm-up: kernels, caches, the ONNX session
+            sync()
+            j0, t0, rounds = counter_j(), time.perf_counter(), 0
+            while rounds < 3 or time.perf_counter() - t0 < args.sustain_seconds:
+                federation.client_round(0)
+                rounds += 1
+            sync()
+            t1, j1 = time.perf_counter(), counter_j()
+        finally:
+            federation.close()
         entry = {"rounds": rounds, "wall_s": (t1 - t0) / rounds}
         if j0 is not None and j1 is not None:
             entry.update(gpu_j=(j1 - j0) / rounds, power_w=(j1 - j0) / (t1 - t0))
