@@ -637,6 +637,9 @@ def write_readme(result: dict, out: Path, args) -> Path:
     for b, fig in result["backbones"].items():
         if "error" in fig:
             lines += ["", f"{b}: FAILED: {fig['error']}"]
+    if result.get("failed_steps"):
+        lines += ["", "Failed steps: " + "; ".join(f"{name} ({result.get('errors', {}).get(name, 'see the log')})"
+                                                   for name in result["failed_steps"])]
     commands = [f"PYTHONPATH=. python scripts/gpu_check.py {shlex.join(args.argv)}"]
     if figs:
         reports = " ".join(f"gpu-check-{b}.csv" for b in figs)

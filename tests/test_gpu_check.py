@@ -145,6 +145,25 @@ def test_the_instant_power_is_integrated_where_the_gpu_answers_it_and_only_those
     assert check.integral_j(samples, 1.0, 9.0, column=2) == (pytest.approx(200.0 * 8), 4)
 
 
+def test_a_failing_step_is_recorded_and_the_others_still_write_their_files(tmp_path, monkeypatch):
+    """The head-steps step fails: the run goes on to the sweeps, exits 1, and the JSON and README name the step."""
+    check = _module()
+
+    def broken(*args):
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(check, "head_rule", broken)
+    out = tmp_path / "out"
+    code = check.main(["--out", str(out), "--dry-run-on-cpu", "--skip-tests", "--taus", "1,2", "--repeats", "1",
+                       "--samples", "20", "--sustain-seconds", "0", "--trace-hz", "0"])
+
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert code == 1 and result["failed_steps"] == ["head_rule"]
+    assert result["errors"]["head_rule"] == "RuntimeError: no kernel image is available for execution on the device"
+    assert set(result["backbones"]) == {"cnn-omniglot", "cnn-cifar"} and "error" not in result["backbones"]["cnn-cifar"]
+    assert "Failed steps: head_rule (RuntimeError: no kernel image" in (out / "README.md").read_text()
+
+
 def test_a_held_windows_counter_is_compared_with_the_power_over_the_whole_window():
     """Rows of held windows (each the mean of its rounds) against a GPU whose power rises linearly, 100 W + 20 W/s:
     each window's counter joules (its rounds') over the samples' exact trapezoid over the whole window is 1; taken
