@@ -22,6 +22,8 @@ FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-cla
     ("--jetson-hz", "1e9", "jetson-hz must be at most"),
     ("--idle-seconds", "inf", "idle seconds must be in"),
     ("--idle-seconds", "1e12", "idle seconds must be in"),
+    ("--hold-seconds", "nan", "hold seconds must be in 0..600"),
+    ("--hold-seconds", "inf", "hold seconds must be in 0..600"),
     ("--seed", "-1", "seed must be an integer in"),
     ("--seed", str(2**64), "seed must be an integer in"),
     ("--threads", "99999999999999", "threads must be an integer in"),
