@@ -29,7 +29,8 @@ typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
    (else the command that writes it elsewhere), and with ``--archive`` all of DIR in one file.
 
 A step that fails is recorded and the next one runs: the figures, README and archive are written whatever failed.
-Exit 0 when every step passed, 1 when a step or a GPU test failed. On a machine whose torch sees no CUDA GPU it
+Exit 0 when every step passed, 1 when a step or a GPU test failed; stopped by Ctrl-C, SIGTERM (``timeout``) or
+SIGHUP it writes what is done (the JSON says how it stopped) and exits 130, 143 or 129. On a machine whose torch sees no CUDA GPU it
 stops with one line (exit 2). ``--dry-run-on-cpu`` runs every step on the CPU instead, to test this script itself
 where there is no GPU: it measures nothing about a GPU, and its README says so.
 """
@@ -637,6 +638,8 @@ def write_readme(result: dict, out: Path, args) -> Path:
     for b, fig in result["backbones"].items():
         if "error" in fig:
             lines += ["", f"{b}: FAILED: {fig['error']}"]
+    if result.get("stopped"):
+        lines += ["", f"STOPPED EARLY: {result['stopped']}; the figures above cover only what finished."]
     if result.get("failed_steps"):
         lines += ["", "Failed steps: " + "; ".join(f"{name} ({result.get('errors', {}).get(name, 'see the log')})"
                                                    for name in result["failed_steps"])]
@@ -704,6 +707,7 @@ def main(argv=None) -> int:
     result: dict = {"device": device, "tests": None, "backbones": {}}
     steps = Steps(result)
     nvml = handle = None
+    stopped = None
     try:
         if device != "cpu":
             nvml, handle = steps.run("nvml", nvml_handle, device) or (None, None)
@@ -753,6 +757,10 @@ def main(argv=None) -> int:
             print_figures(backbone, fig)
         if reports:
             steps.run("dashboard", write_dashboard, reports, args.out)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP run as a script (``timeout``): keep what is done
+        stopped = err
+        result["stopped"] = getattr(err, "reason", "interrupted (SIGINT)")
+        print(f"gpu_check: {result['stopped']}: writing what is done")
     finally:
         tests = result["tests"]
         if tests and (tests["failed"] or (device != "cpu" and tests["skipped"])):
@@ -764,6 +772,10 @@ def main(argv=None) -> int:
         print(f"figures: {args.out / 'gpu_check.json'}")
         if args.archive is not None:
             archive(args.out, args.archive)
+    if stopped is not None:
+        from edgeprof.signals import exit_code
+
+        return exit_code(stopped)
     if steps.failed:
         print(f"gpu_check: failed: {', '.join(steps.failed)}")
         return 1
@@ -771,4 +783,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from edgeprof.signals import stop_once
+
+    stop_once()  # the first Ctrl-C, SIGTERM or SIGHUP stops the run, later ones cannot break the files' writing
     raise SystemExit(main())

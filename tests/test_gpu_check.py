@@ -164,6 +164,37 @@ def test_a_failing_step_is_recorded_and_the_others_still_write_their_files(tmp_p
     assert "Failed steps: head_rule (RuntimeError: no kernel image" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow
+def test_sigterm_as_from_timeout_stops_it_with_every_file_written_and_the_stop_named(tmp_path):
+    """Under ``timeout`` the run gets SIGTERM: it stops in its first sweep, writes the JSON (saying how it stopped),
+    README and archive with the sweep's finished cells, and exits 143."""
+    import signal
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), "--dry-run-on-cpu", "--skip-tests",
+                            "--taus", "1,2", "--repeats", "3", "--samples", "20", "--hold-seconds", "0.3",
+                            "--archive", str(tmp_path / "gc.tar.gz")], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in run.stdout:
+        seen.append(line)
+        if line.startswith("4. sweep on"):
+            time.sleep(2.0)  # a few held windows in
+            run.send_signal(signal.SIGTERM)
+            break
+    rest, _ = run.communicate(timeout=120)
+    output = "".join(seen) + rest
+
+    assert run.returncode == 143, output
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert result["stopped"] == "interrupted (SIGTERM)" and "Traceback" not in output
+    assert "STOPPED EARLY: interrupted (SIGTERM)" in (out / "README.md").read_text()
+    with tarfile.open(tmp_path / "gc.tar.gz") as tar:
+        assert "out/gpu-check-cnn-omniglot.csv" in tar.getnames()  # the interrupted sweep's finished cells
+    assert json.loads((out / "gpu-check-cnn-omniglot.json").read_text())["status"].startswith("interrupted")
+
+
 def test_a_held_windows_counter_is_compared_with_the_power_over_the_whole_window():
     """Rows of held windows (each the mean of its rounds) against a GPU whose power rises linearly, 100 W + 20 W/s:
     each window's counter joules (its rounds') over the samples' exact trapezoid over the whole window is 1; taken
