@@ -786,4 +786,5 @@ if __name__ == "__main__":
     from edgeprof.signals import stop_once
 
     stop_once()  # the first Ctrl-C, SIGTERM or SIGHUP stops the run, later ones cannot break the files' writing
+    sys.stdout.reconfigure(line_buffering=True)  # piped into a log (tee), every line is there if the run is killed
     raise SystemExit(main())
