@@ -307,8 +307,9 @@ def _cost_plot(page: _Page, analysis: Analysis, rows: Sequence[Row], device: str
             groups[r.variant].append(r)
     for variant, members in groups.items():
         color, name = page.color(variant), esc(variant)
-        short = [r for r in members if metric.endswith("_j") and is_short(r.data)]
-        kept = [r for r in members if r not in short]
+        flags = [metric.endswith("_j") and is_short(r.data) for r in members]
+        short = [r for r, flag in zip(members, flags) if flag]
+        kept = [r for r, flag in zip(members, flags) if not flag]
         data.append({"type": "scatter", "mode": "markers", "name": name, "legendgroup": name,
                      "x": [r.num("tau") for r in kept], "y": [r.num(metric) for r in kept],
                      "marker": {"color": color, "size": 6, "opacity": 0.7}})
