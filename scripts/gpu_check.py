@@ -47,7 +47,6 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -126,32 +125,35 @@ def instant_power_w(nvml, handle):
 
 
 class NvmlSampler:
-    """A thread that samples one GPU through NVML, stamped with time.time(): ``samples`` holds (t, average power W,
-    instant power W or nan, utilisation %); ``counter`` the energy counter (t, J) read on entry and on exit (empty
-    where the GPU has none)."""
+    """Samples one GPU through NVML on the project's sampling thread (:class:`edgeprof.meters.sampler.Periodic`),
+    stamped with time.time(): ``samples`` holds (t, average power W, instant power W or nan, utilisation %);
+    ``counter`` the energy counter (t, J) read on entry and on exit (empty where the GPU has none); ``error`` why
+    the samples ended early (None while NVML answers)."""
 
     def __init__(self, nvml, handle, hz: float) -> None:
-        self._nvml, self._handle, self._period = nvml, handle, 1.0 / hz
+        from edgeprof.meters.sampler import Periodic
+
+        self._nvml, self._handle = nvml, handle
         self.samples: list[tuple[float, float, float, float]] = []
         self.counter: list[tuple[float, float]] = []
-        self.error = None
         self._instant = instant_power_w(nvml, handle) is not None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-check-nvml", daemon=True)
+        self._first_error: str | None = None
+        self._thread = Periodic(self._sample, hz, "gpu-check-nvml")
 
-    def _run(self) -> None:
+    @property
+    def error(self) -> str | None:
+        return self._first_error or (str(self._thread.error) if self._thread.error is not None else None)
+
+    def _sample(self) -> None:
         nvml, handle = self._nvml, self._handle
-        while not self._stop.is_set():
-            now = time.time()
-            power = _nvml_try(nvml.nvmlDeviceGetPowerUsage, handle)
-            if power is None:  # no power at all: the samples end here, and say why
-                self.error = "nvmlDeviceGetPowerUsage failed"
-                return
-            instant = instant_power_w(nvml, handle) if self._instant else None
-            util = _nvml_try(lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-            self.samples.append((now, power / 1000.0, math.nan if instant is None else instant,
-                                 math.nan if util is None else util))
-            self._stop.wait(self._period)
+        now = time.time()
+        power = _nvml_try(nvml.nvmlDeviceGetPowerUsage, handle)
+        if power is None:  # no power at all: the samples end here, and say why
+            raise RuntimeError("nvmlDeviceGetPowerUsage failed")
+        instant = instant_power_w(nvml, handle) if self._instant else None
+        util = _nvml_try(lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+        self.samples.append((now, power / 1000.0, math.nan if instant is None else instant,
+                             math.nan if util is None else util))
 
     def _read_counter(self) -> None:
         millijoules = _nvml_try(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handle)
@@ -160,12 +162,16 @@ class NvmlSampler:
 
     def __enter__(self) -> "NvmlSampler":
         self._read_counter()
+        try:
+            self._sample()  # one sample at the start; the thread takes the next one a period later
+        except RuntimeError as err:
+            self._first_error = str(err)
+            return self
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._thread.stop()
         self._read_counter()
 
 
