@@ -8,19 +8,43 @@
 #
 # With --lowest, the same on the lowest releases pyproject declares instead of the newest (uv's
 # --resolution lowest-direct: the oldest release of each dependency that its lower bound allows; torch is the one
-# installed first, 2.1.2 by default), and then the core test files (CLI, numerics, algorithms, compute, reports,
-# profiler, sweep) on that environment: the lower bounds are what was run, not a guess.
+# installed first, 2.1.2 by default), and on the oldest Python that pyproject's requires-python allows (found on
+# PATH as python3.X, or among pyenv's versions; where this machine has none, the leg says so and uses python3),
+# and then the core test files (CLI, numerics, algorithms, compute, reports, profiler, sweep) on that
+# environment: the lower bounds are what was run, not a guess.
 #
 # Needs the main environment (.venv, scripts/setup.sh) for pytest. Without --lowest it fails when typer is not the
 # newest release the package index offers (the point of this check), unless EDGEPROF_PLAIN_ANY_TYPER=1.
 #   EDGEPROF_PLAIN_VENV  where to build it (default .venv-plain, or .venv-lowest; rebuilt from scratch every run)
 #   EDGEPROF_TORCH_SPEC  the torch installed first (default torch==2.13.0; with --lowest torch==2.1.2)
+#   PYTHON               the Python the environment is built with (default python3; with --lowest the oldest one
+#                        requires-python allows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-newest}"
 case "$MODE" in newest) DEFAULT_VENV=.venv-plain ;; --lowest) MODE=lowest; DEFAULT_VENV=.venv-lowest ;;
   *) echo "usage: $0 [--lowest]" >&2; exit 2 ;; esac
 PLAIN="${EDGEPROF_PLAIN_VENV:-$DEFAULT_VENV}"
+# oldest_python: a Python of the lowest version pyproject's requires-python (">=3.X") allows, or nothing
+oldest_python() {
+  local want version candidate candidates=()
+  want="$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)"
+  [ -n "$want" ] || return 0
+  candidates+=("python$want")
+  if command -v pyenv >/dev/null 2>&1; then
+    while read -r version; do candidates+=("$(pyenv root)/versions/$version/bin/python"); done \
+      < <(pyenv versions --bare 2>/dev/null | grep -E "^${want//./\\.}\.[0-9]+$" || true)
+  fi
+  for candidate in "${candidates[@]}"; do
+    version="$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+    if [ "$version" = "$want" ]; then echo "$candidate"; return 0; fi
+  done
+  return 0
+}
+if [ -z "${PYTHON:-}" ] && [ "$MODE" = lowest ]; then
+  PYTHON="$(oldest_python)"
+  [ -n "$PYTHON" ] || echo "plain (lowest): no Python of the version requires-python starts at here; using python3" >&2
+fi
 PYTHON="${PYTHON:-python3}"
 rm -rf "$PLAIN"
 "$PYTHON" -m venv "$PLAIN"
@@ -29,7 +53,7 @@ PIP=("$PLAIN/bin/python" -m pip install --quiet --disable-pip-version-check)
 # NVIDIA libraries it pulls, runs on the CPU)
 if [ "$MODE" = lowest ]; then default_torch="torch==2.1.2"; else default_torch="torch==2.13.0"; fi
 spec="${EDGEPROF_TORCH_SPEC:-$default_torch}"
-echo "plain ($MODE): installing $spec, then the project with no extras"
+echo "plain ($MODE): $("$PLAIN/bin/python" -c 'import sys; print("Python", sys.version.split()[0])'), installing $spec, then the project with no extras"
 # shellcheck disable=SC2086
 if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
   "${PIP[@]}" $spec --index-url "$EDGEPROF_TORCH_INDEX_URL"

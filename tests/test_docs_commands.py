@@ -353,6 +353,15 @@ def test_the_readme_and_the_first_page_begin_with_the_two_commands():
     assert ".venv/bin/python -m pytest" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_python_the_readme_and_first_page_ask_for_is_the_one_pyproject_allows_from():
+    """The lowest CI leg builds its environment on the Python requires-python starts at (plain_install_check.sh):
+    the version a reader is told is that one."""
+    floor = re.search(r'^requires-python = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    for text in (README.read_text(), page("docs/index.md")):
+        said = re.findall(r"\(Python (3\.\d+)\+", text)
+        assert said and {f">={v}" for v in said} == {floor}, (said, floor)
+
+
 def test_no_dated_notebook_in_the_readme():
     text = README.read_text()
 
