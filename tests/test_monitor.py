@@ -245,8 +245,16 @@ def test_phases_of_one_window_do_not_overlap_but_a_window_inside_a_phase_may(tmp
 
 
 def test_outside_any_window_the_free_phase_does_nothing(machine):
+    from edgeprof.measure.windows import current_window
+
+    start = machine.wall_s
     with edgeprof.phase("anything"):
+        assert current_window() is None  # it opened no window of its own
         machine.run(1.0)
+    assert machine.wall_s == start + 1.0 and current_window() is None  # the body ran, nothing is left open
+    with pytest.raises(MonitorError, match="phase name 'Bad-name'"):  # a name a window would refuse is refused
+        with edgeprof.phase("Bad-name"):
+            machine.run(1.0)
 
 
 def test_a_failing_run_says_failed_and_names_the_windows_left_open(tmp_path, machine):
