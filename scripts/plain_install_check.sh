@@ -1,49 +1,54 @@
 #!/usr/bin/env bash
 # A plain install, as a new user makes it: a fresh virtual environment, torch first (as scripts/setup.sh does,
 # so that pip never resolves a bare "torch" to a multi-GB CUDA build), then `pip install .` with no extras, so
-# the resolver takes the newest typer, rich, pydantic, ... that pyproject's bounds allow. Then
-# tests/test_plain_env.py runs that environment's `edgeprof` script from outside the checkout: --help of every
-# command, algos, doctor, the README's main job and its summary, a small sweep, and dashboard / flower-simulate,
-# which must say in one line which extra is missing.
+# the resolver takes the newest typer, rich, pydantic, numpy, scipy, ... that pyproject's bounds allow, on the
+# newest Python this machine has (today's numpy and scipy need a recent Python: on an older one pip quietly takes
+# older releases). Then tests/test_plain_env.py runs that environment's `edgeprof` script from outside the
+# checkout: --help of every command, algos, doctor, the README's main job and its summary, a small sweep, and
+# dashboard / flower-simulate, which must say in one line which extra is missing; then the core test files (CLI,
+# numerics, algorithms, compute, reports, profiler, sweep) on that environment.
 #
 # With --lowest, the same on the lowest releases pyproject declares instead of the newest (uv's
 # --resolution lowest-direct: the oldest release of each dependency that its lower bound allows; torch is the one
-# installed first, 2.1.2 by default), and on the oldest Python that pyproject's requires-python allows (found on
-# PATH as python3.X, or among pyenv's versions; where this machine has none, the leg says so and uses python3),
-# and then the core test files (CLI, numerics, algorithms, compute, reports, profiler, sweep) on that
-# environment: the lower bounds are what was run, not a guess.
+# installed first, 2.1.2 by default), on the oldest Python that pyproject's requires-python allows: the lower
+# bounds are what was run, not a guess.
+#
+# A Python is looked for as python3.X on PATH and among pyenv's versions; where the one wanted is not there, the
+# check says so and uses python3. torch==2.13.0 is on this machine's disk for its python3 (3.11) only: on another
+# Python pip downloads that release's build from the index (a CUDA build, about 3 GB, which runs on the CPU).
 #
 # Needs the main environment (.venv, scripts/setup.sh) for pytest. Without --lowest it fails when typer is not the
 # newest release the package index offers (the point of this check), unless EDGEPROF_PLAIN_ANY_TYPER=1.
 #   EDGEPROF_PLAIN_VENV  where to build it (default .venv-plain, or .venv-lowest; rebuilt from scratch every run)
 #   EDGEPROF_TORCH_SPEC  the torch installed first (default torch==2.13.0; with --lowest torch==2.1.2)
-#   PYTHON               the Python the environment is built with (default python3; with --lowest the oldest one
-#                        requires-python allows)
+#   PYTHON               the Python the environment is built with (default: the newest one here; with --lowest
+#                        the oldest one requires-python allows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-newest}"
 case "$MODE" in newest) DEFAULT_VENV=.venv-plain ;; --lowest) MODE=lowest; DEFAULT_VENV=.venv-lowest ;;
   *) echo "usage: $0 [--lowest]" >&2; exit 2 ;; esac
 PLAIN="${EDGEPROF_PLAIN_VENV:-$DEFAULT_VENV}"
-# oldest_python: a Python of the lowest version pyproject's requires-python (">=3.X") allows, or nothing
-oldest_python() {
-  local want version candidate candidates=()
-  want="$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)"
-  [ -n "$want" ] || return 0
-  candidates+=("python$want")
-  if command -v pyenv >/dev/null 2>&1; then
-    while read -r version; do candidates+=("$(pyenv root)/versions/$version/bin/python"); done \
-      < <(pyenv versions --bare 2>/dev/null | grep -E "^${want//./\\.}\.[0-9]+$" || true)
-  fi
-  for candidate in "${candidates[@]}"; do
+# pythons: "3.X path" for every CPython 3 this machine offers (python3.X on PATH, pyenv's versions)
+pythons() {
+  local candidate version
+  for candidate in $(compgen -c python3. | grep -E '^python3\.[0-9]+$' | sort -u) \
+      $(command -v pyenv >/dev/null 2>&1 && pyenv versions --bare 2>/dev/null | grep -E '^3\.[0-9]+\.[0-9]+$' \
+        | sed "s|^|$(pyenv root)/versions/|; s|\$|/bin/python|"); do
     version="$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
-    if [ "$version" = "$want" ]; then echo "$candidate"; return 0; fi
+    if [ -n "$version" ]; then echo "$version $candidate"; fi
   done
-  return 0
 }
-if [ -z "${PYTHON:-}" ] && [ "$MODE" = lowest ]; then
-  PYTHON="$(oldest_python)"
-  [ -n "$PYTHON" ] || echo "plain (lowest): no Python of the version requires-python starts at here; using python3" >&2
+if [ -z "${PYTHON:-}" ]; then
+  floor="$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)"
+  if [ "$MODE" = lowest ]; then
+    want="$floor"
+    PYTHON="$(pythons | awk -v want="$want" '$1 == want { print $2; exit }')"
+  else
+    want="the newest"
+    PYTHON="$(pythons | sort -V | tail -1 | cut -d' ' -f2-)"
+  fi
+  [ -n "$PYTHON" ] || echo "plain ($MODE): no Python $want found here; using python3" >&2
 fi
 PYTHON="${PYTHON:-python3}"
 rm -rf "$PLAIN"
@@ -87,13 +92,11 @@ if [ "$MODE" = newest ]; then
 fi
 EDGEPROF_PLAIN_VENV="$(cd "$PLAIN" && pwd)" EDGEPROF_REQUIRE_PLAIN=1 \
   .venv/bin/python -m pytest -q -p no:cacheprovider -s tests/test_plain_env.py
-if [ "$MODE" = lowest ]; then
-  # the core tests on the lowest releases: pytest joins the environment now that the plain checks are done
-  "${PIP[@]}" pytest pytest-timeout hypothesis
-  PYTHONPATH=. "$PLAIN/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli.py tests/test_hostile_input.py \
-    tests/test_pflego.py tests/test_ort.py tests/test_head.py tests/test_fedavg.py tests/test_baselines.py \
-    tests/test_report.py tests/test_profiler.py tests/test_analysis.py tests/test_meters_carbon.py \
-    tests/test_compute.py tests/test_custom_backbone.py tests/test_execution.py tests/test_pflego_engines.py \
-    tests/test_reproducibility.py tests/test_backbones.py tests/test_eval_protocol.py tests/test_sweep.py \
-    tests/test_train.py
-fi
+# the core tests on these releases: pytest joins the environment now that the plain checks are done
+"${PIP[@]}" pytest pytest-timeout hypothesis
+PYTHONPATH=. "$PLAIN/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli.py tests/test_hostile_input.py \
+  tests/test_pflego.py tests/test_ort.py tests/test_head.py tests/test_fedavg.py tests/test_baselines.py \
+  tests/test_report.py tests/test_profiler.py tests/test_analysis.py tests/test_meters_carbon.py \
+  tests/test_compute.py tests/test_custom_backbone.py tests/test_execution.py tests/test_pflego_engines.py \
+  tests/test_reproducibility.py tests/test_backbones.py tests/test_eval_protocol.py tests/test_sweep.py \
+  tests/test_train.py
