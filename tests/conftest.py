@@ -16,6 +16,15 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture
+def task_identity(monkeypatch):
+    """Flower messages need a task identity outside a running ServerApp / ClientApp process."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
 

@@ -325,6 +325,7 @@ def test_the_command_runs_as_shown(command, tmp_path, monkeypatch):
     argv = _argv(command, filled, run.smaller)
 
     if argv[0] == "flower-simulate":  # Ray's processes: the installed script, in its own process
+        pytest.importorskip("flwr", reason="the dev extra leaves Flower out on Python 3.10")
         done = subprocess.run([sys.executable, "-m", "edgeprof", *argv], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         code, output = done.returncode, done.stdout + done.stderr

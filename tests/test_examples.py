@@ -33,14 +33,10 @@ def test_the_pytorch_example_runs_as_a_script(tmp_path):
     assert f"report: {csv}" in done.stdout
 
 
-def test_the_flower_example_runs_in_process(tmp_path, monkeypatch):
+def test_the_flower_example_runs_in_process(tmp_path, monkeypatch, task_identity):
     pytest.importorskip("flwr")
     from flwr.app import Context, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
     from test_flower_algorithms import LoopbackGrid
-
-    for name in ("_run_id", "_node_id", "_task_id"):  # Flower messages need a task identity outside its processes
-        monkeypatch.setattr(TaskIdentity, name, 1)
 
     monkeypatch.syspath_prepend(str(EXAMPLES / "flower_app"))
     from flower_app import client_app, server_app

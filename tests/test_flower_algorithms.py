@@ -98,15 +98,6 @@ def in_process(cfg: RunConfig):
     return algorithm, sampled
 
 
-@pytest.fixture
-def task_identity(monkeypatch):
-    """Flower messages need a task identity outside a running ServerApp / ClientApp process."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name in ("_run_id", "_node_id", "_task_id"):
-        monkeypatch.setattr(TaskIdentity, name, 1)
-
-
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
 def test_algorithm_on_flower_matches_the_in_process_run(algo, tmp_path, task_identity):
     # Prepare: one Context per node, node ids unlike partition ids so the directory's mapping matters

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
-from test_flower_algorithms import LoopbackGrid, task_identity  # noqa: E402,F401
+from test_flower_algorithms import LoopbackGrid  # noqa: E402
 
 import edgeprof  # noqa: E402
 from edgeprof.flower import ProfiledStrategy, energy_mod  # noqa: E402
@@ -81,7 +81,7 @@ def federate(client_app: ClientApp, strategy):
     return strategy.start(grid=LoopbackGrid(client_app, contexts()), initial_arrays=initial, num_rounds=ROUNDS)
 
 
-def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path, task_identity):  # noqa: F811
+def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path, task_identity):
     # Prepare: the same app and strategy, without edgeprof and with its two lines
     plain = federate(plain_client_app(), FedAvg(fraction_train=1.0, fraction_evaluate=1.0))
     strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl")
@@ -113,7 +113,7 @@ def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path
     assert sidecar["flower"]["notes"]  # every client reported this machine: attribution, said so
 
 
-def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatch):  # noqa: F811
+def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatch):
     # Prepare: a phase marked inside the app's own code, a no-op without the mod
     monkeypatch.delenv("EDGEPROF_DEVICE", raising=False)
     app = ClientApp(mods=[energy_mod(meters=estimate_meters, carbon_intensity=500.0, device="pi-4")])
@@ -140,7 +140,7 @@ def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatc
     assert info["lookup_s"] > 0 and info["message_type"] == MessageType.QUERY and info["device"] == "pi-4"
 
 
-def test_without_the_wrapper_a_stock_strategy_still_aggregates_and_sees_the_energy(task_identity):  # noqa: F811
+def test_without_the_wrapper_a_stock_strategy_still_aggregates_and_sees_the_energy(task_identity):
     result = federate(plain_client_app([energy_mod(meters=estimate_meters)]),
                       FedAvg(fraction_train=1.0, fraction_evaluate=1.0))
 
@@ -157,7 +157,7 @@ def test_the_wrapper_needs_its_start_loop(tmp_path):
 
 
 def test_a_traced_mod_sends_each_windows_trace_and_the_wrapper_writes_it_beside_the_report(tmp_path,
-                                                                                          task_identity):  # noqa: F811
+                                                                                          task_identity):
     from edgeprof.report.trace import read_trace
 
     strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl",
@@ -176,7 +176,7 @@ def test_a_traced_mod_sends_each_windows_trace_and_the_wrapper_writes_it_beside_
         assert total == pytest.approx(float(report[index]["energy_j"]), rel=5e-6 + 1e-8), index
 
 
-def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_path, task_identity):  # noqa: F811
+def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_path, task_identity):
     from edgeprof.flower.energy import TRACE_RECORD
 
     seen = []
@@ -202,7 +202,7 @@ def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_pa
     "method",
 ])
 def test_a_trace_record_the_server_cannot_read_is_dropped_and_the_row_still_written(tmp_path, task_identity,
-                                                                                  caplog, bad):  # noqa: F811
+                                                                                  caplog, bad):
     from edgeprof.flower.energy import TRACE_RECORD
     from edgeprof.report.trace import read_trace
 

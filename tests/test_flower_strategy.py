@@ -156,14 +156,10 @@ def test_an_unregistered_algorithm_is_a_config_error_on_flower():
         from_run_config({"algo": "fedfoo"})
 
 
-def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
-    # Prepare: Flower messages need a task identity outside a running ServerApp
-    from flwr.supercore.task_identity import TaskIdentity
-
+def test_configure_train_samples_like_the_in_process_loop(task_identity):
+    # Prepare
     from edgeprof.algorithms.participants import participant_rng, sample_participants
 
-    for name in ("_run_id", "_node_id", "_task_id"):
-        monkeypatch.setattr(TaskIdentity, name, 1)
     cfg = cfg_for(seed=7)
     s = st.make_strategy(cfg, directory())
     del s.directory.nodes[2]  # partition 2 has no node: sampled, but no message
@@ -180,14 +176,10 @@ def test_configure_train_samples_like_the_in_process_loop(monkeypatch):
 
 
 @pytest.mark.parametrize(("split", "r"), [("balanced", 3), ("paper", 2)])
-def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(monkeypatch, split, r):
+def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(task_identity, split, r):
     # Prepare: I=4, pi=0.65: round(2.6) = 3 clients, the reference code's int(2.6) = 2
-    from flwr.supercore.task_identity import TaskIdentity
-
     from edgeprof.algorithms.participants import participant_rng, sample_participants
 
-    for name in ("_run_id", "_node_id", "_task_id"):
-        monkeypatch.setattr(TaskIdentity, name, 1)
     cfg = cfg_for(participation=0.65, split=split)
     s = st.make_strategy(cfg, directory())
     rng = participant_rng(cfg)

@@ -27,7 +27,7 @@ from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.nn import head as headlib  # noqa: E402
 
 from docs_text import page  # noqa: E402
-from test_flower_algorithms import LoopbackGrid, task_identity  # noqa: E402,F401
+from test_flower_algorithms import LoopbackGrid  # noqa: E402
 
 ARCHITECTURE_PAGE = "docs/architecture.md"  # where the recipe is
 
@@ -81,7 +81,7 @@ def test_the_toy_is_registered_only_while_the_fixture_holds_it(toy):
         register(TOY)
 
 
-def test_toy_runs_in_process_and_on_flower_with_the_same_result(toy, tmp_path, task_identity):  # noqa: F811
+def test_toy_runs_in_process_and_on_flower_with_the_same_result(toy, tmp_path, task_identity):
     from edgeprof.flower.client_app import PERSONAL_KEY, make_client_app
     from edgeprof.flower.config import FlowerSettings, to_run_config
     from edgeprof.flower.server_app import run_server
