@@ -58,7 +58,8 @@ PIP=("$PLAIN/bin/python" -m pip install --quiet --disable-pip-version-check)
 # NVIDIA libraries it pulls, runs on the CPU)
 if [ "$MODE" = lowest ]; then default_torch="torch==2.1.2"; else default_torch="torch==2.13.0"; fi
 spec="${EDGEPROF_TORCH_SPEC:-$default_torch}"
-echo "plain ($MODE): $("$PLAIN/bin/python" -c 'import sys; print("Python", sys.version.split()[0])'), installing $spec, then the project with no extras"
+python_now="$("$PLAIN/bin/python" -c 'import sys; print("Python", sys.version.split()[0])')"
+echo "plain ($MODE): $python_now, installing $spec, then the project with no extras"
 # shellcheck disable=SC2086
 if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
   "${PIP[@]}" $spec --index-url "$EDGEPROF_TORCH_INDEX_URL"

@@ -157,7 +157,7 @@ def test_an_unregistered_algorithm_is_a_config_error_on_flower():
 
 
 def test_configure_train_samples_like_the_in_process_loop(task_identity):
-    # Prepare
+    # Prepare: a strategy over four partitions, one of them without a node
     from edgeprof.algorithms.participants import participant_rng, sample_participants
 
     cfg = cfg_for(seed=7)
