@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from edgeprof.host import prefer_passive_openmp
-from edgeprof.signals import exit_code, stop_once
+from edgeprof.signals import exit_code, stop_once, stops_unwrapped
 
 
 def main() -> None:
@@ -20,7 +20,8 @@ def main() -> None:
     stop_once()
     prefer_passive_openmp()
     try:
-        from edgeprof.cli import main as run
+        with stops_unwrapped():  # a Ctrl-C while a class of the CLI's modules is created comes wrapped (3.11)
+            from edgeprof.cli import main as run
     except KeyboardInterrupt as err:
         print(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} while starting; nothing was written",
               file=sys.stderr, flush=True)

@@ -4,7 +4,8 @@ Under ``timeout``, ``docker stop`` or systemd a run gets SIGTERM, and a closed t
 :func:`handle_termination` turns both into :class:`Terminated`, a :class:`KeyboardInterrupt`, so every
 place that already finishes or drops the current window on Ctrl-C does the same for them; the CLI then
 exits with 128 + the signal number (130, 143, 129). :func:`signals_held` defers these signals around the
-final sidecar write, so a second Ctrl-C takes effect after it, never in the middle.
+final sidecar write, so a second Ctrl-C takes effect after it, never in the middle. :func:`stops_unwrapped`
+gives back a stop that Python wrapped in another exception on its way up.
 """
 
 from __future__ import annotations
@@ -35,6 +36,34 @@ def _stop(signum: int) -> KeyboardInterrupt:
     """The exception for stop signal ``signum``, counted as raised."""
     _raised.append(signum)
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
+    """The stop signal (KeyboardInterrupt, or :class:`Terminated`) that ``err`` is or that caused it, if any.
+
+    Python wraps some exceptions on their way up: 3.11 raises an exception from a descriptor's ``__set_name__``
+    while a class is created (a dataclass's fields, as a module is imported) as a RuntimeError caused by it, so
+    a Ctrl-C that lands there arrives as that RuntimeError."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return err
+        seen.add(id(err))
+        err = err.__cause__
+    return None
+
+
+@contextlib.contextmanager
+def stops_unwrapped() -> Iterator[None]:
+    """Within the block, an exception caused by a stop signal is raised as that stop signal
+    (:func:`stop_behind`), so that it ends the run like any Ctrl-C, SIGTERM or SIGHUP; any other one as is."""
+    try:
+        yield
+    except Exception as err:
+        stop = stop_behind(err)
+        if stop is None:
+            raise
+        raise stop from None
 
 
 def exit_code(err: KeyboardInterrupt) -> int:

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from typer.testing import CliRunner
@@ -125,34 +126,108 @@ def test_a_stop_signal_ends_the_run_like_ctrl_c(tmp_path, sig, code, name):
     assert sidecar["rows"] == len(rows) - 1
 
 
-def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
+def _stopped_as_round_3_starts(tmp_path, monkeypatch, stop: Callable[[], None], name: str) -> None:
+    """``edgeprof measure`` in this process, ``stop()`` called as its third round starts: it ends with 130, one
+    line, and a sidecar that says ``interrupted`` after two rounds."""
     from edgeprof.rounds import simulate
-    from edgeprof.report import session
 
-    real_round, real_write = simulate.run_round, session.write_sidecar
-    rounds = []
+    real_round, rounds = simulate.run_round, []
 
-    def round_then_ctrl_c(*args, **kwargs):  # the first Ctrl-C: as the third round starts
+    def round_then_stop(*args, **kwargs):
         rounds.append(1)
         if len(rounds) == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            stop()
         real_round(*args, **kwargs)
+
+    monkeypatch.setattr(simulate, "run_round", round_then_stop)
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "50", "--run-name", name, "--out", str(out)])
+
+    assert result.exit_code == 130, result.output
+    assert _one_line(result.stderr).startswith("edgeprof: interrupted (SIGINT)")
+    sidecar = json.loads((out / f"{name}.json").read_text())
+    assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
+
+
+def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
+    from edgeprof.report import session
+
+    real_write = session.write_sidecar
 
     def write_with_a_second_ctrl_c(path, data, **kw):
         if data["status"] != "running":
             os.kill(os.getpid(), signal.SIGINT)  # arrives while the final sidecar is being written
         real_write(path, data, **kw)
 
-    monkeypatch.setattr(simulate, "run_round", round_then_ctrl_c)
     monkeypatch.setattr(session, "write_sidecar", write_with_a_second_ctrl_c)
-    out = tmp_path / "profiles"
+    # the first Ctrl-C: as the third round starts
+    _stopped_as_round_3_starts(tmp_path, monkeypatch, lambda: os.kill(os.getpid(), signal.SIGINT), "twice")
 
-    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "50", "--run-name", "twice", "--out", str(out)])
 
-    assert result.exit_code == 130, result.output
-    assert _one_line(result.stderr).startswith("edgeprof: interrupted")
-    sidecar = json.loads((out / "twice.json").read_text())
-    assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
+class _StopWhileNamed:
+    """A descriptor whose ``__set_name__`` is hit by a Ctrl-C, as a dataclass's fields are while a module loads:
+    Python 3.11 raises it out of the class statement wrapped in a RuntimeError."""
+
+    def __set_name__(self, owner, name):
+        raise KeyboardInterrupt
+
+
+def test_stops_unwrapped_gives_back_the_stop_that_class_creation_wrapped_and_leaves_other_errors():
+    from edgeprof.signals import Terminated, stop_behind, stops_unwrapped
+
+    with pytest.raises(KeyboardInterrupt):
+        with stops_unwrapped():
+            class Made:  # noqa: F841 - the class statement is what is interrupted
+                field = _StopWhileNamed()
+    term = Terminated(signal.SIGTERM)
+    wrapped = RuntimeError("Error calling __set_name__")
+    wrapped.__cause__ = term
+    with pytest.raises(Terminated) as caught:
+        with stops_unwrapped():
+            raise wrapped
+    assert caught.value is term and stop_behind(wrapped) is term
+    with pytest.raises(RuntimeError, match="a bug"):  # not caused by a stop: as it was
+        with stops_unwrapped():
+            raise RuntimeError("a bug") from ValueError("its cause")
+
+
+def test_a_ctrl_c_wrapped_by_a_class_statement_mid_run_interrupts_the_run_in_one_line(tmp_path, monkeypatch):
+    def a_module_loads():  # a lazily imported module's class statement, hit by the Ctrl-C
+        class Loaded:  # noqa: F841
+            field = _StopWhileNamed()
+
+    _stopped_as_round_3_starts(tmp_path, monkeypatch, a_module_loads, "named")
+
+
+def test_a_ctrl_c_while_the_cli_loads_a_class_ends_in_one_line(tmp_path):
+    """The console script's entry (edgeprof.__main__): a real Ctrl-C, landing while a class of the CLI's modules is
+    created (found by CI: a traceback and exit 1 on Python 3.11), ends with 130 and its one line."""
+    code = """
+import importlib.abc, importlib.util, os, signal, sys
+
+class Kill:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "edgeprof.cli" else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        class Report:
+            sidecar = Kill()
+
+sys.meta_path.insert(0, Finder())
+from edgeprof.__main__ import main
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    assert done.returncode == 130, done.stderr
+    assert _one_line(done.stderr) == "edgeprof: interrupted (SIGINT) while starting; nothing was written"
 
 
 def _handlers_installed(pid: int) -> bool:

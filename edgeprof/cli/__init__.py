@@ -152,10 +152,10 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def guard() -> Iterator[None]:
     """Turn the project's errors into one line and an exit code; Ctrl-C, SIGTERM and SIGHUP into one line and
     128 + the signal number (130, 143, 129)."""
-    from edgeprof.signals import exit_code, handle_termination
+    from edgeprof.signals import exit_code, handle_termination, stops_unwrapped
 
     try:
-        with handle_termination():
+        with handle_termination(), stops_unwrapped():
             yield
     except EdgeprofError as err:
         _err(str(err))
@@ -587,10 +587,11 @@ def main() -> None:
     The exit codes are the command's own (docs: Measuring, exit codes). Only this entry point exits early: the tests'
     CliRunner and a program that calls ``app`` get their SystemExit as before.
     """
-    from edgeprof.signals import exit_code, ignore_stop_signals
+    from edgeprof.signals import exit_code, ignore_stop_signals, stops_unwrapped
 
     try:
-        app()
+        with stops_unwrapped():
+            app()
         code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
     except SystemExit as done:
         code = 0 if done.code is None else done.code

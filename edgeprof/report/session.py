@@ -28,7 +28,7 @@ from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import columns_for, row_from_window
 from edgeprof.report.trace import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
-from edgeprof.signals import HeldSignals
+from edgeprof.signals import HeldSignals, stops_unwrapped
 
 #: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
 log = logging.getLogger("edgeprof")
@@ -264,7 +264,8 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
             error: BaseException | None = None
             try:
                 hold.release()  # raised here, a held Ctrl-C ends the run as interrupted with its report whole
-                yield session
+                with stops_unwrapped():  # a Ctrl-C that Python wrapped still interrupts, never fails, the run
+                    yield session
             except BaseException as err:
                 error = err
                 if isinstance(err, KeyboardInterrupt):
