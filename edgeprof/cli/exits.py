@@ -1,0 +1,218 @@
+"""How an ``edgeprof`` command ends: one line and a documented exit code, never a traceback.
+
+Every :class:`~edgeprof.errors.EdgeprofError` becomes one line on stderr and its exit code in exactly one place,
+:func:`guard`; click's own usage errors (``--tau abc``, an unknown option) become the same one line with exit 2 in
+:class:`OneLineErrors`; a stop signal becomes one line naming what it left and 128 + the signal. :func:`run` is the
+console script's entry: it ends the process early once the command's files are closed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer 0.26 and later run on their own copy of click and raise its exceptions
+    from typer._click import exceptions as click_errors
+except ImportError:  # typer 0.16 to 0.25 run on click itself
+    from click import exceptions as click_errors
+
+from edgeprof.cli import options as o
+from edgeprof.errors import EdgeprofError
+
+
+INTERRUPTED_EXIT = 130
+USAGE_EXIT = 2
+OUTPUT_EXIT = 4
+
+
+def error_line(message: str) -> None:
+    typer.echo(f"edgeprof: error: {' '.join(message.split())}", err=True)
+
+
+def _dedupe(message: str) -> str:
+    """Drop a repeated "Did you mean ...?" (typer and click both add one to an unknown command)."""
+    return re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", message)
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null so the interpreter's last flush of stdout cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _Stopped(Exception):
+    """A stop signal outside a command's guard (while typer parses the command line): typer would turn it into a
+    silent exit 130; carried out as this instead, it gets its one line."""
+
+    def __init__(self, err: KeyboardInterrupt) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
+class OneLineErrors(TyperGroup):
+    """The command group; click's usage errors print one ``edgeprof: error:`` line instead of a box."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as err:
+            raise _Stopped(err) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as err:  # outside the command's own guard (parsing its options)
+            raise _Stopped(err) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        o.refresh_metavars(self)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _Stopped as stop:
+            from edgeprof.signals import exit_code
+
+            typer.echo(f"edgeprof: {stopped_line(stop.err)} before the command ran; nothing was written", err=True)
+            sys.exit(exit_code(stop.err))
+        except click_errors.ClickException as err:
+            if not standalone_mode:
+                raise
+            command = f" (see 'edgeprof {err.ctx.info_name} --help')" if getattr(err, "ctx", None) and \
+                err.ctx.parent is not None else " (see 'edgeprof --help')"
+            error_line(_dedupe(err.format_message()) + command)
+            sys.exit(USAGE_EXIT if isinstance(err, click_errors.UsageError) else err.exit_code)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            typer.echo("edgeprof: aborted", err=True)
+            sys.exit(1)
+        except OSError as err:  # the terminal or file our own output goes to: a full disk, /dev/full, a closed pipe
+            if not standalone_mode:
+                raise
+            _silence_stdout()
+            error_line(f"cannot write the output: {err.strerror or err}")
+            sys.exit(OUTPUT_EXIT)
+        if standalone_mode:
+            sys.exit(code if isinstance(code, int) else 0)
+        return code
+
+
+class _NoteHandler(logging.Handler):
+    """Print the package's notes (``edgeprof`` logger, warnings and up) as ``edgeprof: note: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"edgeprof: note: {record.getMessage()}", err=True)
+
+
+def show_notes() -> None:
+    logger = logging.getLogger("edgeprof")
+    if not any(isinstance(h, _NoteHandler) for h in logger.handlers):
+        logger.addHandler(_NoteHandler(logging.WARNING))
+        logger.propagate = False
+
+
+@contextlib.contextmanager
+def guard() -> Iterator[None]:
+    """Turn the project's errors into one line and an exit code; Ctrl-C, SIGTERM and SIGHUP into one line and
+    128 + the signal number (130, 143, 129)."""
+    from edgeprof.signals import exit_code, handle_termination, stops_unwrapped
+
+    try:
+        with handle_termination(), stops_unwrapped():
+            yield
+    except EdgeprofError as err:
+        error_line(str(err))
+        raise typer.Exit(err.exit_code) from None
+    except KeyboardInterrupt as err:
+        typer.echo(f"edgeprof: {stopped_line(err)}", err=True)
+        raise typer.Exit(exit_code(err)) from None
+
+
+def stopped_line(err: KeyboardInterrupt) -> str:
+    """What a stop signal left: the report it names (``err.report``: set where a report was open, see
+    :func:`edgeprof.report.session.open_run` and :func:`report_done`), whole or with the finished rounds."""
+    what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
+    if report is None:
+        return what
+    if getattr(err, "report_complete", False):
+        return f"{what} after the run completed; the report is whole ({report})"
+    return f"{what}; the report keeps every round that finished ({report})"
+
+
+@contextlib.contextmanager
+def report_done(csv_path: Path) -> Iterator[None]:
+    """Around what a command prints after its run completed: a Ctrl-C there names the whole report."""
+    try:
+        yield
+    except KeyboardInterrupt as err:
+        err.report, err.report_complete = csv_path, True
+        raise
+
+
+def run(app: typer.Typer) -> None:
+    """Run ``app`` as the ``edgeprof`` console script (through :mod:`edgeprof.__main__`), then end the process with
+    the command's exit code without waiting for the interpreter's teardown.
+
+    Once a process has loaded torch and ONNX Runtime, tearing it down (every module, then their C++ libraries)
+    takes about half a second after the last line is printed, and frees nothing a next process needs. When the
+    command has returned, its report files are closed (a run closes its CSV and final sidecar before it
+    returns), so once stdout and stderr are flushed and the exit handlers have run (:mod:`atexit`: logging's
+    flush, multiprocessing's clean-up, temporary folders) the process ends with :func:`os._exit`. The normal exit
+    is taken instead when anything could still be pending: a thread other than daemons still running, a flush
+    that fails, an exit status that is not a number, or an exception that is not an exit (a bug's traceback).
+    The exit codes are the command's own (docs: Measuring, exit codes). Only this entry point exits early: the tests'
+    CliRunner and a program that calls ``app`` get their SystemExit as before.
+    """
+    from edgeprof.signals import exit_code, ignore_stop_signals, stops_unwrapped
+
+    try:
+        with stops_unwrapped():
+            app()
+        code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
+    except SystemExit as done:
+        code = 0 if done.code is None else done.code
+    except KeyboardInterrupt as err:  # before the command's own guard took over, or after it let go
+        typer.echo(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
+                   "nothing was written", err=True)
+        code = exit_code(err)
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if isinstance(code, int) and run_exit_handlers is not None and _alone() and _flushed():
+        ignore_stop_signals()  # the command is over: a late Ctrl-C must not break the exit handlers into a traceback
+        run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
+        if _flushed():
+            os._exit(code)
+    sys.exit(code)
+
+
+def _alone() -> bool:
+    """No thread but this one and daemons is alive (the normal exit would wait for such a thread)."""
+    me = threading.current_thread()
+    return all(t is me or t.daemon or not t.is_alive() for t in threading.enumerate())
+
+
+def _flushed() -> bool:
+    """Flush stdout and stderr, and C's stdio buffers (what a native library printed); False if a flush fails."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a full disk, a closed pipe, a closed stream: leave it to the normal exit
+            return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).fflush(None) == 0
+    except (OSError, AttributeError, TypeError):  # no C library to ask (not a POSIX system): nothing of it to flush
+        return True

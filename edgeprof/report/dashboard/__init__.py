@@ -1,0 +1,86 @@
+"""The HTML dashboard: one self-contained page (plotly.js and the data inlined) from one or more reports.
+
+``render(reports) -> str`` is the renderer; :func:`write_dashboard` reads report files and writes the
+page. The page needs no network and no server: plotly.js comes from the installed ``plotly`` package
+(:func:`plotly.offline.get_plotlyjs`, inlined once) and every figure is a JSON object in one
+``application/json`` script, drawn by a few lines of JavaScript.
+
+Sections: runs and devices, the windows of a user's own code (reports of ``edgeprof.monitor``), verdicts
+(fits, growth, ratios), cost versus tau with fitted lines and 95% bands, per-phase breakdown, power over time
+(reports run with ``--trace``: each algorithm's median-energy client window against time over its phases' bands,
+and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
+energy (reports with ``kind=eval`` rows), measurement methods. Reports from several devices
+(the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
+
+Escaping: every text that comes from a report (run ids, algorithm, engine and device names, sidecar
+values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<script>`` has ``<``,
+``>``, ``&`` and the line separators written as ``\\uXXXX`` escapes, so no value can close the script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from edgeprof.errors import ConfigError, OutputError, require
+from edgeprof.report.analysis import analyze
+from edgeprof.report.dashboard import claim, runs, windows
+from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_device, esc, rows_of, script_json
+from edgeprof.report.writer import Report, read_report
+
+__all__ = ["SECTIONS", "render", "script_json", "write_dashboard"]
+
+
+SECTIONS = (("runs", "Runs and devices"), ("windows", "Windows of your own code"), ("verdicts", "Verdicts"),
+            ("cost-vs-tau", "Cost per client round vs tau"),
+            ("phases", "Per-phase breakdown"), ("trace", "Power over time"), ("timeseries", "Per-round time series"),
+            ("energy", "Energy and carbon totals"), ("accuracy", "Accuracy against cumulative energy"),
+            ("methods", "How the figures were measured"))
+
+
+def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_round: Optional[int] = None,
+           trace_client: Optional[int] = None) -> str:
+    """The whole page for ``reports`` as one string (plotly.js inlined once); ``trace_round`` and
+    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window)."""
+    get_plotlyjs = require("plotly.offline", "dashboard", "the dashboard").get_plotlyjs
+
+    if not reports:
+        raise ConfigError("the dashboard needs at least one report")
+    rows = rows_of(reports)
+    analysis = analyze([r.data | {"device": r.device} for r in rows])
+    devices = by_device(rows)
+    page = Page()
+    bodies = {
+        "runs": runs.runs_and_devices(reports, rows),
+        "windows": windows.windows(page, reports, devices),
+        "verdicts": claim.verdicts(analysis, rows),
+        "cost-vs-tau": claim.cost_vs_tau(page, analysis, rows, devices),
+        "phases": claim.phases(page, reports, devices),
+        "trace": windows.power_over_time(page, reports, trace_round, trace_client),
+        "timeseries": runs.timeseries(page, devices),
+        "energy": runs.energy(page, devices),
+        "accuracy": runs.accuracy(page, devices),
+        "methods": runs.methods_section(reports),
+    }
+    nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in SECTIONS)
+    sections = "".join(f'<section id="{sid}"><h2>{esc(name)}</h2>{bodies[sid]}</section>' for sid, name in SECTIONS)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
+            f'<script>{get_plotlyjs()}</script></head><body><h1>{esc(title)}</h1><nav>{nav}</nav>{sections}'
+            f'<script type="application/json" id="edgeprof-figures">{script_json(page.figures)}</script>'
+            f"<script>{SCRIPT}</script></body></html>\n")
+
+
+def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str = "edgeprof report", *,
+                    trace_round: Optional[int] = None, trace_client: Optional[int] = None) -> Path:
+    """Read the reports at ``paths`` and write the page to ``output`` (ReportError / OutputError; ConfigError
+    for a ``trace_round`` / ``trace_client`` with no traced client window)."""
+    reports = [read_report(p) for p in paths]
+    text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client)
+    output = Path(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise OutputError(f"cannot write the dashboard to {output}: {err.strerror or err}") from err
+    return output
