@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import inspect
 import re
 import threading
 import time
@@ -53,6 +51,7 @@ from edgeprof.errors import MonitorError
 from edgeprof.measure.profiler import Profiler, Span, WindowResult
 from edgeprof.measure.row_labels import labels_cell, split_labels
 from edgeprof.measure.windows import OpenWindow, Windows, check_phase_name, current_window, phase
+from edgeprof.measure.wrapping import in_window
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
@@ -415,44 +414,7 @@ class Monitor:
 
         def wrap(func: Callable) -> Callable:
             window_name = name or re.sub(r".*<locals>\.", "", func.__qualname__)
-            if inspect.isgeneratorfunction(func):
-                @functools.wraps(func)
-                def measured_generator(*args, **kwargs):
-                    with self.window(window_name, kind=kind, **labels):
-                        return (yield from func(*args, **kwargs))
-
-                return measured_generator
-            if inspect.isasyncgenfunction(func):
-                @functools.wraps(func)
-                async def measured_async_generator(*args, **kwargs):
-                    inner = func(*args, **kwargs)
-                    with self.window(window_name, kind=kind, **labels):
-                        try:
-                            sent = None
-                            while True:
-                                try:
-                                    item = await inner.asend(sent)
-                                except StopAsyncIteration:
-                                    return
-                                sent = yield item
-                        finally:
-                            await inner.aclose()
-
-                return measured_async_generator
-            if inspect.iscoroutinefunction(func):
-                @functools.wraps(func)
-                async def measured_async(*args, **kwargs):
-                    with self.window(window_name, kind=kind, **labels):
-                        return await func(*args, **kwargs)
-
-                return measured_async
-
-            @functools.wraps(func)
-            def measured(*args, **kwargs):
-                with self.window(window_name, kind=kind, **labels):
-                    return func(*args, **kwargs)
-
-            return measured
+            return in_window(func, lambda: self.window(window_name, kind=kind, **labels))
 
         return wrap if fn is None else wrap(fn)
 

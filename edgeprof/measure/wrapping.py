@@ -1,0 +1,55 @@
+"""Run every call of a function inside a window: plain functions, coroutine functions, generator and async
+generator functions, each in the way its caller uses it (:meth:`edgeprof.measure.monitoring.Monitor.measure`)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable, ContextManager
+
+
+def in_window(func: Callable, window: Callable[[], ContextManager]) -> Callable:
+    """``func`` wrapped so that each call runs inside a fresh ``window()``.
+
+    A coroutine function is awaited inside its window; a generator (or async generator) function's window spans
+    its whole iteration, from the first item asked for to its end (what the consumer does between items
+    included; one it never finishes ends when it is closed or collected).
+    """
+    if inspect.isgeneratorfunction(func):
+        @functools.wraps(func)
+        def measured_generator(*args, **kwargs):
+            with window():
+                return (yield from func(*args, **kwargs))
+
+        return measured_generator
+    if inspect.isasyncgenfunction(func):
+        @functools.wraps(func)
+        async def measured_async_generator(*args, **kwargs):
+            inner = func(*args, **kwargs)
+            with window():
+                try:
+                    sent = None
+                    while True:
+                        try:
+                            item = await inner.asend(sent)
+                        except StopAsyncIteration:
+                            return
+                        sent = yield item
+                finally:
+                    await inner.aclose()
+
+        return measured_async_generator
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def measured_async(*args, **kwargs):
+            with window():
+                return await func(*args, **kwargs)
+
+        return measured_async
+
+    @functools.wraps(func)
+    def measured(*args, **kwargs):
+        with window():
+            return func(*args, **kwargs)
+
+    return measured
