@@ -111,7 +111,8 @@ def open_energy(cfg, meters: MeterSet) -> Energy:
         baseline = idle.measure_idle(meters, cfg.energy.idle_seconds)
         energy.idle_power_w = baseline.total_power_w
         energy.sidecar["idle"] = baseline.describe()
-    intensity, note = carbon.carbon_or_note(cfg.energy.country, region=cfg.energy.region, override_g_per_kwh=cfg.energy.carbon_intensity)
+    intensity, note = carbon.carbon_or_note(cfg.energy.country, region=cfg.energy.region,
+                                            override_g_per_kwh=cfg.energy.carbon_intensity)
     if intensity is None:
         log.warning(note)
         energy.notes.append(note)
@@ -221,46 +222,23 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
     run's :class:`~edgeprof.algorithms.contract.Runtime`, whose Compute (device, plan, threads) and cached-forward
     engine the sidecar records (``numerics``).
     """
-    from edgeprof.host import device_label
-
     out = check_writable(cfg.out)
     meters = (open_meters(cfg, None if runtime is None else runtime.compute.device) if profiler is None
               else profiler.meters)
     try:
         energy = open_energy(cfg, meters)
-        csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
 
         def sidecar(**status) -> dict:
             return finish(sidecar_data(cfg, run_id, meters, energy, phases, runtime, **status))
 
         hold = HeldSignals()  # a Ctrl-C while the report is created waits until it can say "interrupted"
         try:
-            writer = ReportWriter(csv_path, columns or columns_for(phases))
-            sidecar_written, ctx = False, None
-            try:
-                write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
-                sidecar_written = True
-                device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
-                ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
-                hz = cfg.energy.trace_hz
-                if hz:
-                    ctx.trace = TraceWriter(trace_csv_path(csv_path), hz)
-                    ctx.profiler.windows.start_trace(hz)
-                session = ReportSession(ctx, csv_path, sidecar_path, meters)
-            except BaseException:
-                writer.close()
-                csv_path.unlink(missing_ok=True)  # nothing recorded: leave no report at all
-                if sidecar_written:
-                    sidecar_path.unlink(missing_ok=True)
-                if ctx is not None and ctx.trace is not None:
-                    ctx.profiler.windows.stop_trace()
-                    ctx.trace.close()
-                    ctx.trace.path.unlink(missing_ok=True)
-                raise
+            session = _create(cfg, out, run_id, columns or columns_for(phases), sidecar, meters=meters,
+                              energy=energy, profiler=profiler, runtime=runtime)
         except BaseException:
             hold.release(deliver=False)
             raise
-        with writer:
+        with session.ctx.writer:
             error: BaseException | None = None
             try:
                 hold.release()  # raised here, a held Ctrl-C ends the run as interrupted with its report whole
@@ -269,28 +247,68 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
             except BaseException as err:
                 error = err
                 if isinstance(err, KeyboardInterrupt):
-                    err.report = csv_path  # the CLI's line names the report that keeps the finished rounds
+                    err.report = session.csv_path  # the CLI's line names the report that keeps the finished rounds
                 raise
             finally:
-                written: list[str] = []
-
-                def final(err: BaseException | None) -> None:
-                    session.status, session.reason = ending(err)
-                    extra = {"reason": session.reason} if session.reason else {}
-                    if ctx.trace is not None:
-                        extra["trace"] = finish_trace(ctx)
-                    if writer.diverged is not None:
-                        extra["diverged"] = writer.diverged
-                    _finish_sidecar(session, lambda: (write_sidecar(sidecar_path, sidecar(
-                        status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)),
-                        written.append(session.status)))
-
-                try:
-                    final(error)
-                except KeyboardInterrupt as late:  # a stop that landed before the write held the signals back,
-                    if not written:                # or one held during it and raised after
-                        final(late)
-                    late.report, late.report_complete = csv_path, written[-1:] == ["complete"]
-                    raise
+                _close(session, sidecar, error)
     finally:
         meters.close()
+
+
+def _create(cfg, out: Path, run_id: str, columns: Sequence[str], sidecar: Callable[..., dict], *, meters: MeterSet,
+            energy: Energy, profiler: Optional[Profiler], runtime) -> ReportSession:
+    """The CSV, the ``running`` sidecar, the run's context and (``--trace``) its trace file; on any error, a
+    Ctrl-C included, whatever it wrote is removed: a run that recorded nothing leaves no report at all."""
+    from edgeprof.host import device_label
+
+    csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
+    writer = ReportWriter(csv_path, columns)
+    sidecar_written, ctx = False, None
+    try:
+        write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
+        sidecar_written = True
+        device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
+        ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
+        hz = cfg.energy.trace_hz
+        if hz:
+            ctx.trace = TraceWriter(trace_csv_path(csv_path), hz)
+            ctx.profiler.windows.start_trace(hz)
+        return ReportSession(ctx, csv_path, sidecar_path, meters)
+    except BaseException:
+        writer.close()
+        csv_path.unlink(missing_ok=True)
+        if sidecar_written:
+            sidecar_path.unlink(missing_ok=True)
+        if ctx is not None and ctx.trace is not None:
+            ctx.profiler.windows.stop_trace()
+            ctx.trace.close()
+            ctx.trace.path.unlink(missing_ok=True)
+        raise
+
+
+def _close(session: ReportSession, sidecar: Callable[..., dict], error: BaseException | None) -> None:
+    """The final sidecar: how the run ended (``error``), its rounds and rows, its trace and any divergence.
+
+    It is written with signals held back. A stop that landed just before (held, then raised at the write) ends
+    the run itself, written as such; one held during the write is raised after it. Either way the stop names
+    the report, and whether the run had completed."""
+    ctx, writer, written = session.ctx, session.ctx.writer, []
+
+    def final(err: BaseException | None) -> None:
+        session.status, session.reason = ending(err)
+        extra = {"reason": session.reason} if session.reason else {}
+        if ctx.trace is not None:
+            extra["trace"] = finish_trace(ctx)
+        if writer.diverged is not None:
+            extra["diverged"] = writer.diverged
+        _finish_sidecar(session, lambda: (write_sidecar(session.sidecar_path, sidecar(
+            status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)),
+            written.append(session.status)))
+
+    try:
+        final(error)
+    except KeyboardInterrupt as late:  # a stop that landed before the write held the signals back,
+        if not written:                # or one held during it and raised after
+            final(late)
+        late.report, late.report_complete = session.csv_path, written[-1:] == ["complete"]
+        raise
