@@ -5,9 +5,12 @@
 # multi-GB CUDA build:
 #   - a torch that the environment can already import (JetPack's wheel on a Jetson, a CUDA build you
 #     installed yourself; use EDGEPROF_VENV_ARGS=--system-site-packages to see a system-wide one) is kept;
-#   - otherwise EDGEPROF_TORCH_SPEC is installed, from EDGEPROF_TORCH_INDEX_URL when set (point it at
-#     PyTorch's CPU-only wheel index on a CPU-only x86_64 machine whose pip would otherwise fetch the CUDA
-#     build). Its default is torch==2.13.0 (the CI machine carries its CPU build locally), or, when
+#   - otherwise EDGEPROF_TORCH_SPEC is installed, from EDGEPROF_TORCH_INDEX_URL when set. Without it, on an
+#     x86_64 Linux machine with no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia), where PyPI's torch is
+#     the CUDA build (about 3 GB with its libraries), PyTorch's CPU-only index (EDGEPROF_TORCH_CPU_INDEX,
+#     default https://download.pytorch.org/whl/cpu) is added when it answers: pip then takes the smaller
+#     "+cpu" build of the same release; when it does not answer, one line says so and pip uses its own
+#     indexes. The spec's default is torch==2.13.0 (the CI machine carries its CPU build locally), or, when
 #     EDGEPROF_EXTRAS names `vision`, "torch==2.14.1 torchvision==0.29.1": a torchvision wheel pins one torch,
 #     and this is the pair the CI machine can import (its torch is a CUDA build, ~5.5 GB, that also runs on a
 #     CPU; the torchvision 0.28 wheel for torch 2.13 links torch's CUDA libraries, which the CPU build lacks).
@@ -15,16 +18,51 @@
 # "torchvision>=0.16") are already satisfied, so nothing more is pulled.
 #
 #   bash scripts/setup.sh                                                  # .venv, extras dev
+#   bash scripts/setup.sh --dry-run                                        # print what it would run, run nothing
 #   EDGEPROF_VENV=.venv-vision EDGEPROF_EXTRAS=dev,vision bash scripts/setup.sh   # torchvision's models too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${EDGEPROF_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 EXTRAS="${EDGEPROF_EXTRAS:-dev}"
+CPU_INDEX="${EDGEPROF_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+case "${1:-}" in
+  "") DRY_RUN=0 ;;
+  --dry-run) DRY_RUN=1 ;;
+  *) echo "setup: error: unknown argument '$1' (the only one is --dry-run)" >&2; exit 2 ;;
+esac
+
+run() {  # run a command, or with --dry-run print it
+  if [ "$DRY_RUN" = 1 ]; then echo "+ $*"; else "$@"; fi
+}
+
+no_nvidia_x86_linux() {  # where PyPI's torch is the CUDA build and nothing here could use it
+  [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 &&
+    [ ! -e /proc/driver/nvidia/version ]
+}
+
+answers() {  # the index serves a torch page within 10 seconds
+  "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10).close()' \
+    "${1%/}/torch/" >/dev/null 2>&1
+}
+
+torch_index() {  # the index options for torch's install, one per line
+  if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
+    printf '%s\n' --index-url "$EDGEPROF_TORCH_INDEX_URL"
+  elif no_nvidia_x86_linux; then
+    if answers "$CPU_INDEX"; then
+      echo "setup: no NVIDIA GPU here: torch's CPU-only build, from $CPU_INDEX" >&2
+      printf '%s\n' --extra-index-url "$CPU_INDEX"
+    else
+      echo "setup: note: no NVIDIA GPU here, and $CPU_INDEX does not answer: pip takes torch from its own" \
+        "indexes, whose Linux build may be the CUDA one (about 3 GB); EDGEPROF_TORCH_INDEX_URL names another" >&2
+    fi
+  fi
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   # shellcheck disable=SC2086
-  "$PYTHON" -m venv ${EDGEPROF_VENV_ARGS:-} "$VENV"
+  run "$PYTHON" -m venv ${EDGEPROF_VENV_ARGS:-} "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 
@@ -38,11 +76,11 @@ else
   spec="${EDGEPROF_TORCH_SPEC:-$default_spec}"
   echo "setup: installing $spec"
   read -r -a specs <<<"$spec"
-  if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
-    "${PIP[@]}" "${specs[@]}" --index-url "$EDGEPROF_TORCH_INDEX_URL"
-  else
-    "${PIP[@]}" "${specs[@]}"
-  fi
+  index=()
+  while IFS= read -r option; do index+=("$option"); done < <(torch_index)  # bash 3.2 (macOS) has no mapfile
+  run "${PIP[@]}" "${specs[@]}" ${index[@]+"${index[@]}"}
 fi
-"${PIP[@]}" -e ".[$EXTRAS]"
-echo "setup: done ($("$VENV/bin/python" -c 'import torch, onnxruntime; print("torch", torch.__version__, "| onnxruntime", onnxruntime.__version__)'))"
+run "${PIP[@]}" -e ".[$EXTRAS]"
+if [ "$DRY_RUN" = 0 ]; then
+  echo "setup: done ($("$VENV/bin/python" -c 'import torch, onnxruntime; print("torch", torch.__version__, "| onnxruntime", onnxruntime.__version__)'))"
+fi
