@@ -29,24 +29,15 @@ MODE="${1:-newest}"
 case "$MODE" in newest) DEFAULT_VENV=.venv-plain ;; --lowest) MODE=lowest; DEFAULT_VENV=.venv-lowest ;;
   *) echo "usage: $0 [--lowest]" >&2; exit 2 ;; esac
 PLAIN="${EDGEPROF_PLAIN_VENV:-$DEFAULT_VENV}"
-# pythons: "3.X path" for every CPython 3 this machine offers (python3.X on PATH, pyenv's versions)
-pythons() {
-  local candidate version
-  for candidate in $(compgen -c python3. | grep -E '^python3\.[0-9]+$' | sort -u) \
-      $(command -v pyenv >/dev/null 2>&1 && pyenv versions --bare 2>/dev/null | grep -E '^3\.[0-9]+\.[0-9]+$' \
-        | sed "s|^|$(pyenv root)/versions/|; s|\$|/bin/python|"); do
-    version="$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
-    if [ -n "$version" ]; then echo "$version $candidate"; fi
-  done
-}
+# shellcheck source=scripts/pythons.sh
+source scripts/pythons.sh
 if [ -z "${PYTHON:-}" ]; then
-  floor="$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)"
   if [ "$MODE" = lowest ]; then
-    want="$floor"
-    PYTHON="$(pythons | awk -v want="$want" '$1 == want { print $2; exit }')"
+    want="$(python_floor)"
+    PYTHON="$(oldest_python)"
   else
     want="the newest"
-    PYTHON="$(pythons | sort -V | tail -1 | cut -d' ' -f2-)"
+    PYTHON="$(newest_python)"
   fi
   [ -n "$PYTHON" ] || echo "plain ($MODE): no Python $want found here; using python3" >&2
 fi
