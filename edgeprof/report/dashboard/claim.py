@@ -61,6 +61,7 @@ def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
 
 
 def verdicts(analysis: Analysis, rows: Sequence[Row]) -> str:
+    """The fitting rule, each algorithm's fit and verdict per metric, and its ratios to PFLEGO at each tau."""
     estimated = estimated_variants(rows)
     return ((_one_tau(analysis) or RULE + _fits_table(analysis, estimated))
             + "<h3>Ratio to PFLEGO per client round at each tau (geometric means; 95% Welch interval on the log "

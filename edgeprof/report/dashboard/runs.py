@@ -13,6 +13,7 @@ from edgeprof.report.writer import Report
 
 
 def runs_and_devices(reports: Sequence[Report], rows: Sequence[Row]) -> str:
+    """One row per report (its devices, status, rows, algorithms), then the devices side by side."""
     body = []
     for rep in reports:
         side = rep.sidecar
@@ -59,6 +60,7 @@ def _round_traces(page: Page, rows: Sequence[Row]) -> list[dict]:
 
 
 def timeseries(page: Page, devices: Mapping[str, list[Row]]) -> str:
+    """Each client round's wall seconds against its round, per device."""
     cells = []
     for device, rows in devices.items():
         data = _round_traces(page, rows)
@@ -115,6 +117,7 @@ def _total_bars(page: Page, device: str, totals: Mapping[str, dict], what: str, 
 
 
 def energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
+    """Total energy and carbon per algorithm and device, as bars and a table, ESTIMATE where estimated."""
     cells, tables = [], []
     for device, rows in devices.items():
         totals = _totals(rows)
@@ -127,6 +130,7 @@ def energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
 
 
 def accuracy(page: Page, devices: Mapping[str, list[Row]]) -> str:
+    """Test accuracy (``kind=eval`` rows) against the energy spent up to that round, per run and device."""
     cells = []
     for device, rows in devices.items():
         runs: dict[tuple[str, str], list[Row]] = defaultdict(list)
@@ -166,6 +170,7 @@ def accuracy(page: Page, devices: Mapping[str, list[Row]]) -> str:
 
 
 def methods_section(reports: Sequence[Report]) -> str:
+    """How each report's energy was obtained: its methods, the meters used and missing, carbon."""
     body = []
     for rep in reports:
         methods = sorted({m for r in rep.rows for m in r.get("energy_method", "").split("+") if m}) or ["none"]
