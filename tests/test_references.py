@@ -27,8 +27,9 @@ def _resolves(reference: str) -> bool:
         try:
             obj = importlib.import_module(".".join(parts[:i]))
         except ImportError as err:
-            if err.name and not err.name.startswith("edgeprof") and _source(parts[:i]) is not None:
-                return _defined(_source(parts[:i]), parts[i:])  # the module needs an extra this Python lacks
+            source = _source(parts[:i])
+            if err.name and not err.name.startswith("edgeprof") and source is not None:
+                return _defined(source, parts[i:])  # the module needs an extra this Python lacks
             continue
         try:
             for attr in parts[i:]:
