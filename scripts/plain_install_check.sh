@@ -51,12 +51,12 @@ if [ "$MODE" = lowest ]; then default_torch="torch==2.1.2"; else default_torch="
 spec="${EDGEPROF_TORCH_SPEC:-$default_torch}"
 python_now="$("$PLAIN/bin/python" -c 'import sys; print("Python", sys.version.split()[0])')"
 echo "plain ($MODE): $python_now, installing $spec, then the project with no extras"
+# shellcheck source=scripts/torch_index.sh
+source scripts/torch_index.sh
+index=()
+while IFS= read -r option; do index+=("$option"); done < <(torch_index)
 # shellcheck disable=SC2086
-if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
-  "${PIP[@]}" $spec --index-url "$EDGEPROF_TORCH_INDEX_URL"
-else
-  "${PIP[@]}" $spec
-fi
+"${PIP[@]}" $spec ${index[@]+"${index[@]}"}
 rm -rf build  # setuptools builds in the tree and never deletes a module removed since: no stale copy may ship
 if [ "$MODE" = newest ]; then
   "${PIP[@]}" .

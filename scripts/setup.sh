@@ -25,7 +25,6 @@ cd "$(dirname "$0")/.."
 VENV="${EDGEPROF_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 EXTRAS="${EDGEPROF_EXTRAS:-dev}"
-CPU_INDEX="${EDGEPROF_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 case "${1:-}" in
   "") DRY_RUN=0 ;;
   --dry-run) DRY_RUN=1 ;;
@@ -35,30 +34,8 @@ esac
 run() {  # run a command, or with --dry-run print it
   if [ "$DRY_RUN" = 1 ]; then echo "+ $*"; else "$@"; fi
 }
-
-no_nvidia_x86_linux() {  # where PyPI's torch is the CUDA build and nothing here could use it
-  [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 &&
-    [ ! -e /proc/driver/nvidia/version ]
-}
-
-answers() {  # the index serves a torch page within 10 seconds
-  "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10).close()' \
-    "${1%/}/torch/" >/dev/null 2>&1
-}
-
-torch_index() {  # the index options for torch's install, one per line
-  if [ -n "${EDGEPROF_TORCH_INDEX_URL:-}" ]; then
-    printf '%s\n' --index-url "$EDGEPROF_TORCH_INDEX_URL"
-  elif no_nvidia_x86_linux; then
-    if answers "$CPU_INDEX"; then
-      echo "setup: no NVIDIA GPU here: torch's CPU-only build, from $CPU_INDEX" >&2
-      printf '%s\n' --extra-index-url "$CPU_INDEX"
-    else
-      echo "setup: note: no NVIDIA GPU here, and $CPU_INDEX does not answer: pip takes torch from its own" \
-        "indexes, whose Linux build may be the CUDA one (about 3 GB); EDGEPROF_TORCH_INDEX_URL names another" >&2
-    fi
-  fi
-}
+# shellcheck source=scripts/torch_index.sh
+source scripts/torch_index.sh
 
 if [ ! -x "$VENV/bin/python" ]; then
   # shellcheck disable=SC2086
