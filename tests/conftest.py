@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -10,7 +12,9 @@ import pytest
 import torch
 
 # the per-node ONNX export cache of the test run (and of every process it starts), never the user's
-os.environ["EDGEPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgeprof-cache-")
+# (removed when the run ends, so runs leave no folders behind in the system's temp folder)
+os.environ["EDGEPROF_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="edgeprof-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 torch.set_num_threads(1)
 

@@ -129,15 +129,19 @@ class MonitorMachine(RuleBasedStateMachine):
                 assert sum(span.energy_j.values()) == (PKG_W + DRAM_W) * span.wall_s
 
     def teardown(self):
-        for name in list(self.named):
-            self.measurements.append(self.mon.end_window(name))
-        self.mon.stop()
         import json
+        import shutil
 
-        sidecar = json.loads(self.mon.csv_path.with_suffix(".json").read_text())
-        assert sidecar["status"] == "complete" and sidecar["rows"] == len(self.measurements)
-        if self.measurements:  # a report without rows is refused by the reader (nothing to summarize)
-            assert len(read_report(self.mon.csv_path).rows) == len(self.measurements)
+        try:
+            for name in list(self.named):
+                self.measurements.append(self.mon.end_window(name))
+            self.mon.stop()
+            sidecar = json.loads(self.mon.csv_path.with_suffix(".json").read_text())
+            assert sidecar["status"] == "complete" and sidecar["rows"] == len(self.measurements)
+            if self.measurements:  # a report without rows is refused by the reader (nothing to summarize)
+                assert len(read_report(self.mon.csv_path).rows) == len(self.measurements)
+        finally:  # each example has its own folder; none is left in the system's temp folder
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 TestMonitorUnderRandomUse = MonitorMachine.TestCase
