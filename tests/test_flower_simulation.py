@@ -71,3 +71,58 @@ def test_flower_app_dir_writes_a_valid_flower_app(tmp_path):
     cfg, settings = from_run_config(config["tool"]["flwr"]["app"]["config"])
     assert (cfg.clients, cfg.tau, settings.total_samples, cfg.out) == (4, 7, 900, tmp_path / "reports")
     assert "num-partitions=4" in result.output
+
+
+@pytest.mark.parametrize("device, asked, reserved", [
+    ("cuda", None, 1.0), ("cuda:0", None, 1.0), ("cuda", 0.25, 0.25), ("cuda", 2, 2.0),
+    ("cpu", None, 0.0), ("cpu", 0, 0.0),
+])
+def test_each_simulated_client_reserves_the_gpus_its_rounds_need(device, asked, reserved):
+    from edgeprof.flower.simulation import client_gpus_for
+
+    assert client_gpus_for(device, asked) == reserved
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--device", "cuda", "--client-gpus", "0"], "Ray hides every GPU from a client that reserves none"),
+    (["--device", "cuda:1"], "only the GPU it reserves, as cuda:0"),
+    (["--device", "cpu", "--client-gpus", "1"], "reserves GPUs, but the rounds run on cpu"),
+    (["--device", "cuda", "--client-gpus", "-1"], "--client-gpus must be >= 0"),
+    (["--client-cpus", "0"], "--client-cpus must be above 0"),
+])
+def test_what_ray_would_break_is_refused_before_it_starts(tmp_path, monkeypatch, argv, expected):
+    """Checked in the driver, where no torch CUDA is needed: one line, exit 2, no Ray, nothing written."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    import flwr.simulation
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: pytest.fail("Ray was started"))
+
+    result = CliRunner().invoke(app, ["flower-simulate", *argv, "--out", str(tmp_path / "out")])
+
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_auto_on_a_gpu_machine_is_decided_before_ray_hides_the_gpu(tmp_path, monkeypatch):
+    """With a GPU visible here (torch's CUDA faked available), the clients are told ``cuda``, not ``auto``
+    (which they would resolve with only what Ray shows them), and each reserves one GPU."""
+    import flwr.simulation
+
+    from edgeprof.config import RunConfig
+    from edgeprof.flower import simulation
+    from edgeprof.nn import compute
+
+    monkeypatch.setattr(compute.kind_of("cuda"), "unavailable", lambda device: None)
+    told, ray = [], []
+    real = simulation.to_run_config
+    monkeypatch.setattr(simulation, "to_run_config", lambda cfg, s: told.append(cfg.device) or real(cfg, s))
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: ray.append(kw["backend_config"]))
+
+    simulation.simulate(RunConfig(device="auto", out=tmp_path, progress=False).resolved())
+
+    assert told == ["cuda"]
+    assert ray == [{"client_resources": {"num_cpus": 1.0, "num_gpus": 1.0}}]

@@ -413,7 +413,7 @@ def flower_simulate(
     dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
     data_dir: o.DataDir = None,
     out: o.Out = Path("profiles"), run_name: o.RunName = None,
-    client_cpus: o.ClientCpus = 1.0, client_gpus: o.ClientGpus = 0.0, round_timeout: o.RoundTimeout = 600.0,
+    client_cpus: o.ClientCpus = 1.0, client_gpus: o.ClientGpus = None, round_timeout: o.RoundTimeout = 600.0,
     trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
 ) -> None:
     """Run many clients on this machine with Flower's simulation engine (per-client energy is attribution)."""

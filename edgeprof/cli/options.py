@@ -281,7 +281,8 @@ TotalSamples = Annotated[int, _opt(panel=FLOWER, help="sum_j N_j of the federati
                                                     "clients).")]
 Port = Annotated[int, _opt(panel=FLOWER, help="The SuperLink's port in the printed commands.")]
 ClientCpus = Annotated[float, _opt(panel=FLOWER, help="CPUs reserved per virtual client (Ray).")]
-ClientGpus = Annotated[float, _opt(panel=FLOWER, help="GPUs (fractions allowed) per virtual client.")]
+ClientGpus = Annotated[Optional[float], _opt(panel=FLOWER, help="GPUs (fractions allowed) each virtual client reserves "
+                                           "(default: 1 for rounds on CUDA, else 0; docs: GPUs).")]
 
 
 def run_config(params: Mapping[str, Any], **fixed: Any):

@@ -8,16 +8,22 @@ then says that the clients shared the machine: per-client energy in such a repor
 energy during each client's window - attribution, not measurement - and clients that run concurrently
 are counted in each other's windows. The alternative without Python is ``flwr run <app-dir>`` against
 the local SuperLink (docs/flower.md).
+
+GPUs: Ray shows each virtual client only the GPUs it reserves (``num_gpus``), numbered from 0, and hides
+every GPU from a client that reserves none. So the device is decided once, here (``auto`` resolved on this
+machine), and a run on CUDA reserves one GPU per client unless ``client_gpus`` says otherwise (a fraction
+such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Optional
 
 from edgeprof.config import RunConfig
-from edgeprof.errors import require
+from edgeprof.errors import ConfigError, require
 from edgeprof.flower.config import FlowerSettings, to_run_config
 
 
@@ -29,16 +35,52 @@ def backend_config(client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpu
     return config
 
 
+def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
+    """The GPUs each virtual client reserves for rounds on ``device`` (resolved: not ``auto``).
+
+    On CUDA: ``client_gpus``, default 1 (clients on one GPU take turns, so no client's window holds another's
+    GPU work); 0 is refused (Ray would hide the GPU), and so is ``cuda:N`` for N > 0 (a client sees its
+    reserved GPU as ``cuda:0``). On any other device: 0; a reservation is refused (it could never be met
+    on a machine without a GPU, and the rounds would not use it elsewhere). ConfigError with one line.
+    """
+    kind, _, index = device.partition(":")
+    if client_gpus is not None and not client_gpus >= 0:
+        raise ConfigError(f"--client-gpus must be >= 0, got {client_gpus}")
+    if kind != "cuda":
+        if client_gpus:
+            raise ConfigError(f"--client-gpus {client_gpus:g} reserves GPUs, but the rounds run on {device}: "
+                              "use --device cuda, or leave --client-gpus out")
+        return 0.0
+    if client_gpus == 0:
+        raise ConfigError(f"--device {device} with --client-gpus 0: Ray hides every GPU from a client that "
+                          "reserves none; give each client a share (1, or 0.25 for four on one GPU) or use --device cpu")
+    if index not in ("", "0"):
+        raise ConfigError(f"--device {device}: Ray shows each simulated client only the GPU it reserves, as "
+                          "cuda:0; use --device cuda (Ray picks the GPU)")
+    return 1.0 if client_gpus is None else float(client_gpus)
+
+
 def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, backend: str = "ray",
-             client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpus: Optional[int] = None) -> Path:
-    """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder."""
+             client_cpus: float = 1.0, client_gpus: Optional[float] = None, total_cpus: Optional[int] = None) -> Path:
+    """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder.
+
+    ``client_gpus``: GPUs each client reserves (None: 1 for rounds on CUDA, else 0; :func:`client_gpus_for`).
+    """
     run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
 
     from edgeprof.flower.client_app import make_client_app
     from edgeprof.flower.server_app import make_server_app
+    from edgeprof.nn.compute import resolve_device
 
+    if not client_cpus > 0:
+        raise ConfigError(f"--client-cpus must be above 0, got {client_cpus}")
+    # decided here, where every GPU is visible: a client sees only what it reserves
+    cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
+    client_gpus = client_gpus_for(cfg.device, client_gpus)
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
-    run_simulation(server_app=make_server_app(run_config), client_app=make_client_app(run_config),
-                   num_supernodes=cfg.clients, backend_name=backend,
-                   backend_config=backend_config(client_cpus, client_gpus, total_cpus))
+    with warnings.catch_warnings():  # Ray's tip on clients that reserve no GPU: none here runs on one
+        warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+        run_simulation(server_app=make_server_app(run_config), client_app=make_client_app(run_config),
+                       num_supernodes=cfg.clients, backend_name=backend,
+                       backend_config=backend_config(client_cpus, client_gpus, total_cpus))
     return Path(cfg.out)
