@@ -118,7 +118,7 @@ def _nvml_try(fn, *args):
 def instant_power_w(nvml, handle):
     """The GPU's instant power (W), or None where it is not answered (``nvmlDeviceGetPowerUsage`` is a one-second
     average on Ampere (but GA100) and newer GPUs)."""
-    from edgeprof.meters.nvml import instant_power_mw
+    from edgeprof.meters.nvml_gpus import instant_power_mw
 
     milliwatts = instant_power_mw(nvml, handle)
     return None if milliwatts is None else milliwatts / 1000.0

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from edgeprof.errors import MeterError
-from edgeprof.meters import discover, nvml
+from edgeprof.meters import discover, nvml, nvml_gpus
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report
 from edgeprof.measure.profiler import PeakRss, Profiler
@@ -86,13 +86,13 @@ def test_the_instant_field_is_read_from_the_member_its_value_type_names(value_ty
     """Drivers differ in the type they give the field (seen: unsigned and signed int); the member read is the
     one ``valueType`` names, and a field the GPU does not answer is None."""
     field = types.SimpleNamespace(nvmlReturn=0, valueType=value_type,
-                                  value=types.SimpleNamespace(**{m: -1 for m in nvml.VALUE_MEMBERS.values()}))
+                                  value=types.SimpleNamespace(**{m: -1 for m in nvml_gpus.VALUE_MEMBERS.values()}))
     setattr(field.value, member, value)
     mod = types.SimpleNamespace(NVML_FI_DEV_POWER_INSTANT=186, nvmlDeviceGetFieldValues=lambda h, ids: [field])
-    assert nvml.instant_power_mw(mod, 0) == want
+    assert nvml_gpus.instant_power_mw(mod, 0) == want
     field.nvmlReturn = 3
-    assert nvml.instant_power_mw(mod, 0) is None
-    assert nvml.instant_power_mw(types.SimpleNamespace(), 0) is None, "a binding without field values"
+    assert nvml_gpus.instant_power_mw(mod, 0) is None
+    assert nvml_gpus.instant_power_mw(types.SimpleNamespace(), 0) is None, "a binding without field values"
 
 
 def test_an_instant_field_that_stops_answering_is_a_one_line_meter_error():
@@ -280,4 +280,4 @@ def test_a_gpu_name_or_power_limit_that_fails_is_only_a_label():
         [gpu] = meter.describe()["gpus"]
 
     assert nvml.probe(mod).available
-    assert gpu["name"] == "unknown GPU" and gpu["max_power_w"] == nvml.DEFAULT_MAX_POWER_W
+    assert gpu["name"] == "unknown GPU" and gpu["max_power_w"] == nvml_gpus.DEFAULT_MAX_POWER_W

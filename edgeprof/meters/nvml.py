@@ -25,9 +25,8 @@ injectable (``nvml_module``, also a ``discover()`` setting) so tests pass a fake
 Every exception the binding raises (``NVMLError`` or any other) is translated into
 :class:`~edgeprof.errors.MeterError` with one line (``raise ... from``); while probing it is the probe's reason.
 
-Plausibility: each GPU's bound is twice the largest power limit NVML accepts for it
-(``nvmlDeviceGetPowerManagementLimitConstraints``; twice, because the power reading may exceed the limit in
-bursts) when it answers, else :data:`DEFAULT_MAX_POWER_W`. The total-energy counter only grows while the
+Plausibility: each GPU's bound (:mod:`edgeprof.meters.nvml_gpus`: twice its largest power limit, else
+:data:`~edgeprof.meters.nvml_gpus.DEFAULT_MAX_POWER_W`). The total-energy counter only grows while the
 driver stays loaded: a reading below the previous one (a driver reload or GPU reset; read naively, -5,400 J in
 one window) is flagged ``counter reset`` and the counter re-based; a rise faster than the bound times
 (elapsed + 1 s) is flagged ``counter jump`` (the second of slack covers the 100 ms updates and the power
@@ -43,193 +42,21 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
-from edgeprof.errors import MeterError, MeterPermissionError
+from edgeprof.errors import MeterError
 from edgeprof.meters import gpu_map
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
+from edgeprof.meters.nvml_gpus import (INSTALL_FIX, Gpu, identity, init, instant_power_mw, list_gpus, load_nvml,
+                                       shutdown, translate)
 from edgeprof.meters.sampler import PowerSampler
 
-INSTALL_FIX = "pip install nvidia-ml-py (an edgeprof dependency this environment lacks) and install the NVIDIA driver"
 MAPPING_FIX = ("pass the torch device the round runs on (gpu='cuda:N', N counted among the GPUs torch sees) and "
                "check CUDA_VISIBLE_DEVICES; import torch first so that its PCI address can be read")
-#: watts no single GPU board draws (the largest today are rated about 1.2 kW), used when NVML gives no limit
-DEFAULT_MAX_POWER_W = 2000
 #: seconds added to the elapsed time before a counter step's implied power is compared with the bound
 SLACK_S = 1.0
 #: seconds NVML's power reading may average over (Ampere and newer): the update period of integrated power
 POWER_AVERAGE_S = 1.0
 #: seconds between updates of the energy counter
 COUNTER_PERIOD_S = 0.1
-
-
-def load_nvml(nvml_module: ModuleType | None = None) -> ModuleType:
-    """The NVML binding: the injected module, else ``import pynvml``; MeterError when absent."""
-    if nvml_module is not None:
-        return nvml_module
-    try:
-        import pynvml
-    except ImportError as err:
-        raise MeterError(f"nvidia-ml-py is not installed. Fix: {INSTALL_FIX}") from err
-    except Exception as err:  # a broken install: one line, not a traceback
-        raise MeterError(f"nvidia-ml-py cannot be imported ({type(err).__name__}: {err}). Fix: {INSTALL_FIX}") from err
-    return pynvml
-
-
-def _error_value(nvml: ModuleType, err: BaseException) -> int | None:
-    return getattr(err, "value", None)
-
-
-def _unsupported(nvml: ModuleType, err: BaseException) -> bool:
-    codes = {getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)}
-    return _error_value(nvml, err) in codes
-
-
-def _is_nvml_error(nvml: ModuleType, err: BaseException) -> bool:
-    cls = getattr(nvml, "NVMLError", None)
-    return isinstance(cls, type) and isinstance(err, cls)
-
-
-def _one_line(nvml: ModuleType, err: BaseException) -> str:
-    """The error as one line; anything other than an ``NVMLError`` keeps its type name."""
-    try:
-        text = " ".join(str(err).split())
-    except Exception:  # a broken __str__ must not escape either
-        text = ""
-    return text if _is_nvml_error(nvml, err) and text else f"{type(err).__name__}: {text}".rstrip(": ")
-
-
-def _translate(nvml: ModuleType, err: BaseException, what: str) -> MeterError:
-    if _error_value(nvml, err) == getattr(nvml, "NVML_ERROR_NO_PERMISSION", 4):
-        return MeterPermissionError(f"NVML {what}: insufficient permissions ({_one_line(nvml, err)}); "
-                                    "run as a user in the video group")
-    return MeterError(f"NVML {what}: {_one_line(nvml, err)}")
-
-
-class _Gpu:
-    """One GPU's handle, how its energy is read, and its plausible-power bound."""
-
-    def __init__(self, index: int, handle, gpu_name: str, method: str, max_power_mw: int, bound_source: str,
-                 instant: bool = False) -> None:
-        self.index = index
-        self.handle = handle
-        self.gpu_name = gpu_name
-        self.method = method
-        self.max_power_mw = max_power_mw
-        self.bound_source = bound_source
-        #: integrated power read from the instant field (else nvmlDeviceGetPowerUsage's average)
-        self.instant = instant
-
-    @property
-    def power_reading(self) -> str | None:
-        if self.method != "integrated_power":
-            return None
-        return "NVML_FI_DEV_POWER_INSTANT" if self.instant else "nvmlDeviceGetPowerUsage"
-
-
-#: nvmlValueType_t -> the member of nvmlValue_t that holds a field's value (the type differs between drivers)
-VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
-
-def instant_power_mw(nvml: ModuleType, handle) -> float | None:
-    """The GPU's instant power in mW (the field ``NVML_FI_DEV_POWER_INSTANT``), or None where the binding, the
-    driver or the GPU does not answer it."""
-    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
-    read = getattr(nvml, "nvmlDeviceGetFieldValues", None)
-    if field is None or read is None:
-        return None
-    try:
-        value = read(handle, [field])[0]
-        if value.nvmlReturn != 0:
-            return None
-        return float(getattr(value.value, VALUE_MEMBERS.get(int(getattr(value, "valueType", 1)), "uiVal")))
-    except Exception:  # not supported, or a binding that lays the structure out otherwise
-        return None
-
-
-def _name(nvml: ModuleType, handle) -> str:
-    try:
-        raw = nvml.nvmlDeviceGetName(handle)
-        return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    except Exception:  # a name is only a label: any failure gives a placeholder
-        return "unknown GPU"
-
-
-def _power_bound(nvml: ModuleType, handle) -> tuple[int, str]:
-    """The GPU's plausible-power bound in mW and where it comes from (see the module docstring)."""
-    try:
-        limit_mw = int(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)[1])
-    except Exception:  # not supported, missing from the binding, or anything else: the default applies
-        limit_mw = 0
-    if limit_mw > 0:
-        return 2 * limit_mw, f"2 x the largest power limit ({limit_mw / 1000:g} W)"
-    return DEFAULT_MAX_POWER_W * 1000, f"default {DEFAULT_MAX_POWER_W} W"
-
-
-def _classify(nvml: ModuleType, index: int) -> _Gpu | None:
-    """Counter if the GPU has one, else power sampling, else None (the GPU cannot be measured)."""
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception as err:
-        raise _translate(nvml, err, f"handle of GPU {index}") from err
-    name = _name(nvml, handle)
-    for method, fn_name in (("counter", "nvmlDeviceGetTotalEnergyConsumption"),
-                            ("integrated_power", "nvmlDeviceGetPowerUsage")):
-        fn = getattr(nvml, fn_name, None)
-        if fn is None:  # an older binding without it: as if NOT_SUPPORTED
-            continue
-        try:
-            fn(handle)
-        except Exception as err:
-            if not _unsupported(nvml, err):
-                raise _translate(nvml, err, f"GPU {index} ({name})") from err
-            continue
-        instant = method == "integrated_power" and instant_power_mw(nvml, handle) is not None
-        return _Gpu(index, handle, name, method, *_power_bound(nvml, handle), instant=instant)
-    return None
-
-
-def _init(nvml: ModuleType) -> None:
-    try:
-        nvml.nvmlInit()
-    except Exception as err:
-        raise _translate(nvml, err, "init (is the NVIDIA driver loaded?)") from err
-
-
-def _shutdown(nvml: ModuleType) -> None:
-    try:
-        nvml.nvmlShutdown()
-    except Exception:  # shutting down is best effort
-        pass
-
-
-def _list_gpus(nvml: ModuleType) -> tuple[_Gpu, ...]:
-    """Every GPU NVML can measure; MeterError (one line) for any failure of the binding."""
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-    except Exception as err:
-        raise _translate(nvml, err, "device count") from err
-    return tuple(g for g in (_classify(nvml, i) for i in range(count)) if g)
-
-
-def _optional(fn: Callable[[], Any]) -> Any:
-    """``fn()``, or None when it fails or the binding lacks it: an identity that is not read maps nothing."""
-    try:
-        return fn()
-    except Exception:
-        return None
-
-
-def _identity(nvml: ModuleType, index: int) -> gpu_map.NvmlGpu:
-    """NVML's PCI address, UUID, name and MIG UUIDs of GPU ``index`` (each empty where NVML does not answer)."""
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    pci = _optional(lambda: nvml.nvmlDeviceGetPciInfo(handle).busId)
-    uuid = _optional(lambda: nvml.nvmlDeviceGetUUID(handle))
-    migs = []
-    for slot in range(_optional(lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))) or 0):
-        mig = _optional(lambda: nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)))
-        if mig:
-            migs.append(mig.decode(errors="replace") if isinstance(mig, bytes) else str(mig))
-    uuid = uuid.decode(errors="replace") if isinstance(uuid, bytes) else str(uuid or "")
-    return gpu_map.NvmlGpu(index, gpu_map.pci_from_nvml(pci), uuid, _name(nvml, handle), tuple(migs))
 
 
 def round_gpu(nvml: ModuleType, gpu: Any, *, device_properties: Callable[[int], Any] | None = None,
@@ -246,15 +73,15 @@ def round_gpu(nvml: ModuleType, gpu: Any, *, device_properties: Callable[[int], 
         return None
     env = os.environ if environ is None else environ
     try:
-        gpus = [_identity(nvml, i) for i in range(int(nvml.nvmlDeviceGetCount()))]
+        gpus = [identity(nvml, i) for i in range(int(nvml.nvmlDeviceGetCount()))]
     except Exception as err:
-        raise _translate(nvml, err, f"identity of the GPUs (to find {gpu})") from err
+        raise translate(nvml, err, f"identity of the GPUs (to find {gpu})") from err
     props = (device_properties or gpu_map.torch_properties)(ordinal)
     return gpu_map.map_device(ordinal, gpus, props, visible=env.get("CUDA_VISIBLE_DEVICES"),
                               device_order=env.get("CUDA_DEVICE_ORDER"))
 
 
-def _round_indices(nvml: ModuleType, gpus: tuple[_Gpu, ...], gpu: Any, device_properties, environ,
+def _round_indices(nvml: ModuleType, gpus: tuple[Gpu, ...], gpu: Any, device_properties, environ,
                    ) -> tuple[frozenset[int], gpu_map.Mapped | None]:
     """The NVML indices whose energy is the round's (every GPU when ``gpu`` is None), and the mapping."""
     if gpu is None:
@@ -268,7 +95,7 @@ def _round_indices(nvml: ModuleType, gpus: tuple[_Gpu, ...], gpu: Any, device_pr
     return frozenset({mapped.nvml_index}), mapped
 
 
-def _domain(gpu: _Gpu, round_indices: frozenset[int]) -> Domain:
+def _domain(gpu: Gpu, round_indices: frozenset[int]) -> Domain:
     """``gpu_<i>`` in column ``gpu`` for the round's GPU, ``gpu_other_<i>`` beside the total for the others."""
     if gpu.index in round_indices:
         return Domain(f"gpu_{gpu.index}", "gpu", gpu.method, in_total=True)
@@ -287,19 +114,19 @@ def probe(nvml_module: ModuleType | None = None, gpu: Any = None, *,
     except MeterError as err:
         return ProbeResult("nvml", False, str(err).split(". Fix")[0], INSTALL_FIX)
     try:
-        _init(nvml)
+        init(nvml)
     except MeterError as err:
         return ProbeResult("nvml", False, f"no NVIDIA GPU usable: {err}",
                            "install the NVIDIA driver (nvidia-smi must work) and check the GPU is visible here")
     try:
         return _probe_gpus(nvml, gpu, device_properties, environ)
     finally:
-        _shutdown(nvml)
+        shutdown(nvml)
 
 
 def _probe_gpus(nvml: ModuleType, gpu: Any, device_properties, environ) -> ProbeResult:
     try:
-        gpus = _list_gpus(nvml)
+        gpus = list_gpus(nvml)
     except MeterError as err:
         return ProbeResult("nvml", False, f"NVML error while listing GPUs: {err}", "check nvidia-smi")
     if not gpus:
@@ -330,14 +157,14 @@ class NvmlMeter(Meter):
         if gpu is not None:
             gpu_map.parse_device(gpu)  # a typo is the user's: one line, before any driver call
         self._nvml = load_nvml(nvml_module)
-        _init(self._nvml)
+        init(self._nvml)
         self._closed = False
         self._sampler: PowerSampler | None = None
         self.hz = hz
         self._clock_ns = clock_ns
         self._gpu = gpu
         try:
-            self._gpus = _list_gpus(self._nvml)
+            self._gpus = list_gpus(self._nvml)
             rounds, self._mapped = _round_indices(self._nvml, self._gpus, gpu, device_properties, environ)
             self._domains = {g.index: _domain(g, rounds) for g in self._gpus}
             self._open_readers(hz, clock_ns)
@@ -363,20 +190,20 @@ class NvmlMeter(Meter):
                 hz=hz, clock_ns=clock_ns, max_power_uw={self._key(g): g.max_power_mw * 1000 for g in powered},
             )
 
-    def _key(self, gpu: _Gpu) -> str:
+    def _key(self, gpu: Gpu) -> str:
         return self._domains[gpu.index].name
 
     @property
     def sampler(self) -> PowerSampler | None:
         return self._sampler
 
-    def _energy_mj(self, gpu: _Gpu) -> int:
+    def _energy_mj(self, gpu: Gpu) -> int:
         try:
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
         except Exception as err:
-            raise _translate(self._nvml, err, f"energy of GPU {gpu.index}") from err
+            raise translate(self._nvml, err, f"energy of GPU {gpu.index}") from err
 
-    def _power_mw(self, gpu: _Gpu) -> float:
+    def _power_mw(self, gpu: Gpu) -> float:
         if gpu.instant:
             value = instant_power_mw(self._nvml, gpu.handle)
             if value is None:
@@ -386,7 +213,7 @@ class NvmlMeter(Meter):
         try:
             return int(self._nvml.nvmlDeviceGetPowerUsage(gpu.handle))
         except Exception as err:
-            raise _translate(self._nvml, err, f"power of GPU {gpu.index}") from err
+            raise translate(self._nvml, err, f"power of GPU {gpu.index}") from err
 
     def domains(self) -> tuple[Domain, ...]:
         return tuple(self._domains[g.index] for g in self._gpus)
@@ -412,7 +239,7 @@ class NvmlMeter(Meter):
         return {d.name: out[d.name] for d in self.domains()}
 
     @staticmethod
-    def _problem(gpu: _Gpu, last: int, now: int, elapsed_s: float) -> Invalid | None:
+    def _problem(gpu: Gpu, last: int, now: int, elapsed_s: float) -> Invalid | None:
         """Why the counter step from ``last`` to ``now`` mJ cannot be trusted (None when it can)."""
         if now < last:
             return Invalid("counter reset", f"GPU {gpu.index} total energy went back from {last} to {now} mJ "
@@ -435,7 +262,7 @@ class NvmlMeter(Meter):
         self._closed = True
         if getattr(self, "_sampler", None) is not None:
             self._sampler.stop()
-        _shutdown(self._nvml)
+        shutdown(self._nvml)
 
     def describe(self) -> dict:
         info = super().describe()
