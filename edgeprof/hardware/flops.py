@@ -67,6 +67,58 @@ class FlopCount:
         return self.forward + self.backward
 
 
+class _Tally:
+    """The counts of one pass, added layer by layer from forward hooks (see :func:`count_flops`)."""
+
+    def __init__(self) -> None:
+        self.totals = {"forward_matmul": 0, "forward_bias": 0, "backward_input": 0, "backward_weight": 0}
+        self.extras: dict[str, int] = {}
+        self.uncounted: list[str] = []
+
+    def _extra(self, kind: str, count: int) -> None:
+        self.extras[kind] = self.extras.get(kind, 0) + count
+
+    def add(self, name: str, layer: Any, inputs: tuple, output: Any) -> None:
+        from torch import nn
+
+        if isinstance(layer, (nn.modules.conv._ConvNd, nn.Linear)) and not isinstance(
+            layer, nn.modules.conv._ConvTransposeNd
+        ):
+            self._matmul(layer, inputs[0] if inputs else None, output)
+        elif isinstance(layer, (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Hardswish)):
+            self._extra("relu", output.numel())
+        elif isinstance(layer, (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)):
+            window = math.prod(_tuple(layer.kernel_size, output.dim() - 2))
+            if isinstance(layer, nn.modules.pooling._MaxPoolNd):
+                self._extra("maxpool", output.numel() * (window - 1))
+            else:
+                self._extra("avgpool", output.numel() * window)
+        elif isinstance(layer, nn.modules.batchnorm._BatchNorm):
+            self._extra("batchnorm", 2 * output.numel())
+        elif any(True for _ in layer.parameters(recurse=False)):
+            self.uncounted.append(f"{name or '<root>'} ({type(layer).__name__})")
+
+    def _matmul(self, layer: Any, x: Any, output: Any) -> None:
+        """A convolution's or a linear layer's multiply-adds, forward and (where a gradient flows) backward."""
+        from torch import nn
+
+        if isinstance(layer, nn.Linear):
+            positions = output.numel() // layer.out_features  # rows: every leading dim
+            macs = positions * layer.in_features * layer.out_features
+        else:
+            per_output = (layer.in_channels // layer.groups) * math.prod(layer.kernel_size)
+            macs = output.numel() * per_output
+        self.totals["forward_matmul"] += 2 * macs
+        if layer.bias is not None:
+            self.totals["forward_bias"] += output.numel()
+            if layer.bias.requires_grad:
+                self._extra("bias_grad", output.numel())
+        if x is not None and x.requires_grad:
+            self.totals["backward_input"] += 2 * macs
+        if layer.weight.requires_grad:
+            self.totals["backward_weight"] += 2 * macs
+
+
 def count_flops(module: Any, input_shape: Sequence[int], batch: int = 1) -> FlopCount:
     """Count the FLOPs of ``module`` on ``batch`` inputs of shape ``input_shape`` (e.g. (C, H, W)).
 
@@ -76,52 +128,12 @@ def count_flops(module: Any, input_shape: Sequence[int], batch: int = 1) -> Flop
     whether its input needs a gradient (it does not when nothing with parameters lies before it).
     """
     import torch
-    from torch import nn
 
     if batch < 0:
         raise ValueError(f"batch must be >= 0, got {batch}")
-    totals = {"forward_matmul": 0, "forward_bias": 0, "backward_input": 0, "backward_weight": 0}
-    extras: dict[str, int] = {}
-    uncounted: list[str] = []
-
-    def add_extra(kind: str, count: int) -> None:
-        extras[kind] = extras.get(kind, 0) + count
-
-    def hook(name: str, layer: Any, inputs: tuple, output: Any) -> None:
-        x = inputs[0] if inputs else None
-        if isinstance(layer, (nn.modules.conv._ConvNd, nn.Linear)) and not isinstance(
-            layer, nn.modules.conv._ConvTransposeNd
-        ):
-            if isinstance(layer, nn.Linear):
-                positions = output.numel() // layer.out_features  # rows: every leading dim
-                macs = positions * layer.in_features * layer.out_features
-            else:
-                per_output = (layer.in_channels // layer.groups) * math.prod(layer.kernel_size)
-                macs = output.numel() * per_output
-            totals["forward_matmul"] += 2 * macs
-            if layer.bias is not None:
-                totals["forward_bias"] += output.numel()
-                if layer.bias.requires_grad:
-                    add_extra("bias_grad", output.numel())
-            if x is not None and x.requires_grad:
-                totals["backward_input"] += 2 * macs
-            if layer.weight.requires_grad:
-                totals["backward_weight"] += 2 * macs
-        elif isinstance(layer, (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Hardswish)):
-            add_extra("relu", output.numel())
-        elif isinstance(layer, (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd)):
-            window = math.prod(_tuple(layer.kernel_size, output.dim() - 2))
-            if isinstance(layer, nn.modules.pooling._MaxPoolNd):
-                add_extra("maxpool", output.numel() * (window - 1))
-            else:
-                add_extra("avgpool", output.numel() * window)
-        elif isinstance(layer, nn.modules.batchnorm._BatchNorm):
-            add_extra("batchnorm", 2 * output.numel())
-        elif any(True for _ in layer.parameters(recurse=False)):
-            uncounted.append(f"{name or '<root>'} ({type(layer).__name__})")
-
+    tally = _Tally()
     leaves = [(name, m) for name, m in module.named_modules() if not any(True for _ in m.children())]
-    handles = [m.register_forward_hook(lambda layer, i, o, name=name: hook(name, layer, i, o)) for name, m in leaves]
+    handles = [m.register_forward_hook(lambda layer, i, o, name=name: tally.add(name, layer, i, o)) for name, m in leaves]
     modes = [(m, m.training) for m in module.modules()]
     first = next(iter(module.parameters()), None)
     dtype = first.dtype if first is not None and first.is_floating_point() else torch.float32
@@ -135,8 +147,8 @@ def count_flops(module: Any, input_shape: Sequence[int], batch: int = 1) -> Flop
             handle.remove()
         for m, training in modes:
             m.training = training
-    return FlopCount(**{k: v * batch for k, v in totals.items()}, extras={k: v * batch for k, v in extras.items()},
-                     uncounted=tuple(uncounted))
+    return FlopCount(**{k: v * batch for k, v in tally.totals.items()},
+                     extras={k: v * batch for k, v in tally.extras.items()}, uncounted=tuple(tally.uncounted))
 
 
 def forward_flops(module: Any, input_shape: Sequence[int], batch: int = 1) -> int:

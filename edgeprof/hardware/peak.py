@@ -75,18 +75,7 @@ def cpu_fp32_peak(
     model = first.get("model name") or first.get("hardware") or ""
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
-    if "avx512f" in flags and _zen4(first):
-        lanes, isa = 8, "avx512f"  # Zen 4 runs a 512-bit operation as two halves on its 256-bit FMA pipes
-    elif "avx512f" in flags:
-        lanes, isa = 16, "avx512f"
-    elif "avx2" in flags or "avx" in flags:
-        lanes, isa = 8, "avx2" if "avx2" in flags else "avx"
-    elif "sse2" in flags:
-        lanes, isa = 4, "sse2"
-    elif "asimd" in flags:
-        lanes, isa = 4, "asimd"
-    else:
-        lanes, isa = 1, "scalar"
+    lanes, isa = _lanes(flags, first)
     has_fma = "fma" in flags or isa == "asimd"  # every ARMv8 asimd unit has fused multiply-add
     how = [f"lanes: {lanes} fp32 ({isa} in /proc/cpuinfo flags"
            + ("; AMD family 25 (Zen 4): 256-bit pipes, a 512-bit op in two halves)" if lanes == 8 and isa == "avx512f"
@@ -116,6 +105,20 @@ def cpu_fp32_peak(
     gflops = n_cores * clock * lanes * 2 * units
     return PeakEstimate(gflops=gflops, lanes=lanes, fma_units=units, cores=n_cores, ghz=clock, model=model,
                         isa=isa, fma=has_fma, how="; ".join(how))
+
+
+def _lanes(flags: set[str], first: dict[str, str]) -> tuple[int, str]:
+    """FP32 lanes of the widest vector unit the flags name, and that unit's name."""
+    if "avx512f" in flags and _zen4(first):
+        return 8, "avx512f"  # Zen 4 runs a 512-bit operation as two halves on its 256-bit FMA pipes
+    if "avx512f" in flags:
+        return 16, "avx512f"
+    if "avx2" in flags or "avx" in flags:
+        return 8, "avx2" if "avx2" in flags else "avx"
+    for isa, lanes in (("sse2", 4), ("asimd", 4)):
+        if isa in flags:
+            return lanes, isa
+    return 1, "scalar"
 
 
 def _zen4(block: dict[str, str]) -> bool:
