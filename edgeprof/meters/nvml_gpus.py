@@ -62,6 +62,8 @@ def _one_line(nvml: ModuleType, err: BaseException) -> str:
 
 
 def translate(nvml: ModuleType, err: BaseException, what: str) -> MeterError:
+    """``err``, raised by the binding while doing ``what``, as one line: MeterPermissionError (with its fix) for
+    NVML's no-permission code, else MeterError."""
     if _error_value(nvml, err) == getattr(nvml, "NVML_ERROR_NO_PERMISSION", 4):
         return MeterPermissionError(f"NVML {what}: insufficient permissions ({_one_line(nvml, err)}); "
                                     "run as a user in the video group")
@@ -84,6 +86,7 @@ class Gpu:
 
     @property
     def power_reading(self) -> str | None:
+        """The NVML reading integrated for this GPU's energy (None where the energy counter is read)."""
         if self.method != "integrated_power":
             return None
         return "NVML_FI_DEV_POWER_INSTANT" if self.instant else "nvmlDeviceGetPowerUsage"
@@ -152,6 +155,7 @@ def _classify(nvml: ModuleType, index: int) -> Gpu | None:
 
 
 def init(nvml: ModuleType) -> None:
+    """``nvmlInit``; MeterError with one line when the driver does not answer."""
     try:
         nvml.nvmlInit()
     except Exception as err:
@@ -159,6 +163,7 @@ def init(nvml: ModuleType) -> None:
 
 
 def shutdown(nvml: ModuleType) -> None:
+    """``nvmlShutdown``, best effort (a failure to let go of the driver is not the run's)."""
     try:
         nvml.nvmlShutdown()
     except Exception:  # shutting down is best effort
