@@ -84,6 +84,8 @@ def _report_file(tmp_path: Path) -> str:
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),
     (["sweep", "--taus", "1,x"], 2, "--taus must be a comma-separated list"),
     (["flower-app-dir", "--port", "0"], 2, "port must be in 1..65535"),
+    (["flower-app-dir", "--round-timeout", "nan"], 2, "round-timeout must be a number of seconds above 0"),
+    (["flower-app-dir", "--node-wait", "inf"], 2, "node-wait must be a number of seconds >= 0"),
     (["dashboard"], 2, "Missing argument"),
     (["measure", *FAST, "--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], 3, "/nonexistent/mnist"),
     (["summary", "/nonexistent/report.csv"], 7, "no report at"),

@@ -87,8 +87,12 @@ def test_each_simulated_client_reserves_the_gpus_its_rounds_need(device, asked, 
     (["--device", "cuda", "--client-gpus", "0"], "Ray hides every GPU from a client that reserves none"),
     (["--device", "cuda:1"], "only the GPU it reserves, as cuda:0"),
     (["--device", "cpu", "--client-gpus", "1"], "reserves GPUs, but the rounds run on cpu"),
-    (["--device", "cuda", "--client-gpus", "-1"], "--client-gpus must be >= 0"),
-    (["--client-cpus", "0"], "--client-cpus must be above 0"),
+    (["--device", "cuda", "--client-gpus", "-1"], "--client-gpus must be a number >= 0"),
+    (["--device", "cuda", "--client-gpus", "inf"], "--client-gpus must be a number >= 0"),
+    (["--client-gpus", "nan"], "--client-gpus must be a number >= 0"),
+    (["--client-cpus", "0"], "--client-cpus must be a number above 0"),
+    (["--client-cpus", "inf"], "--client-cpus must be a number above 0"),
+    (["--round-timeout", "nan"], "round-timeout must be a number of seconds above 0"),
 ])
 def test_what_ray_would_break_is_refused_before_it_starts(tmp_path, monkeypatch, argv, expected):
     """Checked in the driver, where no torch CUDA is needed: one line, exit 2, no Ray, nothing written."""

@@ -235,6 +235,24 @@ def test_run_config_round_trip():
     assert back == cfg and settings == FlowerSettings(round_timeout_s=9.0, total_samples=50)
 
 
+@pytest.mark.parametrize("key, value, expected", [
+    ("round-timeout", float("nan"), "round-timeout must be a number of seconds above 0, got nan"),
+    ("round-timeout", 0.0, "round-timeout must be a number of seconds above 0"),
+    ("node-wait", float("inf"), "node-wait must be a number of seconds >= 0, got inf"),
+    ("node-wait", -1.0, "node-wait must be a number of seconds >= 0"),
+    ("total-samples", -5, "total-samples must be >= 0"),
+])
+def test_a_run_config_no_server_could_wait_by_is_refused(key, value, expected):
+    """``flwr run -c "round-timeout=nan"`` would make the server wait forever: refused in one line."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.config import FlowerSettings, from_run_config, to_run_config
+
+    run_config = {**to_run_config(cfg_for(progress=False).resolved(), FlowerSettings()), key: value}
+
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
+        from_run_config(run_config)
+
+
 @pytest.mark.parametrize("split", ["balanced", "paper"])
 def test_the_split_survives_the_run_config(split):
     from edgeprof.flower.config import from_run_config, to_run_config

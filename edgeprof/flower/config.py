@@ -43,6 +43,17 @@ class FlowerSettings:
     total_samples: int = 0  # sum_j N_j of the whole federation when known in advance (0: sum of known N_i)
     simulation: bool = False  # set by `edgeprof flower-simulate`: clients share one machine
 
+    def __post_init__(self) -> None:
+        """ConfigError with one line for a setting no server could wait by (NaN, infinite, negative)."""
+        import math
+
+        if not 0 < self.round_timeout_s < math.inf:
+            raise ConfigError(f"round-timeout must be a number of seconds above 0, got {self.round_timeout_s}")
+        if not 0 <= self.node_wait_s < math.inf:
+            raise ConfigError(f"node-wait must be a number of seconds >= 0, got {self.node_wait_s}")
+        if not self.total_samples >= 0:
+            raise ConfigError(f"total-samples must be >= 0, got {self.total_samples}")
+
 
 FLOWER_DEFAULTS = {"round-timeout": 60.0, "node-wait": 120.0, "total-samples": 0, "simulation": False}
 
@@ -129,8 +140,6 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     flower = {k: _from_value(k.replace("-", "_"), merged.get(k, v), v) for k, v in FLOWER_DEFAULTS.items()}
     settings = FlowerSettings(flower["round-timeout"], flower["node-wait"], flower["total-samples"],
                               flower["simulation"])
-    if settings.round_timeout_s <= 0 or settings.node_wait_s < 0 or settings.total_samples < 0:
-        raise ConfigError("round-timeout must be > 0, node-wait and total-samples >= 0")
     return cfg, settings
 
 

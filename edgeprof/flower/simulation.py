@@ -18,6 +18,7 @@ such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -44,8 +45,8 @@ def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
     on a machine without a GPU, and the rounds would not use it elsewhere). ConfigError with one line.
     """
     kind, _, index = device.partition(":")
-    if client_gpus is not None and not client_gpus >= 0:
-        raise ConfigError(f"--client-gpus must be >= 0, got {client_gpus}")
+    if client_gpus is not None and not 0 <= client_gpus < math.inf:
+        raise ConfigError(f"--client-gpus must be a number >= 0, got {client_gpus}")
     if kind != "cuda":
         if client_gpus:
             raise ConfigError(f"--client-gpus {client_gpus:g} reserves GPUs, but the rounds run on {device}: "
@@ -72,8 +73,8 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     from edgeprof.flower.server_app import make_server_app
     from edgeprof.nn.compute import resolve_device
 
-    if not client_cpus > 0:
-        raise ConfigError(f"--client-cpus must be above 0, got {client_cpus}")
+    if not 0 < client_cpus < math.inf:
+        raise ConfigError(f"--client-cpus must be a number above 0, got {client_cpus}")
     # decided here, where every GPU is visible: a client sees only what it reserves
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
