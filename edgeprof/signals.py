@@ -38,6 +38,12 @@ def _stop(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+def stop_exception(signum: int) -> KeyboardInterrupt:
+    """The exception a stop signal ends a run with (KeyboardInterrupt for SIGINT, else :class:`Terminated`),
+    raised where the signal did not arrive: in another thread (a Flower simulation's ServerApp), or later."""
+    return _stop(signum)
+
+
 def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
     """The stop signal (KeyboardInterrupt, or :class:`Terminated`) that ``err`` is or that caused it, if any.
 

@@ -130,3 +130,52 @@ def test_auto_on_a_gpu_machine_is_decided_before_ray_hides_the_gpu(tmp_path, mon
 
     assert told == ["cuda"]
     assert ray == [{"client_resources": {"num_cpus": 1.0, "num_gpus": 1.0}}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [
+    (__import__("signal").SIGTERM, False),  # timeout, docker stop, systemd: the process alone
+    (__import__("signal").SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group, Ray's processes too
+])
+def test_a_stopped_simulation_keeps_its_finished_rounds_and_says_so(tmp_path, signum, to_group):
+    """Flower runs the ServerApp in a thread: the stop reaches it there, its report ends ``interrupted`` with
+    every finished round, and the process exits at once with one line and 128 + the signal (before: the
+    sidecar stayed ``running``; SIGTERM crashed Ray, exit 134; Ctrl-C left the process waiting for the round
+    timeout)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from edgeprof.report.writer import read_report
+
+    out, err_path = tmp_path / "out", tmp_path / "stderr.txt"
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "RAY_DEDUP_LOGS": "0"}
+    with open(err_path, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "edgeprof", "flower-simulate", "--clients", "2", "--rounds",
+                                 "1000", "--participation", "1", "--tau", "2", "--backbone", "mlp", "--dataset",
+                                 "synthetic", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=stderr,
+                                env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            reports = list(out.glob("*.csv"))
+            if reports and len(reports[0].read_text().splitlines()) > 6:  # two rounds' rows, at least
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, err_path.read_text()[-2000:]
+        (os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum))
+        code = proc.wait(timeout=120)  # a hang, not a speed: the ServerApp sees the stop within 0.1 s
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    lines = [ln for ln in err_path.read_text().splitlines() if ln.startswith("edgeprof:")]
+    [csv_path] = out.glob("*.csv")
+    sidecar = json.loads(csv_path.with_suffix(".json").read_text())
+
+    assert code == 128 + signum, err_path.read_text()[-3000:]
+    name = __import__("signal").Signals(signum).name
+    assert lines == [f"edgeprof: interrupted ({name}); the report keeps every round that finished ({csv_path})"]
+    assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({name})"
+    assert 2 <= sidecar["rounds_completed"] < 1000
+    assert len(read_report(csv_path).rows) == sidecar["rows"] == 3 * sidecar["rounds_completed"]

@@ -19,6 +19,7 @@ from edgeprof.host import prefer_passive_openmp
 
 prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (edgeprof.host)
 
+import functools
 import logging
 import time
 from typing import Any, Mapping, Optional
@@ -33,6 +34,7 @@ from edgeprof.flower.report import ProfiledStrategy, RunRows
 from edgeprof.flower.strategy import (METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy,
                                       num_examples_key)
 from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
+from edgeprof.signals import stop_exception
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -116,6 +118,50 @@ def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict
             "rounds": rounds}
 
 
+class StopRequest:
+    """A stop signal carried to a ServerApp that runs in a thread of its own, as Flower's simulation runs it
+    (Python runs signal handlers in the main thread only, and a stop raised there would tear the simulation
+    down under the ServerApp and leave its report ``running``).
+
+    The main thread's handler calls :meth:`ask` with the signal; the server raises that stop at its next look
+    at the grid (:meth:`watch`: every poll for replies and for nodes, every 0.1 s while it waits), so its
+    report ends ``interrupted`` with every finished round, and the simulation then ends as after its last
+    round; :meth:`raise_asked` raises the stop in the main thread, naming the report.
+    """
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.report = None  # the server's report, once it has let go of it
+        self.complete = False  # whether that report is whole (the run had ended before the stop was seen)
+
+    def ask(self, signum: int, _frame=None) -> None:
+        """Record the first stop signal (a signal handler: later ones change nothing)."""
+        if self.signum is None:
+            self.signum = signum
+
+    def check(self) -> None:
+        """Raise the stop asked for, if any (KeyboardInterrupt, or Terminated for SIGTERM and SIGHUP)."""
+        if self.signum is not None:
+            raise stop_exception(self.signum)
+
+    def watch(self, grid: Grid) -> Grid:
+        """``grid`` with :meth:`check` before each of its polls (the instance's methods, shadowed)."""
+        for name in ("pull_messages", "get_node_ids"):
+            setattr(grid, name, functools.partial(self._checked, getattr(grid, name)))
+        return grid
+
+    def _checked(self, method, *args, **kwargs):
+        self.check()
+        return method(*args, **kwargs)
+
+    def raise_asked(self) -> None:
+        """In the main thread, once the simulation has ended: raise the stop asked for, naming the report."""
+        if self.signum is not None:
+            stop = stop_exception(self.signum)
+            stop.report, stop.report_complete = self.report, self.complete
+            raise stop
+
+
 def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> str:
     """Run the federation the run config describes; returns the run id (report ``<out>/<run_id>.csv``)."""
     from edgeprof.algorithms import ALGORITHMS
@@ -151,13 +197,25 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     return session.ctx.run_id
 
 
-def make_server_app(defaults: Optional[Mapping[str, Any]] = None) -> ServerApp:
-    """The ServerApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
+def make_server_app(defaults: Optional[Mapping[str, Any]] = None, stop: Optional[StopRequest] = None) -> ServerApp:
+    """The ServerApp; ``defaults`` (a run config) fills keys the run config lacks (simulation); ``stop``: how a
+    signal the main thread receives reaches it (simulation, where it runs in a thread of its own)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, context.run_config, defaults)
+        if stop is None:
+            run_server(grid, context.run_config, defaults)
+            return
+        try:
+            run_id = run_server(stop.watch(grid), context.run_config, defaults)
+        except KeyboardInterrupt as err:
+            if stop.signum is None:
+                raise
+            stop.report = getattr(err, "report", None)  # recorded as interrupted; the main thread says so
+        else:
+            out = from_run_config(context.run_config, defaults)[0].out  # the run's own, as run_server read it
+            stop.report, stop.complete = out / f"{run_id}.csv", True
 
     return app
 

@@ -17,11 +17,14 @@ such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
+import threading
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError, require
@@ -34,6 +37,47 @@ def backend_config(client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpu
     if total_cpus is not None:
         config["init_args"] = {"num_cpus": total_cpus}
     return config
+
+
+@contextlib.contextmanager
+def _stops_to_server(stop) -> Iterator[None]:
+    """Within the block, a stop signal (Ctrl-C, SIGTERM, SIGHUP) is handed to the ServerApp (``stop``, a
+    :class:`~edgeprof.flower.server_app.StopRequest`) instead of raised here, and Ray's start keeps that handler.
+
+    Raised in the main thread, a stop would unwind Flower's simulation under its ServerApp thread: Ray shut
+    down while clients are still awaited (seen: a Ray crash, exit 1 or 134), the report left ``running``, and
+    a process that waits for the ServerApp's round timeout before it exits. ``ray.init`` installs its own
+    SIGTERM handler, which aborts the process: the handlers are put back as soon as Ray has started. Outside
+    the main thread (no signal handler can be set there) the block changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from edgeprof.signals import STOP_SIGNALS
+
+    try:
+        import ray
+    except ImportError:  # Flower's simulation says what is missing
+        ray = None
+    start = None if ray is None else ray.init
+
+    def init(*args, **kwargs):
+        try:
+            return start(*args, **kwargs)
+        finally:
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, stop.ask)
+
+    previous = {signum: signal.signal(signum, stop.ask) for signum in STOP_SIGNALS}
+    if ray is not None:
+        ray.init = init
+    try:
+        yield
+    finally:
+        if ray is not None:
+            ray.init = start
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
@@ -70,7 +114,7 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
 
     from edgeprof.flower.client_app import make_client_app
-    from edgeprof.flower.server_app import make_server_app
+    from edgeprof.flower.server_app import StopRequest, make_server_app
     from edgeprof.nn.compute import resolve_device
 
     if not 0 < client_cpus < math.inf:
@@ -79,9 +123,12 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
-    with warnings.catch_warnings():  # Ray's tip on clients that reserve no GPU: none here runs on one
+    stop = StopRequest()
+    with warnings.catch_warnings(), _stops_to_server(stop):
+        # Ray's tip on clients that reserve no GPU: none here runs on one
         warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
-        run_simulation(server_app=make_server_app(run_config), client_app=make_client_app(run_config),
+        run_simulation(server_app=make_server_app(run_config, stop), client_app=make_client_app(run_config),
                        num_supernodes=cfg.clients, backend_name=backend,
                        backend_config=backend_config(client_cpus, client_gpus, total_cpus))
+    stop.raise_asked()  # a stop signal, once the ServerApp has closed its report and the simulation has ended
     return Path(cfg.out)
