@@ -318,3 +318,20 @@ print("ignored")
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["raised after the write", "ignored"]
+
+
+@pytest.mark.parametrize("err, status, reason", [
+    (SystemExit(0), "interrupted", "interrupted (the process was asked to exit: SystemExit 0)"),
+    (SystemExit(None), "interrupted", "interrupted (the process was asked to exit: SystemExit 0)"),
+    (SystemExit(2), "failed", "the process exited during the run (SystemExit 2)"),
+    (SystemExit("disk gone"), "failed", "the process exited during the run (SystemExit 'disk gone')"),
+    (KeyboardInterrupt(), "interrupted", "interrupted (SIGINT)"),
+    (ValueError("bad\n value"), "failed", "bad value"),
+    (None, "complete", ""),
+])
+def test_how_a_run_ended_is_told_by_what_ended_it(err, status, reason):
+    """A process's own exit with code 0 is a stop its host asked for (``flwr stop`` under a ServerApp), never
+    a failure with the reason "0"; any other exit code fails the run and says so."""
+    from edgeprof.report.session import ending
+
+    assert ending(err) == (status, reason)

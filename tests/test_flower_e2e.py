@@ -8,6 +8,7 @@ Every process group is killed by a finalizer registered as soon as the process s
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -55,6 +56,7 @@ class Federation:
     env: dict
     nodes: dict  # partition id -> Popen
     logs: Path
+    run_id: str = ""  # Flower's id of the run submitted last
 
     def log_tail(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2500:] for p in sorted(self.logs.glob("*.log")))
@@ -65,6 +67,7 @@ class Federation:
         out = subprocess.run([str(BIN / "flwr"), "run", str(app.parent), "loopback"], env=self.env,
                              capture_output=True, text=True, timeout=90)
         assert "Successfully started run" in out.stdout, out.stdout + out.stderr
+        self.run_id = out.stdout.split("Successfully started run")[1].split()[0]  # Flower's, for `flwr stop`
         return Path(cfg.out) / f"{cfg.run_name}.csv", Path(cfg.out) / f"{cfg.run_name}.json"
 
     def wait_done(self, sidecar: Path, timeout: float) -> dict:
@@ -207,6 +210,31 @@ def test_a_deployed_round_window_holds_its_phases_and_reports_set_up_beside_it(f
         assert all(t > 0 for t in phases) and sum(phases) <= float(row["wall_s"]), row
         assert float(row["setup_s"]) > 0 and float(row["startup_s"]) > 0  # flwr-clientapp process per message
         assert float(row["setup_j"]) > 0 and row["energy_method"] in ("counter", "integrated_power", "estimate")
+
+
+def test_a_run_stopped_with_flwr_stop_keeps_its_finished_rounds_as_interrupted(federation, tmp_path):
+    """``flwr stop`` ends the ServerApp's process with ``sys.exit(0)`` under the rounds (Flower's runtime): the
+    report keeps every finished round and says ``interrupted`` (before: ``failed``, reason "0")."""
+    # Prepare: more rounds than the test waits for
+    cfg = dataclasses.replace(tiny_cfg(tmp_path, "stop"), rounds=1000)
+    csv_path, sidecar = federation.submit("stop", cfg, FlowerSettings(round_timeout_s=60, node_wait_s=60))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (csv_path.is_file() and any(
+            r["round"] == "2" and r["kind"] == "server" for r in csv.DictReader(open(csv_path)))):
+        time.sleep(0.2)
+    # Execute
+    stop = subprocess.run([str(BIN / "flwr"), "stop", federation.run_id, "loopback"], env=federation.env,
+                          capture_output=True, text=True, timeout=60)
+    data = federation.wait_done(sidecar, 60)
+    # Assert
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert data["status"] == "interrupted", (data, federation.log_tail())
+    assert data["reason"] == "interrupted (the process was asked to exit: SystemExit 0)"
+    assert 2 <= data["rounds_completed"] < cfg.rounds
+    from edgeprof.report import read_report
+
+    report = read_report(csv_path)
+    assert len(report.rows) == data["rows"] and len(report.where(kind="server")) == data["rounds_completed"]
 
 
 def test_a_client_killed_mid_run_does_not_stop_the_federation(federation, tmp_path):

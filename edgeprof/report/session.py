@@ -175,11 +175,17 @@ STATUSES = ("complete", "interrupted", "failed")
 
 
 def ending(err: BaseException | None) -> tuple[str, str]:
-    """(status, reason) of a run that ended with ``err``: a signal interrupts, anything else fails it."""
+    """(status, reason) of a run that ended with ``err``: a signal interrupts, and so does the process's own exit
+    with code 0 (a stop its host asked for: Flower's runtime turns ``flwr stop`` and a stop signal into
+    ``sys.exit(0)`` under the ServerApp); anything else fails it."""
     if err is None:
         return "complete", ""
     if isinstance(err, KeyboardInterrupt):  # Ctrl-C, and SIGTERM / SIGHUP through edgeprof.signals
         return "interrupted", str(getattr(err, "reason", "") or "interrupted (SIGINT)")
+    if isinstance(err, SystemExit):
+        if err.code in (None, 0):
+            return "interrupted", "interrupted (the process was asked to exit: SystemExit 0)"
+        return "failed", f"the process exited during the run (SystemExit {err.code!r})"
     return "failed", " ".join(str(err).split()) or type(err).__name__
 
 
