@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import signal
 import threading
@@ -37,6 +38,21 @@ def backend_config(client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpu
     if total_cpus is not None:
         config["init_args"] = {"num_cpus": total_cpus}
     return config
+
+
+@contextlib.contextmanager
+def _without_notice(logger: str, text: str) -> Iterator[None]:
+    """Within the block, ``logger`` drops the records that contain ``text``: a notice about how edgeprof calls a
+    library, which the person running edgeprof can do nothing about."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    logging.getLogger(logger).addFilter(keep)
+    try:
+        yield
+    finally:
+        logging.getLogger(logger).removeFilter(keep)
 
 
 @contextlib.contextmanager
@@ -124,7 +140,8 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     client_gpus = client_gpus_for(cfg.device, client_gpus)
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
     stop = StopRequest()
-    with warnings.catch_warnings(), _stops_to_server(stop):
+    # Flower's notice that run_simulation is deprecated is about edgeprof's call, not the user's to change
+    with warnings.catch_warnings(), _stops_to_server(stop), _without_notice("flwr", "`run_simulation` function is"):
         # Ray's tip on clients that reserve no GPU: none here runs on one
         warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
         run_simulation(server_app=make_server_app(run_config, stop), client_app=make_client_app(run_config),
