@@ -15,6 +15,8 @@ import torch
 # (removed when the run ends, so runs leave no folders behind in the system's temp folder)
 os.environ["EDGEPROF_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="edgeprof-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+if len(_CACHE) < 40:  # Ray's sessions too (a socket path under it must stay below 108 bytes)
+    os.environ.setdefault("RAY_TMPDIR", _CACHE)
 
 torch.set_num_threads(1)
 
