@@ -32,16 +32,12 @@ class Terminated(KeyboardInterrupt):
 _raised: list[int] = []
 
 
-def _stop(signum: int) -> KeyboardInterrupt:
-    """The exception for stop signal ``signum``, counted as raised."""
+def stop_exception(signum: int) -> KeyboardInterrupt:
+    """The exception stop signal ``signum`` ends a run with (KeyboardInterrupt for SIGINT, else
+    :class:`Terminated`), counted as raised; also where the signal did not arrive: in another thread (a Flower
+    simulation's ServerApp), or later."""
     _raised.append(signum)
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-
-
-def stop_exception(signum: int) -> KeyboardInterrupt:
-    """The exception a stop signal ends a run with (KeyboardInterrupt for SIGINT, else :class:`Terminated`),
-    raised where the signal did not arrive: in another thread (a Flower simulation's ServerApp), or later."""
-    return _stop(signum)
 
 
 def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
@@ -78,7 +74,7 @@ def exit_code(err: KeyboardInterrupt) -> int:
 
 
 def _raise_terminated(signum, _frame) -> None:
-    raise _stop(signum)
+    raise stop_exception(signum)
 
 
 @contextlib.contextmanager
@@ -109,7 +105,7 @@ def stop_once() -> None:
     def first_stop(signum, _frame) -> None:
         if _raised:
             return
-        raise _stop(signum)
+        raise stop_exception(signum)
 
     for s in STOP_SIGNALS:
         signal.signal(s, first_stop)
@@ -146,7 +142,7 @@ class HeldSignals:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if deliver and self.pending:
-            raise _stop(self.pending[0])
+            raise stop_exception(self.pending[0])
 
 
 @contextlib.contextmanager
