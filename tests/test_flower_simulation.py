@@ -180,3 +180,23 @@ def test_a_stopped_simulation_keeps_its_finished_rounds_and_says_so(tmp_path, si
     assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({name})"
     assert 2 <= sidecar["rounds_completed"] < 1000
     assert len(read_report(csv_path).rows) == sidecar["rows"] == 3 * sidecar["rounds_completed"]
+
+
+def test_a_stop_after_the_server_finished_names_the_whole_report(tmp_path, monkeypatch):
+    """A stop that comes once the ServerApp has closed its report complete: the main thread's stop names that
+    report as whole (``<out>/<run id>.csv``), so the CLI's line says the run completed."""
+    import signal
+
+    from edgeprof.flower import server_app
+
+    monkeypatch.setattr(server_app, "run_server", lambda grid, run_config, defaults: "the-run")
+    stop = server_app.StopRequest(tmp_path)
+    app = server_app.make_server_app({}, stop)
+
+    grid = type("Grid", (), {"pull_messages": lambda self, ids: [], "get_node_ids": lambda self: []})()
+    app._main(grid=grid, context=type("Context", (), {"run_config": {}})())
+    stop.ask(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt) as raised:
+        stop.raise_asked()
+    assert raised.value.report == tmp_path / "the-run.csv" and raised.value.report_complete

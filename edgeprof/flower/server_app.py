@@ -22,6 +22,7 @@ prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (e
 import functools
 import logging
 import time
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -129,7 +130,8 @@ class StopRequest:
     round; :meth:`raise_asked` raises the stop in the main thread, naming the report.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)  # the run's output folder (its report is <out>/<run id>.csv)
         self.signum: Optional[int] = None
         self.report = None  # the server's report, once it has let go of it
         self.complete = False  # whether that report is whole (the run had ended before the stop was seen)
@@ -214,8 +216,7 @@ def make_server_app(defaults: Optional[Mapping[str, Any]] = None, stop: Optional
                 raise
             stop.report = getattr(err, "report", None)  # recorded as interrupted; the main thread says so
         else:
-            out = from_run_config(context.run_config, defaults)[0].out  # the run's own, as run_server read it
-            stop.report, stop.complete = out / f"{run_id}.csv", True
+            stop.report, stop.complete = stop.out / f"{run_id}.csv", True
 
     return app
 

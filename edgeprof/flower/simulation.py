@@ -139,7 +139,7 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
-    stop = StopRequest()
+    stop = StopRequest(Path(cfg.out))
     # Flower's notice that run_simulation is deprecated is about edgeprof's call, not the user's to change
     with warnings.catch_warnings(), _stops_to_server(stop), _without_notice("flwr", "`run_simulation` function is"):
         # Ray's tip on clients that reserve no GPU: none here runs on one
