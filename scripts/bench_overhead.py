@@ -10,9 +10,13 @@ a sample), and prints per window: the profiler's own accounting (``overhead_s``,
 ``overhead_wall_s``) and the wall time of the empty window, all in microseconds.
 
 With ``--trace-hz`` (default 50) it also prints what the power trace (``--trace``) costs over the same meter
-sets: one tick (a sample of every meter from the tracer thread, charged to the open window as thread CPU),
-turning a window's samples into trace rows (per interval), and, with the real tracer thread over a
-``--trace-seconds`` window, the rate it achieved and the share of one core its ticks took.
+sets: one tick (a sample of every cheap meter, timed here on the calling thread: the tracer's thread pays it, no
+window is charged), turning a window's samples into trace rows (per interval), and, with the real tracer thread
+over a ``--trace-seconds`` window, the rate it achieved and the share of one core the process used meanwhile (the
+window's own thread sleeps).
+
+A slow meter (a read above 200 us, NVML's energy counter on data-centre GPUs) is read off the measured thread:
+``scripts/bench_undisturbed.py`` shows what that does to a round.
 
 Side by side in the same run it times one counter read the way the RAPL meter reads now (the file kept
 open, one ``os.pread``) against opening, reading and closing it each time (how it read before), and prints
@@ -110,25 +114,26 @@ def window_cost_us(meters: MeterSet, windows: int) -> tuple[float, float, float]
 
 def trace_cost(meters: MeterSet, ticks: int, hz: float, seconds: float) -> tuple[float, float, float, float]:
     """The trace's cost: (one tick's thread CPU, us; trace rows per interval, us; achieved rate of the real
-    tracer thread, Hz; the share of one core its ticks took, %)."""
+    tracer thread, Hz; the share of one core the process used while only the tracer worked, %)."""
     from edgeprof.measure.trace import trace_rows
 
     profiler = Profiler(meters)
     profiler.windows.start_trace(hz, thread=False)
     with profiler.window("client") as win:
-        base = win.overhead_s
+        t0 = time.thread_time()
         for _ in range(ticks):
             profiler.windows.trace_tick()
-        tick_us = (win.overhead_s - base) / ticks * 1e6
+        tick_us = (time.thread_time() - t0) / ticks * 1e6
     points = win.trace_points
     t0 = time.perf_counter()
     trace_rows(points, profiler.domains, hz=hz)
     rows_us = (time.perf_counter() - t0) / (len(points) - 1) * 1e6
     profiler.windows.start_trace(hz)  # the real thread, over an idle window
+    cpu0 = time.process_time()
     with profiler.window("client") as win:
         time.sleep(seconds)
+    share = (time.process_time() - cpu0) / win.result.wall_s * 100
     taken = profiler.windows.stop_trace()
-    share = win.result.overhead_s / win.result.wall_s * 100
     return tick_us, rows_us, taken / win.result.wall_s, share
 
 

@@ -210,3 +210,27 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
 
     mod.nvmlDeviceGetFieldValues = nvmlDeviceGetFieldValues
     return mod
+
+
+def slow_stepping_pynvml(*, power_w: float, period_s: float = 0.1, read_s: float = 0.003,
+                         limit_mw: int = 700_000, clock=None) -> types.ModuleType:
+    """A fake pynvml whose one GPU draws ``power_w`` constantly, as a data-centre GPU's NVML shows it: the energy
+    counter moves only every ``period_s`` (by ``power_w * period_s``), and each read of it takes ``read_s`` seconds
+    (a driver round trip; ``time.sleep``, which releases the GIL as the real binding's ctypes call does).
+    ``module.energy_reads`` records the name of the thread of each energy read."""
+    import threading
+    import time as _time
+
+    clock = clock or _time.perf_counter
+    start = clock()
+    mod = fake_pynvml([{"energy_mj": 0, "power_mw": int(power_w * 1000), "limit_mw": limit_mw}])
+    mod.energy_reads = []
+
+    def energy_mj(handle):
+        mod.energy_reads.append(threading.current_thread().name)
+        _time.sleep(read_s)
+        steps = int((clock() - start) // period_s)
+        return int(round(steps * period_s * power_w * 1000))
+
+    mod.nvmlDeviceGetTotalEnergyConsumption = energy_mj
+    return mod

@@ -91,7 +91,7 @@ def test_the_device_is_synchronised_once_before_each_edge_reading_and_never_insi
 def test_phases_shorter_than_the_meters_update_period_are_flagged():
     clock = iter(range(0, 1000, 1)).__next__  # one second a clock read
     log: list = []
-    profiler = Profiler(MeterSet([LoggingMeter(log, update_period_s=3.0)]), clock=lambda: float(clock()),
+    profiler = Profiler(MeterSet([LoggingMeter(log, update_period_s=4.0)]), clock=lambda: float(clock()),
                         rss=NoRss())
 
     with profiler.window("client") as win:

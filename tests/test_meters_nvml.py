@@ -156,18 +156,21 @@ def test_probe_lists_gpus_and_shuts_down():
     assert mod.calls[-1] == "nvmlShutdown"
 
 
-@pytest.mark.parametrize("initialised", [True, False])
-def test_sync_waits_for_cuda_only_when_torch_initialised_it(monkeypatch, initialised):
+def test_reading_the_meters_never_synchronises_cuda(monkeypatch):
+    """Only the compute seam waits for the device: a reading of the meter set (the trace's ticks, the slow meters'
+    series, the idle baseline) never calls torch.cuda.synchronize, even where torch has initialised CUDA."""
     calls = []
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        is_initialized=lambda: initialised, synchronize=lambda: calls.append("sync")))
+        is_initialized=lambda: True, synchronize=lambda *a: calls.append("sync")))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    meter = nvml.NvmlMeter(fake_pynvml([{"energy_mj": 0, "power_mw": 1}]))
+    gpus = [{"energy_mj": 0, "power_mw": 1}]
+    meters = MeterSet([nvml.NvmlMeter(fake_pynvml(gpus))])
 
-    meter.sync()
-    meter.close()
+    gpus[0]["energy_mj"] += 5
+    reading = meters.read()
+    meters.close()
 
-    assert calls == (["sync"] if initialised else [])
+    assert reading.energy_j == {"gpu_0": 0.005} and calls == [] and not hasattr(nvml.NvmlMeter, "sync")
 
 
 # --- implausible readings: never written as a measurement ------------------------------------------------------

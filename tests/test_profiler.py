@@ -83,14 +83,16 @@ def test_window_and_phase_energy_to_the_microjoule():
     assert res.phases["a"].energy_j["cpu_package_0"] == pytest.approx(2.5, abs=1e-9)
     assert res.phases["b"].energy_j["dram_0"] == pytest.approx(0.25, abs=1e-9)
     assert res.peak_rss_mb == 42.0
-    # each sample reads the wall clock twice (before and after the meters) and the RSS bookkeeping
-    # twice more at each end: the window spans the 10 ticks between its first and last sample
-    assert res.wall_s == pytest.approx(10 * 0.5)
-    assert res.phases["a"].wall_s == pytest.approx(2 * 0.5)
+    # each edge reads the wall clock three times (its entry, its sample, its exit): the window spans the 15 ticks
+    # between its first and last sample, a phase the 3 between its two
+    assert res.wall_s == pytest.approx(15 * 0.5)
+    assert res.phases["a"].wall_s == pytest.approx(3 * 0.5)
     assert res.cpu_s == pytest.approx(5 * 0.25)
-    # overhead: 6 samples + 2 RSS steps, one tick of each clock each
-    assert res.overhead_s == 8 * 0.125
-    assert res.overhead_wall_s == 8 * 0.5
+    # overhead: the 4 phase edges, each timed from its entry to its exit (two wall ticks, one thread-clock tick),
+    # and the part of the window's own edges inside it: from its start sample on, up to its end sample (one wall
+    # tick each; one thread-clock tick, the edge's mark before its sample)
+    assert res.overhead_s == 4 * 0.125 + 2 * 0.125
+    assert res.overhead_wall_s == 4 * 2 * 0.5 + 2 * 0.5
 
 
 def test_repeated_phase_accumulates_and_short_window_is_flagged():
@@ -200,7 +202,9 @@ def test_overhead_is_the_thread_cpu_time_of_the_bookkeeping_whatever_the_preempt
             machine.run(WORK_CPU_S)
     res = win.result
 
-    bookkeeping_s = 6 * READ_CPU_S + 2 * RSS_CPU_S
+    # inside the window: its start sample's read (after its clock reading) and the 4 phase edges' reads; the peak
+    # RSS reset before its start, and its end sample's read and RSS read after its end, are outside it
+    bookkeeping_s = 5 * READ_CPU_S
     assert meter.reads == 6
     assert res.overhead_s == bookkeeping_s
     assert res.overhead_wall_s == bookkeeping_s + extra_wall_overhead_s

@@ -286,8 +286,15 @@ def test_the_monitor_api_traces_its_windows_too(tmp_path, monkeypatch, parquet):
         assert total == pytest.approx(float(row["energy_j"]), rel=5e-6 + 1e-8)
 
 
-def test_an_nvml_energy_counter_through_a_fake_pynvml_is_traced_as_a_counter():
-    """The production NVML meter over a fake pynvml: each interval's watts are its millijoules over its seconds."""
+#: intervals twice as long as NVML's and the Jetson rails' update period (0.1 s): each is resolved on its own
+LONG_STEP = 2.0**-2
+
+
+@pytest.mark.parametrize("step", [STEP, LONG_STEP])
+def test_an_nvml_energy_counter_through_a_fake_pynvml_is_traced_as_a_counter(step):
+    """The production NVML meter over a fake pynvml: an interval spanning two of the counter's update periods (0.1 s)
+    gets its millijoules over its seconds; shorter ones are gathered until they do (here the whole window: 47 ms),
+    each drawn at that span's mean power and marked unresolved."""
     from edgeprof.meters import nvml
     from fixtures_sysfs import fake_pynvml
 
@@ -295,19 +302,22 @@ def test_an_nvml_energy_counter_through_a_fake_pynvml_is_traced_as_a_counter():
     machine = Machine()
     prof = _profiler(machine, nvml.NvmlMeter(fake_pynvml(gpus)))
     prof.windows.start_trace(HZ, thread=False)
-    drawn_mj = (3_000, 7_000, 1_000)  # per interval of STEP seconds: 192, 448, 64 W
+    drawn_mj = (3_000, 7_000, 1_000)  # per interval of `step` seconds
 
     with prof.window("client") as win:
         for mj in drawn_mj:
             gpus[0]["energy_mj"] += mj
-            machine.run(STEP)
+            machine.run(step)
             if mj != drawn_mj[-1]:
                 prof.windows.trace_tick()
     rows = win.result.trace
 
     assert [(r.domain, r.method) for r in rows] == [("gpu_0", "counter")] * 3
     # one division and one product per interval, each within half an ulp: a few ulps over the three
-    assert [r.w for r in rows] == pytest.approx([mj / 1000 / STEP for mj in drawn_mj], rel=1e-15)
+    resolved = step >= 2 * nvml.COUNTER_PERIOD_S
+    expected = [mj / 1000 / step for mj in drawn_mj] if resolved else [sum(drawn_mj) / 1000 / (3 * step)] * 3
+    assert [r.w for r in rows] == pytest.approx(expected, rel=1e-15)
+    assert [r.resolved for r in rows] == [resolved] * 3 and {r.flag for r in rows} == {""}
     assert sum(r.w * r.dt_s for r in rows) == pytest.approx(win.result.span.energy_j["gpu_0"], rel=4e-16 * 3)
     assert win.result.span.energy_j["gpu_0"] == pytest.approx(11.0, rel=1e-15)
 
@@ -356,9 +366,11 @@ def test_a_rapl_counter_in_a_sysfs_tree_is_traced_as_a_counter(tmp_path):
     assert sum(r.w * r.dt_s for r in rows) == pytest.approx(sum(drawn_uj) / 1e6, rel=1e-15)
 
 
-def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path):
+@pytest.mark.parametrize("step", [STEP, LONG_STEP])
+def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path, step):
     """The production Jetson meter over a nano's rails, its sampler on the same fake clock as the profiler: each
-    interval's watts are the trapezoid of the rail's power at its two ends (the meter samples at every read)."""
+    interval's watts are the trapezoid of the rail's power at its two ends (the meter samples at every read), where
+    the interval spans two of the rails' sample periods (10 Hz); shorter intervals share their span's mean power."""
     from edgeprof.meters import jetson
     from fixtures_sysfs import FakeClock, build_jetson, set_rails
 
@@ -373,16 +385,19 @@ def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path):
 
     with prof.window("client") as win:
         for i, mw in enumerate(powers_mw[1:]):
-            clock.advance_s(STEP)
+            clock.advance_s(step)
             set_rails(tmp_path, "nano", {"POM_5V_IN": (mw, 1000)})  # iio: mW (the second value unused)
             if i < 2:
                 prof.windows.trace_tick()
-        clock.advance_s(STEP)  # the end reads 2 W again, 2 STEP after the last tick
+        clock.advance_s(step)  # the end reads 2 W again, 2 steps after the last tick
     total = [r for r in win.result.trace if r.domain == "board_total"]
 
-    assert {r.method for r in total} == {"integrated_power"}
-    # trapezoids between consecutive samples (the rail read at each end), in watts
-    assert [r.w for r in total] == pytest.approx([5.0, 4.0, 2.0], rel=1e-9)
+    assert {r.method for r in total} == {"integrated_power"} and meter.update_period_s == 0.1
+    # trapezoids between consecutive samples (the rail read at each end), in watts: 5, 4 and (two steps) 2 W
+    resolved = step >= 2 * meter.update_period_s
+    expected = [5.0, 4.0, 2.0] if resolved else [(5.0 + 4.0 + 2 * 2.0) / 4] * 3
+    assert [r.w for r in total] == pytest.approx(expected, rel=1e-9)
+    assert [r.resolved for r in total] == [resolved] * 3
     assert sum(r.w * r.dt_s for r in total) == pytest.approx(win.result.span.energy_j["board_total"], rel=1e-12)
 
 
@@ -415,22 +430,28 @@ def test_an_interrupted_run_keeps_the_trace_of_every_window_it_wrote(tmp_path, m
 def test_a_meter_failing_in_a_tick_stops_the_tracer_and_is_kept_for_the_sidecar():
     import time
 
+    import threading
+
     class FailsOnce(MachineMeter):
+        ticks_read = 0
+
         def read_j(self):
-            if self.reads == 1:  # the second read: the tracer's first tick
-                self.reads += 1
+            if threading.current_thread().name == "edgeprof-trace":  # the tracer's first read fails
+                self.ticks_read += 1
                 raise OSError("counter unreadable for a moment")
             return super().read_j()
 
     machine = Machine()
-    prof = Profiler(MeterSet([FailsOnce(machine)]), rss=NoRss())
+    meter = FailsOnce(machine)
+    prof = Profiler(MeterSet([meter]), rss=NoRss())
     prof.windows.start_trace(1000.0)
     with prof.window("client") as win:
         deadline = time.monotonic() + 10
         while prof.windows._tracer.error is None and time.monotonic() < deadline:  # noqa: SLF001
             time.sleep(0.001)
-    ticks = prof.windows.stop_trace()
+    prof.windows.stop_trace()
 
-    assert ticks == 0 and "counter unreadable" in str(prof.windows.trace_error)
+    # the tick that read failed and ended the thread (the ticks that returned found no window open yet)
+    assert "counter unreadable" in str(prof.windows.trace_error) and meter.ticks_read == 1
     # the window's own edges still measured it: one interval, start to end
     assert [r.domain for r in win.result.trace] == ["cpu_package_0", "gpu_0", "psys"]

@@ -254,7 +254,7 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
         kind = str(msg.metadata.message_type)
         energy = energy_of(context)
         meter_set = open_meters(context)
-        setup = None
+        setup = profiler = None
         try:
             profiler = Profiler(meter_set)
             if prepare is not None:
@@ -270,6 +270,8 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
             finally:
                 profiler.windows.stop_trace()
         finally:
+            if profiler is not None:
+                profiler.close()
             meter_set.close()
         if reply.has_error():
             return reply

@@ -14,11 +14,18 @@ far (and the latest reason), so a span between two samples knows whether a flagg
 domain is then in ``Span.invalid`` and its ``energy_j`` is NaN, never a number. Phases and windows are spans
 alike; a phase entered twice is invalid when either part is.
 
+Slow meters (a read that costs more than :data:`~edgeprof.meters.discovery.SLOW_READ_S`, NVML's energy counter on
+data-centre GPUs) are never read at an edge: a :class:`~edgeprof.measure.series.CounterSeries` thread reads them
+with timestamps, and :meth:`Profiler.complete` fills an edge's sample with the series interpolated at its time
+once the series has passed it. An edge on the measured thread is the device's sync (the compute seam's, the one
+sync), the clocks and the reads of the cheap meters.
+
 Clocks and the meter set are injectable, so a test with fake clocks and fake counters can assert exact
-numbers. The profiler's own cost is its bookkeeping (meter reads, RSS reads) measured on the calling
-thread's CPU clock: ``overhead_s`` is thread CPU seconds, which time spent preempted by other processes
-or blocked (e.g. waiting for a GPU in ``sync``) does not inflate; ``overhead_wall_s`` is the wall time of the
-same bookkeeping, kept beside it. Work of a meter's own sampler thread is in neither.
+numbers. The profiler's own cost is measured by the window engine on the measured thread, edge by edge, from the
+moment an edge is entered (after the device's sync, which is the span's own work finishing) to the moment it is
+left, waits for the engine's lock and for the slow meters' series included: ``overhead_wall_s`` is that wall time,
+``overhead_s`` the thread CPU seconds of the same stretches. Work of other threads (the series, the power trace's
+ticks, a meter's own sampler) is in neither; their time is in the sidecar's ``profiler`` section.
 """
 
 from __future__ import annotations
@@ -34,17 +41,22 @@ from typing import Callable, Iterator, Mapping, Optional, Protocol
 
 from edgeprof.meters.base import Domain
 from edgeprof.meters.discovery import MeterSet
+from edgeprof.measure.series import CounterSeries, period_for
 
 
 @dataclass(frozen=True)
 class Sample:
     """Everything read at one instant; ``flagged``: per domain, (readings flagged implausible so far, the
-    latest reason)."""
+    latest reason), as a span ending here counts them; ``flagged_start``: the same as a span starting here counts
+    them (None: as ``flagged``; they differ for a slow meter's domain interpolated between two readings).
+    ``resolved``: False while the slow meters' domains are still to be filled in (:meth:`Profiler.complete`)."""
 
     wall_s: float
     cpu_s: float
     energy_j: Mapping[str, float]
     flagged: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    flagged_start: Optional[Mapping[str, tuple[int, str]]] = None
+    resolved: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,8 @@ class Span:
 
     @staticmethod
     def between(start: Sample, end: Sample) -> "Span":
-        invalid = {d: why for d, (n, why) in end.flagged.items() if n > start.flagged.get(d, (0, ""))[0]}
+        before = start.flagged if start.flagged_start is None else start.flagged_start
+        invalid = {d: why for d, (n, why) in end.flagged.items() if n > before.get(d, (0, ""))[0]}
         return Span(end.wall_s - start.wall_s, end.cpu_s - start.cpu_s,
                     {k: math.nan if k in invalid else end.energy_j[k] - start.energy_j[k] for k in end.energy_j},
                     invalid)
@@ -164,10 +177,13 @@ class Profiler:
 
     ``clock`` is the wall clock, ``cpu_clock`` the process CPU clock (all threads) whose differences are
     ``cpu_s``, ``thread_clock`` the calling thread's CPU clock that times the profiler's own overhead.
-    ``device`` (a :class:`Device`, e.g. the run's Compute): every sample first waits for it (``sync``), so
-    work queued on an accelerator is counted in the span that queued it, and each window records its peak
-    device memory and the device's kind. Samples are taken at window and phase edges only, so the device is
-    synchronised there and nowhere else.
+    ``device`` (a :class:`Device`, e.g. the run's Compute): the engine has it wait (:meth:`sync`) before every
+    window and phase edge, so work queued on an accelerator is counted in the span that queued it, and each
+    window records its peak device memory and the device's kind. The power trace's ticks never wait for it.
+
+    The meters the set found slow to read (:meth:`~edgeprof.meters.discovery.MeterSet.slow_meters`) are read by a
+    :class:`~edgeprof.measure.series.CounterSeries` thread, started with the first window (:meth:`start_series`)
+    and stopped by :meth:`close`.
     """
 
     def __init__(self, meters: MeterSet, *, clock: Callable[[], float] = time.perf_counter,
@@ -177,77 +193,121 @@ class Profiler:
         self.meters = meters
         self.domains = meters.domains()
         self.device = device
-        self._clock = clock
+        self.clock = clock
         self._cpu_clock = cpu_clock
-        self._thread_clock = thread_clock
+        self.thread_clock = thread_clock
         self._rss = rss if rss is not None else PeakRss()
         self._flagged: dict[str, tuple[int, str]] = {}  # per domain: readings flagged implausible, latest reason
         self._windows = None  # the engine, made on first use
+        self._slow = meters.slow_meters()
+        self._direct = tuple(m for m in meters.meters if m not in self._slow)
+        self.series: Optional[CounterSeries] = None
+        #: the profiler's own cost on the measured threads: edges taken, their wall seconds, waits for the series
+        self.cost = {"edges": 0, "edge_wall_s": 0.0, "resolve_wait_s": 0.0}
 
     @property
     def device_kind(self) -> str:
         """``cpu``, ``cuda``, ... of :attr:`device` (``""`` without one)."""
         return "" if self.device is None else str(self.device.device).partition(":")[0]
 
-    def _charge(self, window, wall0_s: float, thread0_s: float) -> None:
-        """Add the bookkeeping since ``(wall0_s, thread0_s)`` to the window's overhead."""
-        window.overhead_s += self._thread_clock() - thread0_s
-        window.overhead_wall_s += self._clock() - wall0_s
+    @property
+    def domain_periods_s(self) -> dict[str, float]:
+        """Each domain's meter's update period: what a span must last for its joules to be resolved."""
+        return {d.name: m.update_period_s for m in self.meters.meters for d in m.domains()}
 
-    def _sample(self, window, sync: bool = True) -> Sample:
-        """Wait for the device (unless ``sync`` is False), then read the clocks and the meters, handing the meters
-        this sample's CPU time; the reading (not the wait, which is the span's own work finishing) is charged to
-        overhead."""
-        if sync and self.device is not None:
+    @property
+    def domain_limits_w(self) -> dict[str, float]:
+        """Each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)."""
+        return {k: v for m in self.meters.meters for k, v in m.power_limits_w().items()}
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (the compute seam's sync; nothing without a device)."""
+        if self.device is not None:
             self.device.sync()
-        wall0, thread0 = self._clock(), self._thread_clock()
-        cpu = self._cpu_clock()
-        reading = self.meters.read(cpu_s=cpu)
-        for domain, why in reading.invalid.items():
-            self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
-        self._charge(window, wall0, thread0)
-        return Sample(wall0, cpu, reading.energy_j, dict(self._flagged))
+
+    def start_series(self) -> None:
+        """Start reading the slow meters off the measured thread (once; nothing when every meter is cheap)."""
+        if self._slow and self.series is None:
+            cost = sum(self.meters.read_cost_s.get(m.name, 0.0) for m in self._slow)
+            self.series = CounterSeries(self._slow, period_s=period_for(self._slow, cost), clock=self.clock,
+                                        read_lock=self.meters.read_lock).start()
+
+    def close(self) -> None:
+        """Stop the slow meters' series (idempotent); the meters themselves are the caller's to close."""
+        if self.series is not None:
+            self.series.stop()
 
     # --- for the window engine (edgeprof.measure.windows: windows that may nest and overlap, phases inside) --------
-    def sample(self, charge, sync: bool = True) -> Sample:
-        """One sample, as a window's edges and phases take it; its bookkeeping is added to ``charge``'s
-        ``overhead_s`` and ``overhead_wall_s``. ``sync=False`` (the power trace's ticks) reads without waiting
-        for the device's queued work."""
-        return self._sample(charge, sync)
+    def sample(self) -> Sample:
+        """One sample now: the clocks and the cheap meters, read together under the meter set's lock (so samples
+        from several threads are ordered alike by time and by counter); the slow meters' domains wait for
+        :meth:`complete`. Never waits for the device (the engine does that before an edge)."""
+        with self.meters.read_lock:
+            wall = self.clock()
+            cpu = self._cpu_clock()
+            reading = self.meters.read(cpu_s=cpu, only=self._direct, locked=True)
+            for domain, why in reading.invalid.items():
+                self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
+            flagged = dict(self._flagged)
+        return Sample(wall, cpu, reading.energy_j, flagged, resolved=self.series is None)
+
+    def complete(self, sample: Sample) -> Sample:
+        """``sample`` with the slow meters' domains filled in from the series (interpolated at its time); the
+        series must have passed it (:meth:`wait_for_series`)."""
+        if sample.resolved or self.series is None:
+            return sample
+        energy, flagged_start, flagged_end = self.series.at(sample.wall_s)
+        return Sample(sample.wall_s, sample.cpu_s, {**sample.energy_j, **energy}, {**sample.flagged, **flagged_end},
+                      {**sample.flagged, **flagged_start}, resolved=True)
+
+    def wait_for_series(self, t_s: float) -> float:
+        """Wait until the slow meters' series has a reading after ``t_s``; the seconds waited (0: no series)."""
+        if self.series is None:
+            return 0.0
+        start = self.clock()
+        timeout = max(1.0, 4 * self.series.period_s)
+        self.series.wait_past(t_s, timeout)
+        waited = self.clock() - start
+        self.cost["resolve_wait_s"] += waited
+        return waited
+
+    def forget_before(self, t_s: float) -> None:
+        """The series' readings before ``t_s`` will not be asked for again."""
+        if self.series is not None:
+            self.series.forget_before(t_s)
+
+    def describe(self) -> dict:
+        """The sidecar's ``profiler`` section: how edges read the meters, and what the profiler cost."""
+        out = {"edges": self.cost["edges"], "edge_wall_s": round(self.cost["edge_wall_s"], 9),
+               "resolve_wait_s": round(self.cost["resolve_wait_s"], 9),
+               "read_at_edges": [m.name for m in self._direct], "read_off_thread": [m.name for m in self._slow]}
+        if self.cost["edges"]:
+            out["edge_wall_us_mean"] = round(self.cost["edge_wall_s"] / self.cost["edges"] * 1e6, 3)
+        if self.series is not None:
+            out["series"] = {"period_s": self.series.period_s, "readings": self.series.readings}
+        return out
 
     @property
     def peak_rss_per_window(self) -> bool:
         """Whether the peak RSS can be reset (Linux); otherwise every read is the process's peak so far."""
         return self._rss.per_window
 
-    def reset_peak_rss(self, charge) -> None:
-        """Start a new peak-RSS period; the bookkeeping is added to ``charge``."""
-        wall0, thread0 = self._clock(), self._thread_clock()
+    def reset_peak_rss(self) -> None:
+        """Start a new peak-RSS period."""
         self._rss.reset()
-        self._charge(charge, wall0, thread0)
 
-    def read_peak_rss_mb(self, charge) -> float:
-        """The peak RSS since the last reset, MiB; the bookkeeping is added to ``charge``."""
-        wall0, thread0 = self._clock(), self._thread_clock()
-        peak = self._rss.read_mb()
-        self._charge(charge, wall0, thread0)
-        return peak
+    def read_peak_rss_mb(self) -> float:
+        """The peak RSS since the last reset, MiB."""
+        return self._rss.read_mb()
 
-    def reset_device_peak(self, charge) -> None:
-        """Start a new peak-device-memory period (no-op without a device); the bookkeeping goes to ``charge``."""
+    def reset_device_peak(self) -> None:
+        """Start a new peak-device-memory period (no-op without a device)."""
         if self.device is not None:
-            wall0, thread0 = self._clock(), self._thread_clock()
             self.device.reset_peak_memory()
-            self._charge(charge, wall0, thread0)
 
-    def read_device_peak_mb(self, charge) -> Optional[float]:
+    def read_device_peak_mb(self) -> Optional[float]:
         """The device's peak memory since the last reset, MiB (None: no device, or a host device)."""
-        if self.device is None:
-            return None
-        wall0, thread0 = self._clock(), self._thread_clock()
-        peak = self.device.peak_memory_mb()
-        self._charge(charge, wall0, thread0)
-        return peak
+        return None if self.device is None else self.device.peak_memory_mb()
 
     @property
     def windows(self):

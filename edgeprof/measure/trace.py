@@ -13,15 +13,32 @@ Jetson's counters) differenced, ``integrated_power`` (a sampled power rail integ
 ``estimate`` (the CPU-time estimate: the interval's process CPU seconds times the watts per core, labelled as
 such). An interval with an implausible reading of a domain is ``invalid`` with no watts, as in the rows.
 
-The tracer's ticks do not wait for the device (no ``sync``): they read counters, they do not cut the work.
-Their bookkeeping is charged to the windows open meanwhile, as every other sample's is (``overhead_s``).
+What is resolved: a meter whose counter moves every ``P`` seconds (its ``update_period_s``: NVML's energy counter
+about 100 ms, the CPU estimate the process clock's lag) cannot give the power of a shorter interval: differenced
+over 20-ms intervals, a counter that steps every 100 ms reads 0 W four times and five times its power once (on an
+H200, 5,928 W on a 700-W GPU). So each domain's intervals are gathered, in order, into spans of at least
+:data:`RESOLVED_PERIODS` x ``P`` (a span never crosses an invalid interval; a short tail joins the span before
+it), and every interval of a span is given the span's mean power: the energy over a span of ``k`` periods is off
+by at most one counter update at each end, so its mean power is within a factor (k +- 1) / k, at most 1.5x or
+0.5x at k = 2. An interval that is a span on its own (``dt_s`` >= 2 ``P``, or a meter with no update period) is
+``resolved``; the others are not (the dashboard draws them hollow, ``edgeprof trace`` says so). Energy is kept:
+``sum(w * dt_s)`` over a window is still its energy from its edges.
+
+Bounds: a row whose power is negative or above its domain's power limit (a GPU's power limit from NVML, the
+estimate's cores x watts per core; :meth:`~edgeprof.meters.base.Meter.power_limits_w`) carries a ``flag`` saying
+so; it is never drawn as a plain measurement.
+
+The tracer's ticks do not wait for the device (no ``sync``) and do not take the window engine's lock while they
+read: they read the cheap meters' counters, they do not cut the work, and they are charged to no window. A slow
+meter (:mod:`edgeprof.measure.series`) is not read by a tick at all: its value at every sample of the trace is
+interpolated from its own series when the window ends.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from edgeprof.meters.base import INVALID, Domain
 from edgeprof.meters.sampler import Periodic
@@ -29,6 +46,8 @@ from edgeprof.measure.profiler import Sample, Span
 
 #: the default sampling rate of ``--trace``, Hz
 DEFAULT_HZ = 50.0
+#: a trace interval is drawn as measured when it spans at least this many update periods of its meter
+RESOLVED_PERIODS = 2.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +64,9 @@ class TraceRow:
 
     ``t_s``: the interval's end, seconds since the window started; ``dt_s``: its length; ``phase``: the window's
     phase during it ("" outside any); ``w``: joules over ``dt_s`` (NaN when ``method`` is ``invalid``);
-    ``short_phase``: the phase lasted less than two sample periods in this window, too short to see its shape.
+    ``short_phase``: the phase lasted less than two sample periods in this window, too short to see its shape;
+    ``resolved``: the interval alone spans what its meter resolves (else ``w`` is the mean power of the span of
+    intervals that does, see the module docstring); ``flag``: why ``w`` cannot be a physical power ("" if none).
     """
 
     t_s: float
@@ -57,21 +78,45 @@ class TraceRow:
     w: float
     method: str
     short_phase: bool
+    resolved: bool = True
+    flag: str = ""
 
 
 def trace_rows(points: Sequence[TracePoint], domains: Sequence[Domain], *, hz: float,
-               phase_wall_s: Optional[dict] = None) -> tuple[TraceRow, ...]:
+               phase_wall_s: Optional[dict] = None, periods_s: Optional[Mapping[str, float]] = None,
+               limits_w: Optional[Mapping[str, float]] = None) -> tuple[TraceRow, ...]:
     """The rows of one window's trace from its samples (in the order taken; the first is the window's start).
 
     Samples that share a wall-clock reading with the one before are merged into it (an interval of zero length
     has no power), so every interval has ``dt_s > 0`` and ``sum(w * dt_s)`` over a domain's rows is the energy
     between the first and the last sample. ``phase_wall_s``: each phase's total seconds in the window, which
-    flags the phases shorter than two sample periods.
+    flags the phases shorter than two sample periods. ``periods_s``: each domain's update period (what it
+    resolves, see the module docstring; missing: 0), ``limits_w``: each domain's power limit (missing: none).
     """
     if len(points) < 2:
         return ()
     short = {name for name, wall in (phase_wall_s or {}).items() if wall < 2.0 / hz}
-    start_wall = points[0].sample.wall_s
+    kept = _distinct(points)
+    spans = [Span.between(before.sample, after.sample) for before, after in zip(kept, kept[1:])]
+    start_wall = kept[0].sample.wall_s
+    per_domain = {d.name: _resolved_power(spans, d.name, RESOLVED_PERIODS * (periods_s or {}).get(d.name, 0.0))
+                  for d in domains}
+    rows: list[TraceRow] = []
+    for k, (before, after) in enumerate(zip(kept, kept[1:])):
+        phase = before.phase or ""
+        for d in domains:
+            w, resolved = per_domain[d.name][k]
+            bad = math.isnan(w)
+            rows.append(TraceRow(
+                t_s=after.sample.wall_s - start_wall, dt_s=spans[k].wall_s, phase=phase, domain=d.name,
+                column=d.column, in_total=d.in_total, w=w, method=INVALID if bad else d.method,
+                short_phase=phase in short, resolved=resolved and not bad,
+                flag="" if bad else _flag(w, (limits_w or {}).get(d.name))))
+    return tuple(rows)
+
+
+def _distinct(points: Sequence[TracePoint]) -> list[TracePoint]:
+    """The samples with distinct wall-clock readings (a later reading at the same instant stands for both)."""
     kept: list[TracePoint] = [points[0]]
     for point in points[1:]:
         if point.sample.wall_s > kept[-1].sample.wall_s:
@@ -80,17 +125,49 @@ def trace_rows(points: Sequence[TracePoint], domains: Sequence[Domain], *, hz: f
             kept[-1] = TracePoint(point.sample, point.phase)
         else:  # same instant as the start, which stays (the window's energy is counted from it): only the phase
             kept[0] = TracePoint(kept[0].sample, point.phase)
-    rows: list[TraceRow] = []
-    for before, after in zip(kept, kept[1:]):
-        span = Span.between(before.sample, after.sample)
-        phase = before.phase or ""
-        for d in domains:
-            bad = d.name in span.invalid
-            rows.append(TraceRow(
-                t_s=after.sample.wall_s - start_wall, dt_s=span.wall_s, phase=phase, domain=d.name, column=d.column,
-                in_total=d.in_total, w=math.nan if bad else span.energy_j[d.name] / span.wall_s,
-                method=INVALID if bad else d.method, short_phase=phase in short))
-    return tuple(rows)
+    return kept
+
+
+def _resolved_power(spans: Sequence[Span], domain: str, resolves_s: float) -> list[tuple[float, bool]]:
+    """Per interval, (watts, resolved): the mean power of the run of intervals it is gathered into, a run being
+    at least ``resolves_s`` long where it can be (a short tail joins the valid run just before it; an invalid
+    interval, NaN, stands alone and ends a run)."""
+    runs: list[tuple[list[int], bool]] = []  # (intervals, valid)
+    current: list[int] = []
+
+    def close_short() -> None:
+        if current and runs and runs[-1][1] and runs[-1][0][-1] + 1 == current[0]:
+            runs[-1][0].extend(current)
+        elif current:
+            runs.append((list(current), True))
+        current.clear()
+
+    for k, span in enumerate(spans):
+        if math.isnan(span.energy_j[domain]):
+            close_short()
+            runs.append(([k], False))
+            continue
+        current.append(k)
+        if sum(spans[i].wall_s for i in current) >= resolves_s:
+            runs.append((list(current), True))
+            current.clear()
+    close_short()
+    out: list[tuple[float, bool]] = [(math.nan, False)] * len(spans)
+    for run, valid in runs:
+        seconds = sum(spans[i].wall_s for i in run)
+        watts = sum(spans[i].energy_j[domain] for i in run) / seconds if valid else math.nan
+        for i in run:
+            out[i] = (watts, valid and len(run) == 1 and seconds >= resolves_s)
+    return out
+
+
+def _flag(w: float, limit_w: Optional[float]) -> str:
+    """Why ``w`` watts cannot be a power the domain drew ("" when it can)."""
+    if w < 0:
+        return "negative power"
+    if limit_w and w > limit_w:
+        return f"above the {limit_w:g} W power limit"
+    return ""
 
 
 class Tracer(Periodic):

@@ -21,7 +21,14 @@ What overlapping windows mean, and where they are not allowed:
   be reset at all (not Linux), every window shows the process's peak so far, as a Profiler window does.
 * Phases of one window never overlap: a phase is entered while none of that window is open, else
   :class:`~edgeprof.errors.MonitorError`. Phases of different windows are independent.
-* Bookkeeping (meter and RSS reads) is charged to every window open while it ran (``overhead_s``).
+* The profiler's cost on the measured thread: each edge is timed from its entry (after the device's sync) to its
+  exit, the wait for the engine's lock included, and charged to every window open while it ran
+  (``overhead_wall_s``, and its thread CPU seconds ``overhead_s``), except that a window's own begin counts from its
+  start sample on and its own end up to its end sample (the peak-RSS reset before the one and the reads after the
+  other are outside it); a window's end also waits, off its own span,
+  until the slow meters' series has passed it (charged to the windows still open, and counted in
+  ``Profiler.cost``). The power trace's ticks run on their own thread: they never synchronise the device, read
+  only the cheap meters (never under the engine's lock) and are charged to no window.
 
 :func:`phase` marks a phase of the innermost window opened in the current context (thread or asyncio task)
 and does nothing outside any window, so library code can mark phases whether or not it is profiled.
@@ -33,7 +40,6 @@ import contextlib
 import contextvars
 import re
 import threading
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from edgeprof.errors import MonitorError
@@ -59,12 +65,31 @@ def check_phase_name(name: str) -> None:
         raise MonitorError(f"phase name {name!r} would write into the report's own column {(clash or [name])[0]!r}")
 
 
-@dataclass
 class _Cost:
-    """The bookkeeping of one step, before it is charged to the windows open meanwhile."""
+    """The wall and thread CPU seconds of one edge on the measured thread, from its entry on, and the part of them
+    before and after its sample (a window's own begin counts from its start sample on, its own end up to its end
+    sample: the rest of those edges lies outside it)."""
 
-    overhead_s: float = 0.0
-    overhead_wall_s: float = 0.0
+    def __init__(self, profiler: Profiler) -> None:
+        self._profiler = profiler
+        self._wall0, self._thread0 = profiler.clock(), profiler.thread_clock()
+        self._thread_mark = self._thread0
+        self.overhead_s = self.overhead_wall_s = 0.0
+        self.before = self.after = (0.0, 0.0)  # (wall, thread) before the sample's clock reading, after it
+
+    def mark(self) -> None:
+        """Just before the edge's sample (which reads the wall clock first)."""
+        self._thread_mark = self._profiler.thread_clock()
+
+    def stop(self, sample: Sample) -> "_Cost":
+        wall, thread = self._profiler.clock(), self._profiler.thread_clock()
+        self.overhead_s, self.overhead_wall_s = thread - self._thread0, wall - self._wall0
+        self.before = (sample.wall_s - self._wall0, self._thread_mark - self._thread0)
+        self.after = (wall - sample.wall_s, thread - self._thread_mark)
+        cost = self._profiler.cost
+        cost["edges"] += 1
+        cost["edge_wall_s"] += self.overhead_wall_s
+        return self
 
 
 class OpenWindow:
@@ -73,7 +98,8 @@ class OpenWindow:
     def __init__(self, engine: "Windows", name: str) -> None:
         self._engine = engine
         self.name = name
-        self.phases: dict[str, Span] = {}
+        #: each phase entry: (name, its start sample, its end sample), in order; the spans are made at the end
+        self.phase_edges: list[tuple[str, Sample, Sample]] = []
         self.overhead_s = 0.0
         self.overhead_wall_s = 0.0
         self.start: Optional[Sample] = None
@@ -135,16 +161,15 @@ class Windows:
         return tracer.ticks
 
     def trace_tick(self) -> None:
-        """One trace sample for every traced window open now (none open: nothing is read)."""
+        """One trace sample for every traced window open now (none open: nothing is read). The sample is taken
+        without the engine's lock and without waiting for the device; it joins each window's trace in time order."""
+        if not any(w.trace_points is not None for w in self._open):
+            return
+        sample = self.profiler.sample()
         with self._lock:
-            traced = [w for w in self._open if w.trace_points is not None]
-            if not traced:
-                return
-            cost = _Cost()
-            sample = self.profiler.sample(cost, sync=False)
-            self._charge(cost, self._open)
-            for win in traced:
-                win.trace_points.append(TracePoint(sample, win.open_phase))
+            for win in self._open:
+                if win.trace_points is not None and sample.wall_s > win.start.wall_s:
+                    _insert(win.trace_points, sample)
 
     def _trace(self, sample: Sample) -> None:
         """Add an edge sample to the trace of every traced window open now (under the lock)."""
@@ -156,16 +181,25 @@ class Windows:
     def open_windows(self) -> tuple[OpenWindow, ...]:
         return tuple(self._open)
 
-    def _charge(self, cost: _Cost, windows: Iterable[OpenWindow]) -> None:
+    def _charge(self, cost: _Cost, windows: Iterable[OpenWindow], own: Optional[OpenWindow] = None,
+                part: tuple[float, float] = (0.0, 0.0)) -> None:
+        """Charge the whole edge to ``windows``, and its ``part`` (wall, thread) to the window ``own`` it opens or
+        closes."""
         for win in windows:
-            win.overhead_s += cost.overhead_s
-            win.overhead_wall_s += cost.overhead_wall_s
+            if win is own:
+                win.overhead_wall_s += part[0]
+                win.overhead_s += part[1]
+            else:
+                win.overhead_s += cost.overhead_s
+                win.overhead_wall_s += cost.overhead_wall_s
 
     def begin(self, name: str) -> OpenWindow:
         """Open a window now (reading the meters); it stays open until :meth:`end`."""
         win = OpenWindow(self, name)
+        self.profiler.start_series()
+        self.profiler.sync()
+        cost = _Cost(self.profiler)
         with self._lock:
-            cost = _Cost()
             if self._open:
                 # no reset now: it would spoil the open windows' peaks (where there is no reset, every
                 # window shows the process's peak so far, as a Profiler window does)
@@ -173,43 +207,70 @@ class Windows:
                 for other in self._open:
                     other.overlapped = True
             else:
-                self.profiler.reset_peak_rss(cost)
-                self.profiler.reset_device_peak(cost)
-            win.start = self.profiler.sample(cost)
+                self.profiler.reset_peak_rss()
+                self.profiler.reset_device_peak()
+            cost.mark()
+            win.start = self.profiler.sample()
             self._open.append(win)
-            self._charge(cost, self._open)
             self._trace(win.start)
+            cost.stop(win.start)
+            self._charge(cost, self._open, win, cost.after)
         _OPEN.set(_OPEN.get() + (win,))
         return win
 
     def end(self, win: OpenWindow) -> WindowResult:
         """Close ``win`` (reading the meters) and return its :class:`WindowResult`."""
+        self.profiler.sync()
+        cost = _Cost(self.profiler)
         with self._lock:
             if win not in self._open:
                 raise MonitorError(f"window {win.name!r} is not open (ended already, or opened elsewhere)")
             if win.open_phase is not None:
                 raise MonitorError(f"window {win.name!r} cannot end inside its phase {win.open_phase!r}; "
                                    "end the phase first")
-            cost = _Cost()
-            end = self.profiler.sample(cost)
+            cost.mark()
+            end = self.profiler.sample()
             self._trace(end)
-            peak = self.profiler.read_peak_rss_mb(cost)
-            device_peak = self.profiler.read_device_peak_mb(cost) if win.peak_rss_exact else None
-            self._charge(cost, self._open)
+            peak = self.profiler.read_peak_rss_mb()
+            device_peak = self.profiler.read_device_peak_mb() if win.peak_rss_exact else None
+            cost.stop(end)
+            self._charge(cost, self._open, win, cost.before)
             self._open.remove(win)
-            span = Span.between(win.start, end)
-            period = self.profiler.meters.update_period_s
-            win.result = WindowResult(
-                name=win.name, span=span, phases=dict(win.phases), peak_rss_mb=peak, overhead_s=win.overhead_s,
-                short_window=span.wall_s < period, domains=self.profiler.domains,
-                overhead_wall_s=win.overhead_wall_s, device_kind=self.profiler.device_kind,
-                device_peak_mem_mb=device_peak,
-                short_phases=tuple(n for n, p in win.phases.items() if p.wall_s < period),
-                trace=None if win.trace_points is None else trace_rows(
-                    win.trace_points, self.profiler.domains, hz=self.trace_hz,
-                    phase_wall_s={n: p.wall_s for n, p in win.phases.items()}))
+            oldest = min((w.start.wall_s for w in self._open), default=end.wall_s)
+        if self.profiler.series is not None:  # the end of an inner window is the outer windows' time
+            wait_wall, wait_thread = self.profiler.clock(), self.profiler.thread_clock()
+            self.profiler.wait_for_series(end.wall_s)
+            with self._lock:
+                for other in self._open:
+                    other.overhead_wall_s += self.profiler.clock() - wait_wall
+                    other.overhead_s += self.profiler.thread_clock() - wait_thread
+        win.result = self._result(win, end, peak, device_peak)
+        self.profiler.forget_before(min(oldest, win.start.wall_s) if self._open else end.wall_s)
         _forget(win)
         return win.result
+
+    def _result(self, win: OpenWindow, end: Sample, peak: float, device_peak: Optional[float]) -> WindowResult:
+        """The window's figures from its samples, the slow meters' domains filled in (the series has passed it)."""
+        profiler, complete = self.profiler, self.profiler.complete
+        phases: dict[str, Span] = {}
+        shortest: dict[str, float] = {}
+        for name, start, stop in win.phase_edges:
+            span = Span.between(complete(start), complete(stop))
+            phases[name] = span if name not in phases else phases[name] + span
+            shortest[name] = min(shortest.get(name, span.wall_s), span.wall_s)
+        span = Span.between(complete(win.start), complete(end))
+        period = profiler.meters.update_period_s
+        trace = None
+        if win.trace_points is not None:
+            points = [TracePoint(complete(p.sample), p.phase) for p in win.trace_points]
+            trace = trace_rows(points, profiler.domains, hz=self.trace_hz,
+                               phase_wall_s={n: p.wall_s for n, p in phases.items()},
+                               periods_s=profiler.domain_periods_s, limits_w=profiler.domain_limits_w)
+        return WindowResult(
+            name=win.name, span=span, phases=phases, peak_rss_mb=peak, overhead_s=win.overhead_s,
+            short_window=span.wall_s < period, domains=profiler.domains, overhead_wall_s=win.overhead_wall_s,
+            device_kind=profiler.device_kind, device_peak_mem_mb=device_peak,
+            short_phases=tuple(n for n, wall in shortest.items() if wall < period), trace=trace)
 
     def discard(self, win: OpenWindow) -> None:
         """Drop an open window without measuring its end (a run that stops with it still open)."""
@@ -243,6 +304,8 @@ class Windows:
         if not (isinstance(name, str) and name in self._names):
             check_phase_name(name)  # a MonitorError for what can head no column, a list included
             self._names.add(name)
+        self.profiler.sync()
+        cost = _Cost(self.profiler)
         with self._lock:
             if not win.is_open:
                 raise MonitorError(f"window {win.name!r} has ended: no phase can start in it")
@@ -251,25 +314,32 @@ class Windows:
                     f"phase {name!r} entered while phase {win.open_phase!r} of window {win.name!r} is open: the "
                     "phases of one window do not overlap (each is a part of the window); open a window inside "
                     "the phase instead")
-            cost = _Cost()
-            start = self.profiler.sample(cost)
-            self._charge(cost, self._open)
+            start = self.profiler.sample()
             win.open_phase = name
             self._trace(start)
+            self._charge(cost.stop(start), self._open)
         return start
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
-        with self._lock:
-            cost = _Cost()
-            try:
-                end = self.profiler.sample(cost)
-            finally:  # a meter that fails here fails the window's run, not the bookkeeping of its phases
+        try:  # a device or meter that fails here fails the window's run, not the bookkeeping of its phases
+            self.profiler.sync()
+            cost = _Cost(self.profiler)
+            with self._lock:
+                end = self.profiler.sample()
                 win.open_phase = None
-            self._charge(cost, self._open)
-            self._trace(end)
-            span = Span.between(start, end)
-            previous = win.phases.get(name)
-            win.phases[name] = span if previous is None else previous + span
+                self._trace(end)
+                win.phase_edges.append((name, start, end))
+                self._charge(cost.stop(end), self._open)
+        finally:
+            win.open_phase = None
+
+
+def _insert(points: list, sample: Sample) -> None:
+    """Put a tick's sample into a window's trace in time order; its phase is the one open at that time."""
+    i = len(points)
+    while i > 0 and points[i - 1].sample.wall_s > sample.wall_s:
+        i -= 1
+    points.insert(i, TracePoint(sample, points[i - 1].phase if i else None))
 
 
 def _forget(win: OpenWindow) -> None:

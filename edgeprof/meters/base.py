@@ -133,8 +133,10 @@ class Meter(ABC):
         """The domains flagged since the last call, with why; forgets them."""
         return self.__dict__.pop("_invalid_pending", {})
 
-    def sync(self) -> None:
-        """Wait for outstanding device work before a reading (e.g. CUDA kernels); default: nothing."""
+    def power_limits_w(self) -> Mapping[str, float]:
+        """Per domain, the power it cannot draw above (a GPU's power limit; the estimate's cores x watts per core),
+        where the meter knows one: a drawn power above it is flagged. Default: none known."""
+        return {}
 
     def close(self) -> None:
         """Release handles and stop sampler threads; idempotent."""

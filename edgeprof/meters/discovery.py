@@ -18,6 +18,12 @@ and the parts a back-end left out (``ProbeResult.skipped``: a zone or rail whose
 counter without a range). A probe or opener that fails on a strange tree (``OSError``, ``ValueError``)
 is recorded like a failed probe, so discovery never ends in a traceback.
 
+Read cost: :meth:`MeterSet.measure_read_costs` (called by ``discover``) times each meter's read; one that costs more
+than :data:`SLOW_READ_S` is "slow" (:meth:`MeterSet.slow_meters`: NVML's energy counter on data-centre GPUs, about
+2.7 ms a read on an H200) and the profiler reads it off the measured thread
+(:mod:`edgeprof.measure.series`). Reads of one set are serialised by its ``read_lock`` (meters keep state between
+reads: counter wrap, the last value). Meters never synchronise a device: only the compute seam does.
+
 ``MeterSet.read`` returns a :class:`~edgeprof.meters.base.Reading`: the joules and the domains whose step
 since the previous reading a back-end flagged as implausible. The set keeps every such flag (per domain and
 kind: how many readings, the first detail) for ``describe()``, which the run's final sidecar records.
@@ -26,14 +32,20 @@ kind: how many readings, the first detail) for ``describe()``, which the run's f
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from edgeprof.errors import MeterError
 from edgeprof.meters import registry
 from edgeprof.meters.base import METHODS, Backend, Domain, Invalid, Meter, MeterContext, ProbeResult, Reading
 
 SYSFS_ENV = "EDGEPROF_SYSFS_ROOT"
+#: a meter whose read costs more than this many seconds is read off the measured thread
+SLOW_READ_S = 200e-6
+#: reads timed per meter by :meth:`MeterSet.measure_read_costs` (the median is kept)
+COST_READS = 5
 #: reason prefix of a back-end that exists but is deliberately not opened (the estimate beside a counter)
 NOT_NEEDED = "not needed"
 
@@ -51,6 +63,10 @@ class MeterSet:
     probes: Sequence[ProbeResult] = field(default_factory=tuple)
     #: domain -> kind -> {"readings": how many readings were flagged, "first": the first detail}
     _invalid_log: dict[str, dict[str, dict]] = field(default_factory=dict, init=False, repr=False)
+    #: meter name -> seconds one read costs (median), once :meth:`measure_read_costs` ran; unknown: cheap
+    read_cost_s: dict[str, float] = field(default_factory=dict, init=False)
+    #: held around every read of these meters, from whichever thread
+    read_lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Reject two domains with one name (their readings would overwrite each other in one reading) and
@@ -72,24 +88,46 @@ class MeterSet:
     def domains(self) -> tuple[Domain, ...]:
         return tuple(d for m in self.meters for d in m.domains())
 
-    def read(self, *, cpu_s: float | None = None) -> Reading:
-        """One cumulative reading of every domain of every meter (devices synchronised first), with the
-        domains whose step since the previous reading is implausible (their joules left that step out).
+    def read(self, *, cpu_s: float | None = None, only: Sequence[Meter] | None = None, locked: bool = False) -> Reading:
+        """One cumulative reading of every domain of every meter (of ``only``, when given), with the domains whose
+        step since the previous reading is implausible (their joules left that step out). Never waits for a device.
 
         ``cpu_s`` is the process CPU time the caller (the profiler) sampled for this reading; meters
-        derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`).
+        derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`). ``locked``: the
+        caller holds :attr:`read_lock` already.
         """
-        for meter in self.meters:
-            meter.sync()
+        if not locked:
+            with self.read_lock:
+                return self.read(cpu_s=cpu_s, only=only, locked=True)
         out: dict[str, float] = {}
         invalid: dict[str, Invalid] = {}
-        for meter in self.meters:
+        for meter in self.meters if only is None else only:
             out.update(meter.read_j() if cpu_s is None else meter.read_at_cpu_j(cpu_s))
             invalid.update(meter.take_invalid())
+        self.log_invalid(invalid)
+        return Reading(out, invalid)
+
+    def log_invalid(self, invalid: Mapping[str, Invalid]) -> None:
+        """Keep the flags of one reading for ``describe()`` (per domain and kind: readings, first detail)."""
         for domain, why in invalid.items():
             entry = self._invalid_log.setdefault(domain, {}).setdefault(why.kind, {"readings": 0, "first": why.detail})
             entry["readings"] += 1
-        return Reading(out, invalid)
+
+    def measure_read_costs(self, reads: int = COST_READS, clock: Callable[[], float] = time.perf_counter) -> None:
+        """Time ``reads`` reads of each meter (the median is kept in :attr:`read_cost_s`); their flags are logged."""
+        for meter in self.meters:
+            costs = []
+            with self.read_lock:
+                for _ in range(reads):
+                    start = clock()
+                    meter.read_j()
+                    costs.append(clock() - start)
+                    self.log_invalid(meter.take_invalid())
+            self.read_cost_s[meter.name] = sorted(costs)[len(costs) // 2]
+
+    def slow_meters(self) -> tuple[Meter, ...]:
+        """The meters whose read costs more than :data:`SLOW_READ_S` (read off the measured thread)."""
+        return tuple(m for m in self.meters if self.read_cost_s.get(m.name, 0.0) > SLOW_READ_S)
 
     def read_j(self, *, cpu_s: float | None = None) -> dict[str, float]:
         """The joules of :meth:`read` (its flags are still recorded for ``describe()``)."""
@@ -108,8 +146,9 @@ class MeterSet:
     def describe(self) -> dict:
         """The meters, the back-ends not found (with the parts they left out) or not used, and ``invalid``:
         per domain, each kind of implausible reading seen so far with how many readings and the first detail."""
+        slow = self.slow_meters()
         return {
-            "meters": [m.describe() for m in self.meters],
+            "meters": [{**m.describe(), **self._read_description(m, m in slow)} for m in self.meters],
             "not_found": [
                 {"meter": p.meter, "reason": p.reason, "fix": p.fix,
                  **({"skipped": list(p.skipped)} if p.skipped else {})}
@@ -121,6 +160,14 @@ class MeterSet:
             "invalid": {domain: [{"kind": kind, **dict(entry)} for kind, entry in kinds.items()]
                         for domain, kinds in self._invalid_log.items()},
         }
+
+    def _read_description(self, meter: Meter, slow: bool) -> dict:
+        """How a run reads ``meter``: its read cost, and at the edges or off the measured thread."""
+        if meter.name not in self.read_cost_s:
+            return {}
+        return {"read_cost_s": round(self.read_cost_s[meter.name], 9),
+                "read": ("off the measured thread: sampled with timestamps, edges interpolated" if slow
+                         else "at every window and phase edge")}
 
     def close(self) -> None:
         for meter in self.meters:
@@ -191,7 +238,9 @@ def discover(*, sysfs_root: str | None = None, **settings: Any) -> MeterSet:
             if backend.measures_cpu and cpu_by is None and outcome[backend.name][0] is not None:
                 cpu_by = backend
         meters = [outcome[b.name][0] for b in backends if outcome[b.name][0] is not None]
-        return MeterSet(meters, tuple(outcome[b.name][1] for b in backends))
+        found = MeterSet(meters, tuple(outcome[b.name][1] for b in backends))
+        found.measure_read_costs()
+        return found
     except MeterError:
         for meter, _ in outcome.values():
             if meter is not None:

@@ -13,14 +13,15 @@ from edgeprof.meters.discovery import NOT_NEEDED, discover, resolve_sysfs_root
 
 
 def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dict]:
-    """One row per registered back-end: status, domains, methods, update period, sampling rate, reason, fix,
-    and ``skipped`` (the zones or rails it left out, and why).
+    """One row per registered back-end: status, domains, methods, update period, read cost (measured as a run
+    measures it: the median of a few reads) and how a run reads it (at the edges, or off the measured thread),
+    sampling rate, reason, fix, and ``skipped`` (the zones or rails it left out, and why).
 
     ``settings`` are ``discover()``'s (``cpu_watts``, ``nvml_module``, ... as the back-ends declare them).
     """
     meter_set = discover(sysfs_root=sysfs_root, **settings)
     try:
-        opened = {m.name: m.describe() for m in meter_set.meters}
+        opened = {m["name"]: m for m in meter_set.describe()["meters"]}
     finally:
         meter_set.close()
     rows = []
@@ -40,6 +41,7 @@ def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dic
             "methods": sorted({d["method"] for d in domains}),
             "update_period_s": info.get("update_period_s"), "sampling_hz": info.get("sampling_hz"),
             "resolution": info.get("resolution", ""), "reason": "", "fix": "", "notes": "; ".join(notes),
+            "read_cost_s": info.get("read_cost_s"), "read": info.get("read", ""),
             "watts_per_core": info.get("watts_per_core"), "watts_source": info.get("watts_source", ""),
             "skipped": list(probe.skipped),
         })
@@ -61,6 +63,8 @@ def render_doctor(rows: list[dict]) -> str:
             lines.append(f"  domains:       {', '.join(row['domains'])}")
             lines.append(f"  method:        {', '.join(row['methods'])}")
             lines.append(f"  update period: {period:g} s" if period is not None else "  update period: -")
+            if row.get("read_cost_s") is not None:
+                lines.append(f"  read cost:     {row['read_cost_s'] * 1e6:.3g} us a read (read {row['read']})")
             if row["sampling_hz"]:
                 lines.append(f"  sampling:      {row['sampling_hz']:g} Hz")
             if row["resolution"]:

@@ -37,7 +37,6 @@ integrated (``implausible power``, see :mod:`edgeprof.meters.sampler`).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from types import ModuleType
 from typing import Any, Callable, Mapping
@@ -250,11 +249,9 @@ class NvmlMeter(Meter):
                                            f"({gpu.bound_source}) x (elapsed + {SLACK_S:g} s)")
         return None
 
-    def sync(self) -> None:
-        """``torch.cuda.synchronize()`` when torch is already imported and has initialised CUDA."""
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
+    def power_limits_w(self) -> Mapping[str, float]:
+        """Each GPU's largest power limit where NVML gives one (a drawn power above it is flagged)."""
+        return {self._key(g): g.limit_mw / 1000 for g in self._gpus if g.limit_mw}
 
     def close(self) -> None:
         if self._closed:
@@ -267,6 +264,7 @@ class NvmlMeter(Meter):
     def describe(self) -> dict:
         info = super().describe()
         info["gpus"] = [{"index": g.index, "name": g.gpu_name, "method": g.method, "max_power_w": g.max_power_mw / 1000,
+                         **({"power_limit_w": g.limit_mw / 1000} if g.limit_mw else {}),
                          "max_power_source": g.bound_source, "domain": self._key(g),
                          **({"power_reading": g.power_reading} if g.power_reading else {})} for g in self._gpus]
         info["round_gpu"] = self._describe_round()

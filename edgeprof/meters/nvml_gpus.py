@@ -74,7 +74,7 @@ class Gpu:
     """One GPU's handle, how its energy is read, and its plausible-power bound."""
 
     def __init__(self, index: int, handle, gpu_name: str, method: str, max_power_mw: int, bound_source: str,
-                 instant: bool = False) -> None:
+                 instant: bool = False, limit_mw: int = 0) -> None:
         self.index = index
         self.handle = handle
         self.gpu_name = gpu_name
@@ -83,6 +83,8 @@ class Gpu:
         self.bound_source = bound_source
         #: integrated power read from the instant field (else nvmlDeviceGetPowerUsage's average)
         self.instant = instant
+        #: the largest power limit NVML accepts for it, mW (0: NVML gave none)
+        self.limit_mw = limit_mw
 
     @property
     def power_reading(self) -> str | None:
@@ -120,12 +122,16 @@ def _name(nvml: ModuleType, handle) -> str:
         return "unknown GPU"
 
 
-def _power_bound(nvml: ModuleType, handle) -> tuple[int, str]:
-    """The GPU's plausible-power bound in mW and where it comes from (see the module docstring)."""
+def _power_limit_mw(nvml: ModuleType, handle) -> int:
+    """The largest power limit NVML accepts for the GPU, mW (0 where it gives none)."""
     try:
-        limit_mw = int(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)[1])
-    except Exception:  # not supported, missing from the binding, or anything else: the default applies
-        limit_mw = 0
+        return max(int(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)[1]), 0)
+    except Exception:  # not supported, missing from the binding, or anything else: no limit known
+        return 0
+
+
+def _power_bound(limit_mw: int) -> tuple[int, str]:
+    """The GPU's plausible-power bound in mW and where it comes from (see the module docstring)."""
     if limit_mw > 0:
         return 2 * limit_mw, f"2 x the largest power limit ({limit_mw / 1000:g} W)"
     return DEFAULT_MAX_POWER_W * 1000, f"default {DEFAULT_MAX_POWER_W} W"
@@ -150,7 +156,8 @@ def _classify(nvml: ModuleType, index: int) -> Gpu | None:
                 raise translate(nvml, err, f"GPU {index} ({name})") from err
             continue
         instant = method == "integrated_power" and instant_power_mw(nvml, handle) is not None
-        return Gpu(index, handle, name, method, *_power_bound(nvml, handle), instant=instant)
+        limit_mw = _power_limit_mw(nvml, handle)
+        return Gpu(index, handle, name, method, *_power_bound(limit_mw), instant=instant, limit_mw=limit_mw)
     return None
 
 

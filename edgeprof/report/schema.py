@@ -111,7 +111,7 @@ def row_from_window(win: WindowResult, base: Mapping[str, object], *, idle_power
     total = win.energy_total_j * per
     row: dict[str, str] = {k: "" if v is None else str(v) for k, v in base.items()}
     row.update(wall_s=_fmt(win.wall_s * per), cpu_s=_fmt(win.cpu_s * per), peak_rss_mb=f"{win.peak_rss_mb:.1f}",
-               profiler_overhead_s=_fmt(win.overhead_s * per), short_window=str(int(win.short_window)),
+               profiler_overhead_s=_fmt(win.overhead_wall_s * per), short_window=str(int(win.short_window)),
                held_rounds="" if not held_rounds else str(held_rounds),
                device_kind=win.device_kind, short_phases=";".join(win.short_phases),
                gpu_peak_mem_mb="" if win.device_peak_mem_mb is None else f"{win.device_peak_mem_mb:.1f}")

@@ -130,6 +130,7 @@ def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Seq
 
     return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
             "libraries": library_versions(), "numerics": numerics(runtime), "meters": meters.describe(),
+            "profiler_overhead": "wall",
             "energy": energy.sidecar, "phases": list(phases), "notes": list(energy.notes), **status}
 
 
@@ -303,6 +304,8 @@ def _close(session: ReportSession, sidecar: Callable[..., dict], error: BaseExce
     def final(err: BaseException | None) -> None:
         session.status, session.reason = ending(err)
         extra = {"reason": session.reason} if session.reason else {}
+        ctx.profiler.close()  # the slow meters' series: every window that will be measured has been
+        extra["profiler"] = ctx.profiler.describe()
         if ctx.trace is not None:
             extra["trace"] = finish_trace(ctx)
         if writer.diverged is not None:

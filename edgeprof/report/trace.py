@@ -19,6 +19,12 @@ its end turn it into ``<run>.trace.parquet`` where pyarrow is installed (the ``t
     ``invalid`` with no watts for an implausible reading)
 ``short_phase``
     1 when the phase lasted less than two sample periods in its window
+``resolved``
+    1 when the interval alone spans what its meter resolves (two of its update periods); 0 when ``w`` is the mean
+    power of the span of intervals around it that does (:mod:`edgeprof.measure.trace`): drawn hollow, never as the
+    interval's own measurement
+``flag``
+    why ``w`` cannot be a power the domain drew ("" when it can): ``negative power``, ``above the N W power limit``
 
 Summing ``w * dt_s`` over a window's rows of one domain gives the window's ``<domain>`` energy from its edges.
 """
@@ -34,11 +40,15 @@ from edgeprof.errors import ReportError
 from edgeprof.report.writer import ReportWriter
 
 TRACE_COLUMNS = ("run_id", "algo", "tau", "round", "kind", "client", "window", "row", "phase", "t_s", "dt_s", "domain",
-                 "column", "in_total", "w", "method", "short_phase")
+                 "column", "in_total", "w", "method", "short_phase", "resolved", "flag")
+#: the columns of a trace written before ``resolved`` and ``flag`` were added (read as resolved, unflagged)
+EARLIER_COLUMNS = TRACE_COLUMNS[:-2]
+#: what an earlier trace's rows read as in the columns it lacks
+DEFAULTS = {"resolved": 1, "flag": ""}
 #: the report row's cells a trace row repeats
 LABELS = ("run_id", "algo", "tau", "round", "kind", "client")
 _FLOATS = ("t_s", "dt_s", "w")
-_INTS = ("tau", "round", "row", "in_total", "short_phase")
+_INTS = ("tau", "round", "row", "in_total", "short_phase", "resolved")
 
 
 def trace_csv_path(report_csv: Path) -> Path:
@@ -70,7 +80,8 @@ class TraceWriter:
         labels = {k: base.get(k, "") for k in LABELS}
         rows = [{**labels, "window": window, "row": row_index, "phase": r.phase, "t_s": _g(r.t_s), "dt_s": _g(r.dt_s),
                  "domain": r.domain, "column": r.column, "in_total": int(r.in_total), "w": _g(r.w),
-                 "method": r.method, "short_phase": int(r.short_phase)} for r in trace]
+                 "method": r.method, "short_phase": int(r.short_phase), "resolved": int(r.resolved),
+                 "flag": r.flag} for r in trace]
         self.intervals += len({r["t_s"] for r in rows})
         self._writer.write_rows(rows)
 
@@ -144,14 +155,18 @@ def read_trace(path: Path) -> list[dict]:
         for r in rows:
             if r["w"] is None:
                 r["w"] = math.nan
+            for column, value in DEFAULTS.items():
+                r.setdefault(column, value)
         return rows
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != TRACE_COLUMNS:
+            if tuple(reader.fieldnames or ()) not in (TRACE_COLUMNS, EARLIER_COLUMNS):
                 raise ReportError(f"{path} is not an edgeprof trace (its header is not {', '.join(TRACE_COLUMNS)})")
             rows = list(reader)
         for r in rows:
+            for column, value in DEFAULTS.items():
+                r.setdefault(column, str(value))
             for c in _FLOATS:
                 r[c] = math.nan if r[c] == "" else float(r[c])
             for c in _INTS:
