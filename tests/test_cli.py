@@ -253,7 +253,7 @@ import typer.main  # noqa: E402
 from edgeprof import config  # noqa: E402
 from edgeprof.cli import options  # noqa: E402
 from edgeprof.algorithms import ALGORITHMS  # noqa: E402
-from edgeprof.report.analysis import METRICS  # noqa: E402
+from edgeprof.report.analysis import GPU_METRICS, METRICS  # noqa: E402
 
 WIDE = {"COLUMNS": "300"}  # help on one line per option, so a list of choices is never wrapped
 
@@ -269,7 +269,7 @@ def _options(name: str) -> list:
 def _registry(name: str) -> tuple:
     return {"algorithms": tuple(ALGORITHMS), "datasets": config.DATASETS, "backbones": config.BACKBONES,
             "degrees": config.DEGREES, "modes": config.PARTICIPATION_MODES,
-            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS, "splits": config.SPLITS}[name]
+            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS + GPU_METRICS, "splits": config.SPLITS}[name]
 
 
 CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms"), ("sweep", "--algos", "algorithms"),

@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from edgeprof.algorithms import ALGORITHMS
+from edgeprof.cli import app
 from edgeprof.config import EnergySettings, RunConfig
 from edgeprof.meters.registry import report_columns
 from edgeprof.report import columns_for, read_report
 from edgeprof.report.schema import CORE_COLUMNS
+from edgeprof.report.summary import gpu_lines, gpu_summary
+from edgeprof.report.writer import ReportWriter
 from edgeprof.rounds.simulate import run
 
 from docs_text import page
+from test_analysis import CLAIM_HOLDS, GPU_REPORTS, IDLE_W, gpu_reference, idle_section, rows_for
 
 SMALL = dict(dataset="synthetic", synthetic_samples=240, synthetic_classes=4, backbone="mlp", clients=4,
              participation=0.5, rounds=2, tau=3, progress=False)
@@ -157,3 +164,59 @@ def test_the_summary_says_how_many_windows_were_too_short_for_the_meters(tmp_pat
     assert rows and all(r["short_window"] == "1" for r in rows)
     assert (f"energy: {len(rows)} of {len(rows)} rows lasted less than the meters' update period (1 s): their "
             "joules are not resolved (short_window)") in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("name", GPU_REPORTS)
+@pytest.mark.parametrize("with_idle", [True, False], ids=["idle-baseline", "no-idle-baseline"])
+def test_summary_shows_the_gpus_own_joules_net_of_idle_and_the_estimate_beside_them(tmp_path, name, with_idle):
+    path = gpu_reference(tmp_path, name, idle_section(tmp_path / "sys", IDLE_W) if with_idle else None)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    lines = {(ln.algo, ln.part): ln for ln in gpu_lines(read_report(path))}
+    printed = CliRunner().invoke(app, ["summary", str(path)])
+
+    assert set(lines) == {(a, p) for a in ("pflego", "fedavg") for p in ("client round", "server step")}
+    for (algo, part), ln in lines.items():
+        mine = [r for r in rows if r["algo"] == algo and r["kind"] == part.split()[0].replace("round", "client")]
+        gpu, wall = (np.array([float(r[c]) for r in mine]) for c in ("gpu_j", "wall_s"))
+        estimate = np.array([float(r["cpu_estimate_j"]) for r in mine])
+        sums = ln.totals
+        assert (sums.rows, sums.short) == (len(mine), sum(r["short_window"] == "1" for r in mine))
+        assert sums.gpu_j == pytest.approx(gpu.sum(), rel=1e-12) and ln.gpu_j == pytest.approx(np.median(gpu))
+        assert (sums.method, sums.rest_method) == ("counter", "estimate")  # each by its own method, never mixed
+        assert ln.rest_j == pytest.approx(np.median(estimate)) and sums.rest_j == pytest.approx(estimate.sum())
+        if with_idle:
+            assert sums.net_j == pytest.approx((gpu - IDLE_W * wall).sum(), rel=1e-9, abs=1e-9)
+            assert ln.net_j == pytest.approx(np.median(gpu - IDLE_W * wall), rel=1e-9, abs=1e-9)
+            if part == "client round":
+                assert sums.idle_share == pytest.approx(IDLE_W * wall.sum() / gpu.sum(), rel=1e-9)
+        else:
+            assert (ln.net_j, sums.net_j, sums.idle_share) == (None, None, None)
+    assert printed.exit_code == 0, printed.output
+    out = printed.stdout
+    pflego = lines[("pflego", "client round")]
+    (shown,) = [ln for ln in out.splitlines() if ln.startswith("│ pflego │ client round │") and "counter" in ln]
+    assert f" {pflego.totals.gpu_j:.4g} " in shown and shown.rstrip(" │").endswith("estimate")
+    verdict = r"│ (flat|linear|inconclusive) +│"
+    fits = [ln for ln in out.splitlines() if re.search(r"│ gpu_j \(counter\) +│.*" + verdict, ln)]
+    assert len(fits) == 2  # pflego's and fedavg's
+    assert ("GPU idle power: 106.3 W (gpu_0" in out) == with_idle
+    assert ("GPU net of idle: not shown, the run measured no idle baseline" in out) == (not with_idle)
+    if with_idle:
+        assert f" {pflego.totals.idle_share:.0%} " in shown
+        net = r"│ gpu_net_j \(counter, net of idle\) +│.*"
+        assert len([ln for ln in out.splitlines() if re.search(net + verdict, ln)]) == 2
+
+
+def test_summary_of_a_run_without_a_gpu_has_no_gpu_part(tmp_path):
+    path = tmp_path / "cpu.csv"
+    with ReportWriter(path, columns_for(ALGORITHMS["pflego"].phases + ALGORITHMS["fedavg"].phases)) as writer:
+        writer.write_rows([dict(r, run_id="cpu", energy_method="estimate", cpu_estimate_j=r["energy_j"],
+                                cpu_estimate_method="estimate") for r in rows_for(CLAIM_HOLDS)])
+
+    parts = gpu_summary(read_report(path))
+    printed = CliRunner().invoke(app, ["summary", str(path)])
+
+    assert parts == [] and printed.exit_code == 0, printed.output
+    assert "median per client round" in printed.stdout and "GPU" not in printed.stdout

@@ -17,7 +17,7 @@ from edgeprof.report.writer import ReportWriter, read_report
 from edgeprof.rounds.sweep import SweepConfig, SweepResult, Variant, plan_cells, sweep_clients
 
 from conftest import make_clients
-from test_analysis import CLAIM_HOLDS, rows_for
+from test_analysis import CLAIM_HOLDS, IDLE_W, geometric_ratio, gpu_reference, idle_section, reference_columns, rows_for
 
 TINY = ["--backbone", "mlp", "--dataset", "synthetic", "--samples-per-client", "20", "--taus", "1,3",
         "--repeats", "1", "--no-progress"]
@@ -170,3 +170,49 @@ def test_every_sweep_cell_runs_exactly_its_own_tau(algo, tmp_path, monkeypatch):
     expected = [dict(zip(("forward", "head_steps"), LOCAL_WORK[algo](c.tau))) for c in plan_cells(cfg)]
     assert [c.tau for c in plan_cells(cfg)] != sorted(c.tau for c in plan_cells(cfg))  # taus interleave
     assert per_cell == expected
+
+
+def _reference_sweep(monkeypatch, tmp_path: Path, name: str, idle: bool) -> Path:
+    """Replace run_sweep by one whose report is a copy of a real GPU sweep (the H200 reference), its sidecar
+    given the GPU's measured idle power (as with --idle-seconds) where ``idle``."""
+    path = gpu_reference(tmp_path / "report", name, idle_section(tmp_path / "sys", IDLE_W) if idle else None)
+
+    def fake(cfg, progress=None, stage=None):
+        return SweepResult(name, path, path.with_suffix(".json"), 1, 1, "complete")
+
+    monkeypatch.setattr("edgeprof.rounds.sweep.run_sweep", fake)
+    return path
+
+
+@pytest.mark.parametrize("name,metric,idle,code,said", [
+    ("gpu-check-cnn-omniglot", "gpu_j", True, 0, "check: pflego is flat and fedavg linear in tau (gpu_j (counter))"),
+    ("gpu-check-cnn-cifar", "gpu_j", True, 8, "pflego on vm is inconclusive, not flat, in gpu_j (counter)"),
+    ("gpu-check-cnn-omniglot", "gpu_net_j", False, 8, "no pflego rows with gpu_net_j: the claim cannot be checked "
+                                                      "(gpu_net_j is gpu_j net of the GPU's idle power: it needs "
+                                                      "rounds on a measured GPU and an idle baseline"),
+], ids=["omniglot-shown", "cifar-not-shown", "net-without-baseline"])
+def test_a_gpu_sweep_prints_and_checks_the_gpus_own_joules(monkeypatch, tmp_path, name, metric, idle, code, said):
+    _reference_sweep(monkeypatch, tmp_path, name, idle)
+    cols = reference_columns(name, IDLE_W)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path), "--check", "--check-metric", metric])
+
+    assert result.exit_code == code, result.output
+    assert said in (result.stderr if code else result.stdout)
+    table = [ln for ln in result.stdout.splitlines() if "│ fedavg │ pflego │ gpu_j (counter)" in ln]
+    assert len(table) == 1 and f"{geometric_ratio(cols, 'gpu_j', 50):.1f} [" in table[0]  # the ratio at tau=50
+    net = [ln for ln in result.stdout.splitlines() if "fedavg" in ln and "gpu_net_j (counter, net of idle)" in ln]
+    assert len(net) == (2 if idle else 0)
+    assert ("GPU idle power: 106.3 W (gpu_0, measured over 5 s before the run)" in result.stdout) == idle
+    assert ("GPU net of idle: not shown, the run measured no idle baseline" in result.stdout) == (not idle)
+    assert "energy_j adds cpu_estimate_j (estimate) to it" in result.stdout
+
+
+def test_a_cpu_sweep_prints_no_gpu_figures(monkeypatch, tmp_path):
+    _fake_sweep(monkeypatch, tmp_path, CLAIM_HOLDS)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path), "--check"])
+
+    assert result.exit_code == 0, result.output
+    assert "wall_s" in result.stdout and "gpu_j" not in result.stdout and "gpu_net_j" not in result.stdout
+    assert "GPU" not in result.stdout

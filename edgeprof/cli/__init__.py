@@ -77,12 +77,15 @@ def _console():
 
 def _print_summary(csv_path: Path) -> None:
 
-    from edgeprof.report.summary import (carbon_total, held_rounds, invalid_rows, overhead_fraction, render,
-                                         short_rows, summarize)
+    from edgeprof.report.summary import (carbon_total, gpu_summary, held_rounds, invalid_rows, overhead_fraction,
+                                         render, short_rows, summarize)
     from edgeprof.report.writer import read_report
 
     report = read_report(csv_path)
-    _console().print(render(summarize(report)))
+    console = _console()
+    console.print(render(summarize(report)))
+    for part in gpu_summary(report):  # on a GPU: its own meter's joules, net of idle, their verdicts
+        console.print(part)
     invalid, rows = invalid_rows(report)
     if invalid:
         typer.echo(f"energy: {invalid} of {rows} rows have an implausible reading (method invalid, no joules; "
@@ -105,7 +108,7 @@ def _print_summary(csv_path: Path) -> None:
                    + (f" ({source})" if source else ""))
     overhead = overhead_fraction(report)
     if overhead is not None:
-        typer.echo(f"profiler overhead (its own thread CPU time): {overhead:.3%} of the client rounds' wall time")
+        typer.echo(f"profiler overhead ({overhead[1]}): {overhead[0]:.3%} of the client rounds' wall time")
     typer.echo(f"report: {csv_path}")
 
 
@@ -296,10 +299,9 @@ def sweep(
 
 def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 
-    from edgeprof.report.analysis import ClaimNotShown, analyze, check_claim, render
-    from edgeprof.report.writer import read_report
+    from edgeprof.report.analysis import ClaimNotShown, check_claim, render
     from edgeprof.cli.progress import Display
-    from edgeprof.rounds.sweep import cell_weights, plan_cells, run_sweep
+    from edgeprof.rounds.sweep import analyze_report, cell_weights, plan_cells, run_sweep
 
     weights = cell_weights(plan_cells(cfg))
     with Display(cfg.base.progress) as display:
@@ -312,16 +314,19 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
                 bar[0](done, total)
 
         result = run_sweep(cfg, progress=progress, stage=display.stage)
-    analysis = analyze(read_report(result.csv_path).rows)
+    analysis, notes = analyze_report(result.csv_path)
     console = _console()
     for table in render(analysis):
         console.print(table)
+    for note in notes:  # on a GPU: how gpu_j was measured, its idle power
+        typer.echo(note)
     typer.echo(f"report: {result.csv_path}")
     if check:
         problems = check_claim(analysis, check_metric)
         if problems:
             raise ClaimNotShown("claim not shown: " + "; ".join(problems))
-        typer.echo(f"check: pflego is flat and fedavg linear in tau ({check_metric})")
+        judged = next(f.label for f in analysis.fits if f.metric == check_metric)  # gpu_j (counter)
+        typer.echo(f"check: pflego is flat and fedavg linear in tau ({judged})")
 
 
 @app.command()

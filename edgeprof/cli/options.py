@@ -44,9 +44,9 @@ def _config(name: str) -> Callable[[], tuple[str, ...]]:
 
 
 def _metrics() -> tuple[str, ...]:
-    from edgeprof.report.analysis import METRICS
+    from edgeprof.report.analysis import GPU_METRICS, METRICS
 
-    return METRICS
+    return METRICS + GPU_METRICS
 
 
 class RegistryChoice:

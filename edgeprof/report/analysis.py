@@ -25,6 +25,10 @@ device of a report is analysed on its own.
 * **Ratios** of every other variant to every PFLEGO variant at each tau both were measured at: ratio of
   geometric means, with a Welch t interval on the log scale (needs >= 2 rows on each side) at the
   Welch-Satterthwaite degrees of freedom, fractional as they come.
+* **The round GPU's own joules** (:data:`GPU_METRICS`). A GPU run's ``energy_j`` adds the CPU-time estimate to
+  the GPU's meter; ``gpu_j`` (the meter alone) and ``gpu_net_j`` (net of the GPU's idle power, derived from the
+  sidecar by :mod:`edgeprof.report.gpu_energy`) get fits, verdicts and ratios of their own, labelled with their
+  rows' method (:attr:`VariantFit.label`). A run without a GPU has neither column, so no fit of them.
 * **Short windows.** A row whose window was shorter than its meters' update period (``short_window``; NVML's
   counter moves about every 100 ms, a millisecond GPU round reads zero or one whole step) has joules the meters
   did not resolve: energy metrics (``*_j``) leave such rows out of fits and ratios, and the verdict says how many
@@ -42,6 +46,10 @@ from typing import Iterable, Mapping, Optional, Sequence
 from edgeprof.errors import EdgeprofError
 
 METRICS = ("wall_s", "cpu_s", "energy_j")
+#: the round GPU's joules by its own meter, and net of its idle power (:mod:`edgeprof.report.gpu_energy`)
+GPU_METRICS = ("gpu_j", "gpu_net_j")
+#: the column that says how an energy metric's rows were obtained
+METHOD_COLUMNS = {"energy_j": "energy_method", "gpu_j": "gpu_method", "gpu_net_j": "gpu_method"}
 CONFIDENCE = 0.95
 FLAT_MAX_GROWTH = 0.20
 LINEAR_MIN_GROWTH = 0.50
@@ -196,11 +204,14 @@ def is_short(row: Mapping[str, str]) -> bool:
 
 
 def _cells(rows: Iterable[Mapping[str, str]], metric: str,
-           ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], dict[tuple[str, str], int]]:
-    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``, and for an energy
-    metric (device, variant) -> how many short-window rows were left out."""
+           ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], dict[tuple[str, str], int],
+                      dict[tuple[str, str], set[str]]]:
+    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``; for an energy
+    metric (device, variant) -> how many short-window rows were left out, and -> the methods of the rows kept
+    (their :data:`METHOD_COLUMNS` cell, split at ``+``)."""
     out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     short: dict[tuple[str, str], int] = defaultdict(int)
+    methods: dict[tuple[str, str], set[str]] = defaultdict(set)
     energy = metric.endswith("_j")
     for r in rows:
         if r.get("kind") == "client" and r.get(metric, "") != "" and r.get("tau", "") != "":
@@ -209,7 +220,8 @@ def _cells(rows: Iterable[Mapping[str, str]], metric: str,
                 short[key] += 1
             else:
                 out[key].append((int(r["tau"]), float(r[metric])))
-    return out, short
+                methods[key] |= {m for m in r.get(METHOD_COLUMNS.get(metric, ""), "").split("+") if m}
+    return out, short, methods
 
 
 @dataclass(frozen=True)
@@ -226,6 +238,13 @@ class VariantFit:
     step_vs_pass: Optional[Interval] = None
     #: rows left out because their window was shorter than the meters' update period (energy metrics)
     short: int = 0
+    #: how the fitted rows' figures were obtained (``counter``, ``counter+estimate``; ``""`` for seconds)
+    method: str = ""
+
+    @property
+    def label(self) -> str:
+        """The metric as tables name it: a GPU metric with its method (``gpu_j (counter)``), others as they are."""
+        return metric_label(self.metric, self.method)
 
 
 @dataclass(frozen=True)
@@ -240,6 +259,20 @@ class Ratio:
     ratio: Interval
     n_variant: int
     n_reference: int
+    #: how the figures of both sides were obtained, as :attr:`VariantFit.method`
+    method: str = ""
+
+    @property
+    def label(self) -> str:
+        return metric_label(self.metric, self.method)
+
+
+def metric_label(metric: str, method: str) -> str:
+    """``gpu_j (counter)``, ``gpu_net_j (counter, net of idle)``; any other metric as it is (the dashboard marks an
+    estimated ``energy_j`` itself)."""
+    from edgeprof.report.gpu_energy import label
+
+    return label(metric, method) if metric in GPU_METRICS else metric
 
 
 @dataclass
@@ -292,12 +325,13 @@ def _fit_group(points: list[tuple[int, float]]) -> Optional[LineFit]:
     return fit_line([float(t) for t in taus], [p[1] for p in points])
 
 
-def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS) -> Analysis:
-    """Fits, verdicts, step-vs-pass costs and ratios for every (device, variant, metric) in ``rows``."""
+def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS + GPU_METRICS) -> Analysis:
+    """Fits, verdicts, step-vs-pass costs and ratios for every (device, variant, metric) in ``rows``; a metric no
+    row has a value for (the GPU's in a run without one, ``gpu_net_j`` without an idle baseline) has none."""
     rows = list(rows)
     result = Analysis()
     for metric in metrics:
-        cells, short = _cells(rows, metric)
+        cells, short, methods = _cells(rows, metric)
         fits = {key: _fit_group(points) for key, points in cells.items()}
         for (device, variant) in dict.fromkeys([*cells, *short]):
             points, left_out = cells.get((device, variant), []), short.get((device, variant), 0)
@@ -305,8 +339,9 @@ def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS)
             ref = fits.get((device, PASS_ALGO))
             rel = slope_ratio(fit, ref) if fit is not None and ref is not None else None
             result.fits.append(VariantFit(device, variant, metric, len(points), tuple(sorted({p[0] for p in points})),
-                                          fit, _short_verdict(verdict(fit), points, left_out), rel, left_out))
-        result.ratios.extend(_ratios(cells, metric))
+                                          fit, _short_verdict(verdict(fit), points, left_out), rel, left_out,
+                                          "+".join(sorted(methods.get((device, variant), ())))))
+        result.ratios.extend(_ratios(cells, metric, methods))
     return result
 
 
@@ -326,7 +361,7 @@ def _is_reference(variant: str) -> bool:
     return variant.split("[")[0] == REFERENCE_ALGO
 
 
-def _ratios(cells, metric: str) -> list[Ratio]:
+def _ratios(cells, metric: str, methods: Mapping[tuple[str, str], set[str]]) -> list[Ratio]:
     out = []
     for (device, ref), ref_points in cells.items():
         if not _is_reference(ref):
@@ -334,10 +369,12 @@ def _ratios(cells, metric: str) -> list[Ratio]:
         for (dev, variant), points in cells.items():
             if dev != device or _is_reference(variant):
                 continue
+            method = "+".join(sorted(methods.get((dev, variant), set()) | methods.get((device, ref), set())))
             for tau in sorted({p[0] for p in points} & {p[0] for p in ref_points}):
                 num = [v for t, v in points if t == tau]
                 den = [v for t, v in ref_points if t == tau]
-                out.append(Ratio(device, metric, variant, ref, tau, ratio_of_means(num, den), len(num), len(den)))
+                out.append(Ratio(device, metric, variant, ref, tau, ratio_of_means(num, den), len(num), len(den),
+                                 method))
     return out
 
 
@@ -350,16 +387,24 @@ def check_claim(analysis: Analysis, metric: str = "wall_s") -> list[str]:
     """
     fits = [f for f in analysis.fits if f.metric == metric]
     problems = []
+    missing = f": the claim cannot be checked{_WHY_NONE.get(metric, '')}"
     if not any(_is_reference(f.variant) for f in fits):
-        problems.append(f"no {REFERENCE_ALGO} rows with {metric}: the claim cannot be checked")
+        problems.append(f"no {REFERENCE_ALGO} rows with {metric}{missing}")
     if not any(f.variant == PASS_ALGO for f in fits):
-        problems.append(f"no {PASS_ALGO} rows with {metric}: the claim cannot be checked")
+        problems.append(f"no {PASS_ALGO} rows with {metric}{missing}")
     for f in fits:
         want = "flat" if _is_reference(f.variant) else "linear" if f.variant == PASS_ALGO else None
         if want and f.verdict.label != want:
             where = f" on {f.device}" if f.device else ""
-            problems.append(f"{f.variant}{where} is {f.verdict.label}, not {want}, in {metric} ({f.verdict.reason})")
+            problems.append(f"{f.variant}{where} is {f.verdict.label}, not {want}, in {f.label} ({f.verdict.reason})")
     return problems
+
+
+#: why a report may have no rows with a GPU metric, said where the claim cannot be checked on it
+_WHY_NONE = {"gpu_j": " (gpu_j is the joules of the round's GPU by its own meter: only rounds on a GPU that a GPU "
+                      "meter measured have them)", "gpu_net_j": " (gpu_net_j is gpu_j net of the GPU's idle power: it "
+                                                                "needs rounds on a measured GPU and an idle baseline, "
+                                                                "--idle-seconds)"}
 
 
 def _fmt_interval(iv: Optional[Interval], fmt: str = "{:.3g}") -> str:
@@ -370,8 +415,9 @@ def _fmt_interval(iv: Optional[Interval], fmt: str = "{:.3g}") -> str:
     return f"{fmt.format(iv.value)} [{fmt.format(iv.lo)}, {fmt.format(iv.hi)}]"
 
 
-def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
-    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several)."""
+def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s") + GPU_METRICS):
+    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several); a
+    GPU metric is named with its method (``gpu_j (counter)``) and has rows only where the analysis has its fits."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -384,7 +430,7 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
         if f.metric not in metrics:
             continue
         b = Interval(f.fit.b, *f.fit.ci_b) if f.fit else None
-        fits.add_row(*(escape(f.device),) * several, escape(f.variant), f.metric,
+        fits.add_row(*(escape(f.device),) * several, escape(f.variant), escape(f.label),
                      f"{f.n} (+{f.short} short)" if f.short else str(f.n),
                      f"{f.fit.a:.3g}" if f.fit else "-", _fmt_interval(b),
                      _fmt_interval(f.step_vs_pass, "{:.3g}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
@@ -396,7 +442,7 @@ def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s")):
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
         if r.metric in metrics:
-            key = (*(escape(r.device),) * several, escape(r.variant), escape(r.reference), r.metric)
+            key = (*(escape(r.device),) * several, escape(r.variant), escape(r.reference), escape(r.label))
             pivot[key][r.tau] = _fmt_interval(r.ratio, "{:.1f}")
     for key, cells in pivot.items():
         ratios.add_row(*key, *[cells.get(t, "-") for t in taus])

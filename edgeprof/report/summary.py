@@ -1,12 +1,16 @@
-"""The short table that ends a run: medians per client round, per phase, and per server step."""
+"""The short table that ends a run: medians per client round, per phase, and per server step; on a GPU, the GPU's
+own joules beside it (:func:`gpu_summary`: by its meter's method, net of its idle power, verdicts over tau)."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from edgeprof.report.writer import Report
+
+if TYPE_CHECKING:
+    from edgeprof.report.gpu_energy import Totals
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,88 @@ def render(lines: Sequence[SummaryLine]):
     return table
 
 
+@dataclass(frozen=True)
+class GpuLine:
+    """The round GPU's joules of one part (client round, server step) by its own meter: medians per row and totals,
+    net of its idle power where the sidecar has it, and the rest of ``energy_j`` beside them with its own method."""
+
+    algo: str
+    part: str
+    gpu_j: float
+    net_j: float | None
+    rest_j: float | None
+    totals: "Totals"
+
+
+def _gpu_line(algo: str, part: str, rows: Sequence[dict], rest: Sequence[str]) -> GpuLine:
+    from edgeprof.report import gpu_energy
+
+    sums = gpu_energy.totals([(r, rest) for r in rows])
+    rests = [gpu_energy.rest_j(r, rest)[0] for r in rows]
+    return GpuLine(algo, part, statistics.median(float(r["gpu_j"]) for r in rows),
+                   None if sums.net_j is None else statistics.median(float(r["gpu_net_j"]) for r in rows),
+                   None if sums.rest_j is None else statistics.median(rests), sums)
+
+
+def gpu_lines(report: Report) -> list[GpuLine]:
+    """Per algorithm, the client rounds' and server steps' GPU joules (``gpu_j``) where a GPU meter measured the
+    round's GPU; none for a run without one."""
+    from edgeprof.report import gpu_energy
+
+    if not gpu_energy.measured(report.rows):
+        return []
+    rows = gpu_energy.with_net(report.rows, report.sidecar)
+    rest = gpu_energy.rest_columns(report.sidecar)
+    lines = []
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        for kind, part in (("client", "client round"), ("server", "server step")):
+            measured = [r for r in rows if r["algo"] == algo and r["kind"] == kind and r.get("gpu_j", "") != ""]
+            if measured:
+                lines.append(_gpu_line(algo, part, measured, rest))
+    return lines
+
+
+def render_gpu(lines: Sequence[GpuLine]):
+    """A rich Table of the GPU lines: its own meter's joules, net of idle, and the rest of energy_j beside them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="the round's GPU by its own meter: median per row, and totals",
+                  caption="GPU J: gpu_j, the joules of the GPU that ran the round; net J: net of its idle power; "
+                          "idle: the share of its joules the idle power accounts for; rest J: the rest of energy_j "
+                          "(the other domains in the total), by its own method")
+    for name in ("algo", "part", "n", "GPU J", "net J", "total J", "total net J", "idle", "method", "rest J",
+                 "rest method"):
+        table.add_column(name, justify="left" if name in ("algo", "part") or "method" in name else "right",
+                         no_wrap=name in ("algo", "part"))
+    for ln in lines:
+        sums = ln.totals
+        share = "-" if sums.idle_share is None else f"{sums.idle_share:.0%}"
+        count = f"{sums.rows} ({sums.short} short)" if sums.short else str(sums.rows)
+        table.add_row(escape(ln.algo), escape(ln.part), count, _cell(ln.gpu_j), _cell(ln.net_j), _cell(sums.gpu_j),
+                      _cell(sums.net_j), share, escape(sums.method or "-"), _cell(ln.rest_j),
+                      escape(sums.rest_method or "-"))
+    return table
+
+
+def gpu_summary(report: Report) -> list:
+    """What a summary prints about the round's GPU (rich renderables): its table, and where the report has several
+    taus the verdicts and ratios of ``gpu_j`` and ``gpu_net_j``, then what they are and the idle power; nothing
+    for a run whose GPU no meter measured."""
+    from rich.text import Text
+
+    from edgeprof.report import analysis, gpu_energy
+
+    lines = gpu_lines(report)
+    if not lines:
+        return []
+    parts: list = [render_gpu(lines)]
+    result = analysis.analyze(gpu_energy.with_net(report.rows, report.sidecar), analysis.GPU_METRICS)
+    if any(len(f.taus) > 1 for f in result.fits) or result.ratios:
+        parts += list(analysis.render(result, analysis.GPU_METRICS))
+    return parts + [Text(note) for note in gpu_energy.notes(report.rows, report.sidecar)]
+
+
 def invalid_rows(report: Report) -> tuple[int, int]:
     """(client and server rows whose energy is invalid, all client and server rows)."""
     rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
@@ -149,13 +235,17 @@ def carbon_total(report: Report) -> tuple[float, int] | None:
     return (float(sum(grams)), len(grams)) if grams else None
 
 
-def overhead_fraction(report: Report) -> float | None:
-    """Profiler overhead as a fraction of the client rounds' total wall time.
+def overhead_fraction(report: Report) -> tuple[float, str] | None:
+    """Profiler overhead as a fraction of the client rounds' total wall time, and what was counted.
 
-    The overhead is the profiler's thread CPU seconds (``profiler_overhead_s``), which preemption by other
-    processes does not inflate: about the wall time the bookkeeping adds to a round on a quiet machine.
+    Since the sidecar says ``profiler_overhead: wall``, ``profiler_overhead_s`` is the wall time the profiler adds
+    to the measured thread inside a window (its edges: reads of the cheap meters, bookkeeping, waits for the
+    engine's lock and for the slow meters' series); an earlier report's column is the profiler's thread CPU time.
     """
     clients = report.where(kind="client")
     wall = sum(report.values("wall_s", clients))
     over = sum(report.values("profiler_overhead_s", clients))
-    return over / wall if wall > 0 else None
+    sidecar = report.sidecar if isinstance(report.sidecar, dict) else {}
+    what = ("the wall time it adds to the measured thread" if sidecar.get("profiler_overhead") == "wall"
+            else "its own thread CPU time, as reports before edgeprof counted wall time")
+    return (over / wall, what) if wall > 0 else None

@@ -25,13 +25,16 @@ import math
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
 from edgeprof.algorithms import ALGORITHMS, phases_of
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
+
+if TYPE_CHECKING:  # the analysis is imported where a sweep is analysed, not with this module
+    from edgeprof.report.analysis import Analysis
 
 REFERENCE_ALGO = "pflego"
 
@@ -198,6 +201,21 @@ def _sweep_sections(cfg: SweepConfig, cells: Sequence[Cell], data: dict) -> dict
         "order": [[c.variant.label, c.tau, c.repeat] for c in cells],
     }
     return data
+
+
+def analyze_report(csv_path: Path) -> tuple["Analysis", list[str]]:
+    """The analysis of a sweep's report and the lines to print beside it.
+
+    On a GPU the round GPU's own joules (``gpu_j``) have fits, verdicts and ratios of their own, and so does
+    ``gpu_net_j`` where the sidecar has the GPU's idle power (:mod:`edgeprof.report.gpu_energy`); the lines say
+    how ``gpu_j`` was measured and the idle power, or why there is none. A report without a GPU has neither.
+    """
+    from edgeprof.report import gpu_energy
+    from edgeprof.report.analysis import analyze
+    from edgeprof.report.writer import read_report
+
+    report = read_report(csv_path)
+    return analyze(gpu_energy.with_net(report.rows, report.sidecar)), gpu_energy.notes(report.rows, report.sidecar)
 
 
 def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]] = None,

@@ -46,7 +46,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
 
     if not reports:
         raise ConfigError("the dashboard needs at least one report")
-    rows = rows_of(reports)
+    rows = runs.with_gpu_net(rows_of(reports))  # gpu_net_j where a report's sidecar has the GPU's idle power
     analysis = analyze([r.data | {"device": r.device} for r in rows])
     devices = by_device(rows)
     page = Page()

@@ -8,12 +8,17 @@ import statistics
 from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
-from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, LINEAR_MIN_GROWTH, METRICS, Analysis, Interval,
-                                     VariantFit, is_short)
+from edgeprof.report import gpu_energy
+from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, GPU_METRICS, LINEAR_MIN_GROWTH, METRICS, Analysis,
+                                     Interval, Ratio, VariantFit, is_short)
 from edgeprof.report.dashboard.page import (METRIC_LABELS, Page, Row, energy_note, esc, estimated_variants, grid,
                                             interval_text, listing, marked, median, methods_of, num_text,
                                             phase_names, short_labels, table)
+from edgeprof.report.dashboard.runs import gpu_note
 from edgeprof.report.writer import Report
+
+#: the axis titles of the round GPU's metrics (their figures' titles say the method: see :func:`_cost_title`)
+GPU_LABELS = {"gpu_j": "GPU joules", "gpu_net_j": "GPU joules net of idle"}
 
 
 RULE = (f"<p>Fit: least squares of every client round's cost on tau, cost = a + b&middot;tau, "
@@ -35,13 +40,17 @@ def _one_tau(analysis: Analysis) -> str:
             f"a line of cost against tau needs two or more: <code>edgeprof sweep</code> measures several.</p>")
 
 
-def _metric_cell(metric: str, device: str, variants: Iterable[str], estimated: set[tuple[str, str]]) -> str:
-    return marked(metric, metric == "energy_j" and any((device, v) in estimated for v in variants))
+def _metric_cell(item: VariantFit | Ratio, variants: Iterable[str], estimated: set[tuple[str, str]]) -> str:
+    """The metric of a fit or ratio: a GPU metric with its own method (``gpu_j (counter)``), ``energy_j`` marked
+    ESTIMATE where any of it was estimated."""
+    if item.metric in GPU_METRICS:
+        return item.label
+    return marked(item.metric, item.metric == "energy_j" and any((item.device, v) in estimated for v in variants))
 
 
 def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
     return table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
-                  [(f.device, f.variant, _metric_cell(f.metric, f.device, [f.variant], estimated),
+                  [(f.device, f.variant, _metric_cell(f, [f.variant], estimated),
                     f"{f.n} (+{f.short} short)" if f.short else f.n,
                     f"{f.fit.a:.4g}" if f.fit else "-",
                     interval_text(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None),
@@ -54,16 +63,17 @@ def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
     taus = sorted({r.tau for r in analysis.ratios})
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
-        metric = _metric_cell(r.metric, r.device, (r.variant, r.reference), estimated)
+        metric = _metric_cell(r, (r.variant, r.reference), estimated)
         pivot[(r.device, r.variant, r.reference, metric)][r.tau] = interval_text(r.ratio, "{:.2f}")
     return table(("device", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
                   [(*key, *[cells.get(t, "-") for t in taus]) for key, cells in pivot.items()], "ratios")
 
 
 def verdicts(analysis: Analysis, rows: Sequence[Row]) -> str:
-    """The fitting rule, each algorithm's fit and verdict per metric, and its ratios to PFLEGO at each tau."""
+    """The fitting rule, each algorithm's fit and verdict per metric, and its ratios to PFLEGO at each tau; on a GPU,
+    what its own metrics are (``gpu_j``, ``gpu_net_j``: verdicts and ratios of their own)."""
     estimated = estimated_variants(rows)
-    return ((_one_tau(analysis) or RULE + _fits_table(analysis, estimated))
+    return ((_one_tau(analysis) or RULE + gpu_note(rows) + _fits_table(analysis, estimated))
             + "<h3>Ratio to PFLEGO per client round at each tau (geometric means; 95% Welch interval on the log "
             "scale)</h3>" + _ratios_table(analysis, estimated))
 
@@ -109,15 +119,25 @@ def _cost_plot(page: Page, analysis: Analysis, rows: Sequence[Row], device: str,
         data.extend(_fit_traces(analysis.fit_for(device, variant, metric), variant, color))
     if not data:
         return ""
-    estimate = metric == "energy_j" and "estimate" in methods_of(r for m in groups.values() for r in m)
-    return page.figure(data, marked(f"{device}: {METRIC_LABELS[metric]} per client round", estimate),
-                       {"title": {"text": "tau"}}, {"title": {"text": METRIC_LABELS[metric]}, "rangemode": "tozero"},
+    return page.figure(data, _cost_title(device, metric, [r for m in groups.values() for r in m]),
+                       {"title": {"text": "tau"}},
+                       {"title": {"text": GPU_LABELS.get(metric) or METRIC_LABELS[metric]}, "rangemode": "tozero"},
                        log_toggle=True)
+
+
+def _cost_title(device: str, metric: str, rows: Sequence[Row]) -> str:
+    """``dev: energy, J per client round (ESTIMATE)`` where any of it was estimated; ``dev: GPU joules per client
+    round (counter)``: the GPU's metrics say their own method."""
+    title = f"{device}: {GPU_LABELS.get(metric) or METRIC_LABELS[metric]} per client round"
+    if metric in GPU_METRICS:
+        method = gpu_energy.methods(r.data for r in rows) or "no method recorded"
+        return f"{title} ({method}{', net of idle' if metric == gpu_energy.NET_METRIC else ''})"
+    return marked(title, metric == "energy_j" and "estimate" in methods_of(rows))
 
 
 def _cost_plots(page: Page, analysis: Analysis, devices: Mapping[str, list[Row]]) -> str:
     parts = []
-    for metric in METRICS:
+    for metric in METRICS + GPU_METRICS:
         cells = [_cost_plot(page, analysis, rows, device, metric) for device, rows in devices.items()]
         if any(cells):
             parts.append(grid(cells))

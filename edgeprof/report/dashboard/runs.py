@@ -3,13 +3,47 @@ cumulative energy, and how the figures were measured."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Mapping, Sequence
 
-from edgeprof.report.analysis import variant_of
-from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, short_labels,
-                                            table)
+from edgeprof.report import gpu_energy
+from edgeprof.report.analysis import is_short, variant_of
+from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
+                                            short_labels, table)
 from edgeprof.report.writer import Report
+
+
+def _reports(rows: Sequence[Row]) -> list[Report]:
+    return list({id(r.report): r.report for r in rows}.values())
+
+
+def with_gpu_net(rows: Sequence[Row]) -> list[Row]:
+    """The rows, each of a report whose sidecar has the round GPU's idle power given ``gpu_net_j`` (gpu_j net of
+    that power times wall_s, :mod:`edgeprof.report.gpu_energy`); the others as they are."""
+    idle = {id(rep): gpu_energy.gpu_idle(rep.sidecar) for rep in _reports(rows)}
+    out = []
+    for r in rows:
+        value = gpu_energy.net_j(r.data, idle[id(r.report)])
+        out.append(r if value is None else dataclasses.replace(r, data={**r.data, gpu_energy.NET_METRIC: repr(value)}))
+    return out
+
+
+def gpu_note(rows: Sequence[Row]) -> str:
+    """The sentence above the GPU's figures: what gpu_j is, and each report's GPU idle power or why there is none;
+    ``""`` where no report measured the round's GPU."""
+    reports = [rep for rep in _reports(rows) if gpu_energy.measured(rep.rows)]
+    if not reports:
+        return ""
+    gpu_rows = [row for rep in reports for row in rep.rows]
+    rest = gpu_energy.rest_text(gpu_rows, sorted({c for rep in reports for c in gpu_energy.rest_columns(rep.sidecar)}))
+    added = f", which adds {esc(rest)} to it" if rest else ""
+    idle = "; ".join(f"{esc(rep.path.stem)}: {esc(_idle_text(gpu_energy.gpu_idle(rep.sidecar)))}" for rep in reports)
+    return (f'<p class="note"><b>The round\'s GPU by its own meter.</b> <code>gpu_j</code> is the joules of the GPU '
+            f"that ran the round, by its meter ({esc(gpu_energy.methods(gpu_rows) or 'no method recorded')}): its "
+            f"verdicts, ratios and totals stand apart from those of <code>energy_j</code>{added}. "
+            f"<code>gpu_net_j</code> is <code>gpu_j</code> net of the GPU's idle power measured before the run "
+            f"(idle W &times; wall s), shown only where a report has that baseline. {idle}.</p>")
 
 
 def runs_and_devices(reports: Sequence[Report], rows: Sequence[Row]) -> str:
@@ -117,7 +151,8 @@ def _total_bars(page: Page, device: str, totals: Mapping[str, dict], what: str, 
 
 
 def energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
-    """Total energy and carbon per algorithm and device, as bars and a table, ESTIMATE where estimated."""
+    """Total energy and carbon per algorithm and device, as bars and a table, ESTIMATE where estimated; then, where
+    a GPU meter measured the rounds' GPU, that GPU's own totals (gross and net of idle) with their own method."""
     cells, tables = [], []
     for device, rows in devices.items():
         totals = _totals(rows)
@@ -126,7 +161,50 @@ def energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
                   _total_bars(page, device, totals, "carbon", "grams CO2e", estimate)]
         tables.append(_totals_table(device, totals))
     all_rows = [r for rows in devices.values() for r in rows]
-    return energy_note(all_rows) + grid([c for c in cells if c]) + "".join(tables)
+    return energy_note(all_rows) + grid([c for c in cells if c]) + "".join(tables) + _gpu_energy(page, devices)
+
+
+def _gpu_totals(rows: Sequence[Row]) -> dict[str, "gpu_energy.Totals"]:
+    """Per algorithm, the sums of its client rounds' and server steps' GPU joules (those with ``gpu_j``)."""
+    rest = {id(rep): gpu_energy.rest_columns(rep.sidecar) for rep in _reports(rows)}
+    groups: dict[str, list] = defaultdict(list)
+    for r in rows:
+        if r.data.get("kind") in ("client", "server") and r.num("gpu_j") is not None:
+            groups[r.variant].append((r.data, rest[id(r.report)]))
+    return {v: gpu_energy.totals(members) for v, members in groups.items()}
+
+
+def _gpu_bars(page: Page, device: str, totals: Mapping[str, "gpu_energy.Totals"]) -> str:
+    """Bars of the GPU's total joules per algorithm, gross and (where every row has it) net of idle."""
+    short = short_labels(totals)
+    method = "+".join(sorted({m for t in totals.values() for m in t.method.split("+") if m})) or "no method"
+    data = [{"type": "bar", "name": esc(f"gpu_j ({method})"), "x": [esc(short[v]) for v in totals],
+             "hovertext": [esc(v) for v in totals], "y": [t.gpu_j for t in totals.values()]}]
+    if any(t.net_j is not None for t in totals.values()):
+        data.append({"type": "bar", "name": esc(f"gpu_net_j ({method}, net of idle)"),
+                     "x": [esc(short[v]) for v in totals], "hovertext": [esc(v) for v in totals],
+                     "y": [t.net_j for t in totals.values()]})
+    return page.figure(data, f"{device}: total GPU energy per algorithm ({method})", {"type": "category"},
+                       {"title": {"text": "joules"}}, barmode="group")
+
+
+def _gpu_energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
+    """The GPU's own totals per device and algorithm; ``""`` where no GPU meter measured the rounds."""
+    cells, body = [], []
+    for device, rows in devices.items():
+        totals = _gpu_totals(rows)
+        if not totals:
+            continue
+        cells.append(_gpu_bars(page, device, totals))
+        body += [(device, v, f"{t.rows} ({t.short} short)" if t.short else t.rows, num_text(t.gpu_j),
+                  t.method or "-", num_text(t.net_j), "-" if t.idle_share is None else f"{t.idle_share:.0%}",
+                  num_text(t.rest_j), t.rest_method or "-") for v, t in totals.items()]
+    if not body:
+        return ""
+    all_rows = [r for rows in devices.values() for r in rows]
+    return ("<h3>The round's GPU by its own meter (client rounds and server steps)</h3>" + gpu_note(all_rows)
+            + grid(cells) + table(("device", "algorithm", "rows", "GPU J", "GPU method", "net of idle J", "idle share",
+                                   "rest of energy J", "rest method"), body, "gpu-totals"))
 
 
 def accuracy(page: Page, devices: Mapping[str, list[Row]]) -> str:
@@ -180,7 +258,8 @@ def methods_section(reports: Sequence[Report]) -> str:
         carbon = rep.sidecar.get("energy", {}).get("carbon", {})
         label = ", ".join(m + (" (an ESTIMATE, not a measurement)" if m == "estimate" else "") for m in methods)
         body.append((rep.path.stem, label, found, missing,
-                     f"{carbon.get('g_per_kwh', '-')} g/kWh: {carbon.get('source', '-')}"))
+                     f"{carbon.get('g_per_kwh', '-')} g/kWh: {carbon.get('source', '-')}", _gpu_method(rep)))
+    gpu = any(row[-1] != "-" for row in body)  # the round GPU's column only where a report has one
     explain = ("<p>Each row of a report says how its energy was obtained: <b>counter</b> (a hardware energy "
                "counter, e.g. RAPL), <b>integrated_power</b> (power samples integrated over the window, e.g. "
                "Jetson rails, NVML), <b>estimate</b> (process CPU seconds times an assumed watts per core: an "
@@ -188,5 +267,27 @@ def methods_section(reports: Sequence[Report]) -> str:
                "implausible, e.g. a counter that jumped back: no number is shown, the sidecar's meters.invalid "
                "says why; totals and medians leave such rows out). Wall seconds come from a monotonic clock, CPU "
                "seconds from the process's CPU time, peak memory from the kernel's per-window high-water mark.</p>")
-    return explain + table(("report", "energy method", "meters used", "meters not found", "carbon intensity"),
-                            body)
+    header = ("report", "energy method", "meters used", "meters not found", "carbon intensity")
+    if gpu:
+        explain += ("<p>On a GPU, <code>gpu_j</code> is the joules of the GPU that ran the round by its own meter, "
+                    "and <code>energy_j</code> adds the other domains of the total to it, each by its own method (a "
+                    "CPU estimate makes it an ESTIMATE in part): the GPU's joules keep their own method wherever "
+                    "they are shown, and their net of idle subtracts the GPU's idle power measured before the "
+                    "run.</p>")
+        return explain + table(header + ("round GPU (gpu_j)",), body)
+    return explain + table(header, [row[:-1] for row in body])
+
+
+def _gpu_method(report: Report) -> str:
+    """How a report's round GPU was measured and its idle power (``counter; idle 106 W``), ``-`` without one."""
+    if not gpu_energy.measured(report.rows):
+        return "-"
+    method = gpu_energy.methods(report.rows) or "no method recorded"
+    return f"{method}; {_idle_text(gpu_energy.gpu_idle(report.sidecar))}"
+
+
+def _idle_text(idle: "gpu_energy.GpuIdle") -> str:
+    """``idle 106.3 W (gpu_0)``, or ``no net of idle: <why>``."""
+    if idle.power_w is None:
+        return f"no net of idle: {idle.why}"
+    return f"idle {idle.power_w:.4g} W ({', '.join(idle.domains)})"
