@@ -122,7 +122,8 @@ def test_distinct_gpu_domains_each_count_once_in_a_window(tmp_path):
 def test_estimate_takes_a_supplied_cpu_time_and_other_meters_ignore_it(tmp_path, cpu_s, estimate_j):
     build_rapl(tmp_path, "one_socket", energy_uj=0)
     cpu_clock = iter([2.0, 7.5])  # at opening, then at a stand-alone read
-    meters = MeterSet([RaplMeter(tmp_path), CpuTimeEstimateMeter(4.0, cpu_time=lambda: next(cpu_clock))])
+    meters = MeterSet([RaplMeter(tmp_path), CpuTimeEstimateMeter(4.0, cpu_time=lambda: next(cpu_clock),
+                                                              cpu_clock_lag_s=0.004)])
     set_energy(tmp_path, "intel-rapl:0", 2_500_000)
 
     reading = meters.read_j(cpu_s=cpu_s)

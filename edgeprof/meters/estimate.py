@@ -9,18 +9,26 @@ matches the CPU model string), else :data:`DEFAULT_WATTS_PER_CORE`. The table's 
 estimates, mostly TDP (or the CPU rail's full-load power) divided by the number of cores; the source
 text of each travels into the report's sidecar.
 
+What it resolves: the process CPU clock counts the calling thread's time at once but another thread's only
+at that thread's next scheduler tick or switch (:mod:`edgeprof.meters.cpu_clock`), so a span shorter than that
+lag can gain or lose up to a tick of each busy thread's time. The lag is measured once per process and is the
+meter's ``update_period_s``: windows and phases shorter than it are flagged (``short_window``,
+``short_phases``). Its power limit is the usable cores times the watts per core (:meth:`power_limits_w`).
+
 In discovery it is the CPU fallback (:data:`BACKEND`): tried after every other back-end and opened only
 when none that measures the CPU (RAPL, the Jetson rails) was.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from pathlib import Path
 from typing import Callable, Mapping
 
 from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, ProbeResult
+from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag_s, usable_cpus
 
 #: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
 DEFAULT_WATTS_PER_CORE = 10.0
@@ -80,6 +88,11 @@ class CpuTimeEstimateMeter(Meter):
     read alone (:meth:`read_j`), it reads ``cpu_time`` itself. Both count from ``cpu_time()`` at opening,
     so a supplied ``cpu_s`` must come from the same clock (process CPU time) for the cumulative figure to
     start at zero; differences of two readings are right whatever the clock.
+
+    ``cpu_clock_lag_s`` is how late the process CPU clock counts other threads' time, the meter's update period:
+    by default the lag measured once per process (:func:`~edgeprof.meters.cpu_clock.process_cpu_clock_lag_s`,
+    ~60 ms at the first meter), else the figure given. ``cores`` (default: the CPUs the process may run on)
+    times the watts per core is the most it can estimate (:attr:`max_power_w`).
     """
 
     name = "cpu_estimate"
@@ -89,11 +102,23 @@ class CpuTimeEstimateMeter(Meter):
         watts_per_core: float = DEFAULT_WATTS_PER_CORE,
         source: str = "default",
         cpu_time: Callable[[], float] = time.process_time,
+        cpu_clock_lag_s: float | None = None,
+        cores: int | None = None,
     ) -> None:
         if not watts_per_core > 0:
             raise ValueError("watts per core must be positive")
+        if cpu_clock_lag_s is not None and not 0 <= cpu_clock_lag_s <= MAX_LAG_S:
+            raise ValueError(f"the CPU clock's lag must be in 0..{MAX_LAG_S:g} s, got {cpu_clock_lag_s}")
+        if cores is not None and not cores >= 1:
+            raise ValueError(f"cores must be at least 1, got {cores}")
         self.watts_per_core = float(watts_per_core)
         self.source = source
+        self.lag_source = "measured at start" if cpu_clock_lag_s is None else "given"
+        self.cpu_clock_lag_s = process_cpu_clock_lag_s() if cpu_clock_lag_s is None else float(cpu_clock_lag_s)
+        self.update_period_s = self.cpu_clock_lag_s
+        self.cores = usable_cpus() if cores is None else int(cores)
+        #: the most the estimate can show: every usable core busy
+        self.max_power_w = self.cores * self.watts_per_core
         self._cpu_time = cpu_time
         self._start = cpu_time()
 
@@ -106,40 +131,53 @@ class CpuTimeEstimateMeter(Meter):
     def read_at_cpu_j(self, cpu_s: float) -> Mapping[str, float]:
         return {"cpu_estimate": (cpu_s - self._start) * self.watts_per_core}
 
+    def power_limits_w(self) -> Mapping[str, float]:
+        return {"cpu_estimate": self.max_power_w}
+
     def describe(self) -> dict:
         info = super().describe()
+        lag_ms = self.cpu_clock_lag_s * 1e3
         info.update(watts_per_core=self.watts_per_core, watts_source=self.source,
-                    model="energy_j = process_cpu_s * watts_per_core", resolution="process CPU time (~1 ms)")
+                    model="energy_j = process_cpu_s * watts_per_core", cpu_clock_lag_s=self.cpu_clock_lag_s,
+                    resolution=f"process CPU clock: other threads' time arrives up to {lag_ms:.2f} ms late "
+                               f"({self.lag_source})",
+                    cores=self.cores, max_power_w=self.max_power_w)
         return info
 
 
-def estimate_meter(cpu_watts: float | None = None, cpu_model: str | None = None) -> CpuTimeEstimateMeter:
-    """The estimate with ``cpu_watts`` when given, else the table's figure for ``cpu_model`` (default: this CPU's)."""
+def estimate_meter(cpu_watts: float | None = None, cpu_model: str | None = None,
+                   cpu_clock_lag_s: float | None = None) -> CpuTimeEstimateMeter:
+    """The estimate with ``cpu_watts`` when given, else the table's figure for ``cpu_model`` (default: this CPU's);
+    the CPU clock's lag as given, else measured (once per process)."""
     if cpu_watts is not None:
-        return CpuTimeEstimateMeter(cpu_watts, f"--cpu-watts {cpu_watts:g} W/core (user-supplied; estimate)")
+        return CpuTimeEstimateMeter(cpu_watts, f"--cpu-watts {cpu_watts:g} W/core (user-supplied; estimate)",
+                                    cpu_clock_lag_s=cpu_clock_lag_s)
     model = cpu_model if cpu_model is not None else detect_cpu_model()
     watts, source = watts_per_core_for(model)
-    return CpuTimeEstimateMeter(watts, source)
+    return CpuTimeEstimateMeter(watts, source, cpu_clock_lag_s=cpu_clock_lag_s)
 
 
 def _open(ctx: MeterContext) -> CpuTimeEstimateMeter:
-    return estimate_meter(ctx.settings["cpu_watts"], ctx.settings["cpu_model"])
+    return estimate_meter(ctx.settings["cpu_watts"], ctx.settings["cpu_model"], ctx.settings["cpu_clock_lag_s"])
 
 
 #: discovery's view of the estimate: always available, opened only when nothing measures the CPU
 def check_settings(given) -> str | None:
-    """``cpu_watts``, when given, must be a positive finite number."""
-    import math
-
-    watts = given.get("cpu_watts")
-    if watts is not None and (isinstance(watts, bool) or not isinstance(watts, (int, float))
-                              or not (math.isfinite(watts) and watts > 0)):
+    """``cpu_watts``, when given, must be a positive finite number; ``cpu_clock_lag_s`` one in 0..MAX_LAG_S."""
+    watts, lag = given.get("cpu_watts"), given.get("cpu_clock_lag_s")
+    if watts is not None and not (_is_number(watts) and math.isfinite(watts) and watts > 0):
         return f"cpu-watts must be positive, got {watts}"
+    if lag is not None and not (_is_number(lag) and 0 <= lag <= MAX_LAG_S):
+        return f"cpu_clock_lag_s must be in 0..{MAX_LAG_S:g} s, got {lag}"
     return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 BACKEND = Backend(
     name="cpu_estimate", title="the CPU-time estimate", columns=("cpu_estimate",), cpu_fallback=True,
-    settings={"cpu_watts": None, "cpu_model": None}, check=check_settings,
+    settings={"cpu_watts": None, "cpu_model": None, "cpu_clock_lag_s": None}, check=check_settings,
     probe=lambda ctx: ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)), open=_open,
 )
