@@ -230,3 +230,25 @@ def test_a_trace_record_the_server_cannot_read_is_dropped_and_the_row_still_writ
     assert not any(r["row"] in clients for r in rows)  # none with the unreadable trace
     assert {r["kind"] for r in rows} == {"server"}  # the server's own windows are still traced
     assert "cannot read" in caplog.text
+
+
+@pytest.mark.parametrize("fields", ["now", "before resolved and flag"])
+def test_a_trace_record_round_trips_with_what_its_meter_resolved(task_identity, fields):
+    """A traced mod's record carries each row's ``resolved`` and ``flag``; a node with an edgeprof from before those
+    fields sends none, and its rows read as resolved and unflagged."""
+    from edgeprof.flower.energy import TRACE_RECORD, take_trace, trace_record
+    from edgeprof.measure.trace import TraceRow
+
+    rows = (TraceRow(0.02, 0.02, "head_steps", "gpu_0", "gpu", True, 151.5, "counter", True, False, ""),
+            TraceRow(0.3, 0.28, "joint_grad", "gpu_0", "gpu", True, 812.0, "counter", False, True,
+                     "above the 700 W power limit"))
+    record = trace_record(rows)
+    if fields != "now":
+        record = ConfigRecord({k: v for k, v in record.items() if k not in ("resolved", "flag")})
+    msg = Message(RecordDict({TRACE_RECORD: record}), dst_node_id=1, message_type=MessageType.TRAIN)
+
+    taken = take_trace(msg)
+
+    expected = rows if fields == "now" else tuple(
+        TraceRow(**{**r.__dict__, "resolved": True, "flag": ""}) for r in rows)
+    assert taken == expected and TRACE_RECORD not in msg.content

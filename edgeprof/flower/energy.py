@@ -129,6 +129,12 @@ def trace_record(trace) -> ConfigRecord:
     return ConfigRecord({f: [getattr(r, f) for r in trace] for f in TraceRow.__dataclass_fields__})
 
 
+#: the trace row fields saying what a meter resolved (:class:`~edgeprof.measure.trace.TraceRow`), and their types
+RESOLUTION_FIELDS = {"resolved": bool, "flag": str}
+#: the longest flag a node's trace row may carry
+MAX_FLAG_CHARS = 200
+
+
 def take_trace(msg: Message) -> Optional[tuple]:
     """The trace rows a traced mod attached to ``msg`` (None if none), removed from it. A record that is not a
     trace edgeprof's mod writes (lists of other lengths or types, an unknown method) is dropped with a warning:
@@ -143,7 +149,9 @@ def take_trace(msg: Message) -> Optional[tuple]:
     types = {"t_s": float, "dt_s": float, "phase": str, "domain": str, "column": str, "in_total": bool, "w": float,
              "method": str, "short_phase": bool}
     try:
-        if not isinstance(record, ConfigRecord) or set(record) != set(types):
+        if isinstance(record, ConfigRecord) and set(record) == set(types) | set(RESOLUTION_FIELDS):
+            types.update(RESOLUTION_FIELDS)  # a node before these fields sends none: its rows read as resolved
+        elif not isinstance(record, ConfigRecord) or set(record) != set(types):
             raise ValueError(f"fields {sorted(record) if isinstance(record, ConfigRecord) else type(record).__name__}")
         columns = {f: list(record[f]) for f in types}
         if len({len(c) for c in columns.values()}) != 1:
@@ -155,6 +163,8 @@ def take_trace(msg: Message) -> Optional[tuple]:
                 raise ValueError(f"{f} holds a value that is not {kind.__name__}")
         if not set(columns["method"]) <= {*METHODS, INVALID}:
             raise ValueError(f"unknown method in {sorted(set(columns['method']))}")
+        if any(len(flag) > MAX_FLAG_CHARS for flag in columns.get("flag", ())):
+            raise ValueError(f"a flag longer than {MAX_FLAG_CHARS} characters")
     except ValueError as err:
         _log.warning("node %s sent a trace record edgeprof cannot read (%s): its row is written without a trace",
                      msg.metadata.src_node_id, err)
