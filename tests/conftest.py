@@ -52,3 +52,22 @@ def make_clients(rng: np.random.Generator, sizes=(7, 5, 9), classes=(2, 3, 2), s
 @pytest.fixture
 def tiny_clients(rng):
     return make_clients(rng)
+
+
+@pytest.fixture
+def stop_at_client_round(monkeypatch):
+    """``stop_at_client_round(n)``: the n-th client round of any federation raises KeyboardInterrupt (Ctrl-C)."""
+    from edgeprof.rounds.federation import Federation
+
+    real, calls = Federation.client_round, []
+
+    def arm(n: int) -> None:
+        def stopped(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == n:
+                raise KeyboardInterrupt()
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Federation, "client_round", stopped)
+
+    return arm

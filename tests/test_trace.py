@@ -401,18 +401,8 @@ def test_jetson_rails_in_a_sysfs_tree_are_traced_as_integrated_power(tmp_path, s
     assert sum(r.w * r.dt_s for r in total) == pytest.approx(win.result.span.energy_j["board_total"], rel=1e-12)
 
 
-def test_an_interrupted_run_keeps_the_trace_of_every_window_it_wrote(tmp_path, monkeypatch):
-    from edgeprof.rounds.federation import Federation
-
-    real, calls = Federation.client_round, []
-
-    def stopped_on_the_fourth(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt()
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "client_round", stopped_on_the_fourth)
+def test_an_interrupted_run_keeps_the_trace_of_every_window_it_wrote(tmp_path, stop_at_client_round):
+    stop_at_client_round(4)
     result = CliRunner().invoke(app, ["measure", *SMALL[:-3], "--rounds", "5", "--no-progress", "--tau", "2",
                                       "--trace", "--trace-hz", "200", "--run-name", "t", "--out", str(tmp_path)])
 

@@ -231,7 +231,8 @@ class Monitor:
         return MonitorWindow(self._windows.begin(name), kind, merged, cells, other)
 
     def _end(self, mw: MonitorWindow) -> Measurement:
-        result = self._windows.end(mw._win)
+        self._windows.end(mw._win)
+        result = mw._win.result  # its row is written now: a slow meter's series is waited for
         with self._lock:
             row = self._row(mw, result)
             self._write(row, result.trace, mw.name)

@@ -94,7 +94,8 @@ error in the
         return self
 
     def stop(self) -> None:
-        """Stop the thread and wait for it (idempotent)."""
+        """Stop the thread and wait for it (idempotent); a window still to be resolved then reads the meters itself
+        (:meth:`wait_past`), so close the meters after every window was."""
         self._stop.set()
         self._nudge.set()
         thread, self._thread = self._thread, None
@@ -141,9 +142,20 @@ error in the
         if self.error is not None:
             raise MeterError(f"the slow meters' sampler failed: {self.error}") from self.error
 
+    def passed(self, t_s: float) -> bool:
+        """Whether a reading has started at or after ``t_s`` (or the thread failed: asking will say so)."""
+        with self._cond:
+            return self.error is not None or bool(self._points and self._points[-1].started_s >= t_s)
+
     def wait_past(self, t_s: float, timeout_s: float) -> None:
         """Return once a reading has started at or after ``t_s`` (asking the thread to read now); MeterError when
         none has after ``timeout_s`` or the thread failed."""
+        if self._thread is None:  # stopped: the caller reads
+            with self._cond:
+                self._raise_error()
+            if not self.passed(t_s):
+                self.read()
+            return
         with self._cond:
             if self._points and self._points[-1].started_s >= t_s:
                 return

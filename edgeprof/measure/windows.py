@@ -106,14 +106,29 @@ class OpenWindow:
         self.overlapped = False  # another window was open at some time during this one
         self.peak_rss_exact = True  # False when it opened while another window was open (no reset possible)
         self.open_phase: Optional[str] = None
-        self.result: Optional[WindowResult] = None
+        self._result: Optional[WindowResult] = None
+        #: once ended and until resolved: its end sample, peak RSS and peak device memory
+        self._ending: Optional[tuple[Sample, float, Optional[float]]] = None
+        self._resolving = threading.Lock()
         self.discarded = False  # dropped unmeasured (its run stopped while it was open)
         #: the samples of its power trace, with the phase open from each on (None: not traced)
         self.trace_points: Optional[list] = [] if engine.trace_hz else None
 
     @property
     def is_open(self) -> bool:
-        return self.result is None and not self.discarded
+        return self._result is None and self._ending is None and not self.discarded
+
+    @property
+    def result(self) -> Optional[WindowResult]:
+        """The window's figures once it has ended (None before). A slow meter's share is filled in from its series on
+        first use, waiting for the series' next reading if it has not passed the window's end yet (:meth:`ready`)."""
+        if self._result is None and self._ending is not None:
+            self._engine._resolve(self)
+        return self._result
+
+    def ready(self) -> bool:
+        """Whether :attr:`result` can be had now without waiting for a slow meter's series."""
+        return self._result is not None or (self._ending is not None and self._engine._ready(self))
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -135,6 +150,7 @@ class Windows:
         self.profiler = profiler
         self._lock = threading.RLock()
         self._open: list[OpenWindow] = []
+        self._unresolved: list[OpenWindow] = []  # ended, their figures not made yet (a slow meter's series)
         self._names: set[str] = set()  # phase names this engine has checked (phases recur every round)
         self.trace_hz = 0.0  # the power trace's rate while it is on (start_trace)
         self._tracer = None
@@ -218,8 +234,9 @@ class Windows:
         _OPEN.set(_OPEN.get() + (win,))
         return win
 
-    def end(self, win: OpenWindow) -> WindowResult:
-        """Close ``win`` (reading the meters) and return its :class:`WindowResult`."""
+    def end(self, win: OpenWindow) -> None:
+        """Close ``win`` (reading the cheap meters); ``win.result`` holds its figures. Where a slow meter is read off
+        the measured thread, they are resolved when first asked for (the end does not wait for its series)."""
         self.profiler.sync()
         cost = _Cost(self.profiler)
         with self._lock:
@@ -236,18 +253,36 @@ class Windows:
             cost.stop(end)
             self._charge(cost, self._open, win, cost.before)
             self._open.remove(win)
-            oldest = min((w.start.wall_s for w in self._open), default=end.wall_s)
-        if self.profiler.series is not None:  # the end of an inner window is the outer windows' time
-            wait_wall, wait_thread = self.profiler.clock(), self.profiler.thread_clock()
-            self.profiler.wait_for_series(end.wall_s)
-            with self._lock:
-                for other in self._open:
-                    other.overhead_wall_s += self.profiler.clock() - wait_wall
-                    other.overhead_s += self.profiler.thread_clock() - wait_thread
-        win.result = self._result(win, end, peak, device_peak)
-        self.profiler.forget_before(min(oldest, win.start.wall_s) if self._open else end.wall_s)
+            win._ending = (end, peak, device_peak)
+            self._unresolved.append(win)
         _forget(win)
-        return win.result
+        if self.profiler.series is None:
+            self._resolve(win)
+
+    def _ready(self, win: OpenWindow) -> bool:
+        series = self.profiler.series
+        return win._ending is None or series is None or series.passed(win._ending[0].wall_s)
+
+    def _resolve(self, win: OpenWindow) -> None:
+        """Make ``win``'s result, waiting for the slow meters' series to pass its end (the wait is charged to the
+        windows open meanwhile: the end of an inner window read inside an outer one is the outer one's time)."""
+        with win._resolving:
+            if win._ending is None:
+                return
+            end, peak, device_peak = win._ending
+            if not self._ready(win):
+                wall0, thread0 = self.profiler.clock(), self.profiler.thread_clock()
+                self.profiler.wait_for_series(end.wall_s)
+                with self._lock:
+                    for other in self._open:
+                        other.overhead_wall_s += self.profiler.clock() - wall0
+                        other.overhead_s += self.profiler.thread_clock() - thread0
+            win._result = self._result(win, end, peak, device_peak)
+            win._ending = None
+            with self._lock:
+                self._unresolved.remove(win)
+                keep = [w.start.wall_s for w in self._open + self._unresolved]
+            self.profiler.forget_before(min(keep, default=end.wall_s))
 
     def _result(self, win: OpenWindow, end: Sample, peak: float, device_peak: Optional[float]) -> WindowResult:
         """The window's figures from its samples, the slow meters' domains filled in (the series has passed it)."""

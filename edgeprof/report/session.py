@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
@@ -59,16 +60,43 @@ class RunContext:
     #: the sidecar's ``trace`` section once :func:`finish_trace` closed the trace
     trace_section: Optional[dict] = None
 
+    #: rows in order, not written yet: (an ended window or None, its base cells or a ready row's arguments, held)
+    _queue: deque = field(default_factory=deque, init=False, repr=False)
+
     def record(self, window, base: dict, *, held_rounds: Optional[int] = None) -> None:
         """The row of a window measured here (``base``: its identifying cells; ``held_rounds``: the repeats of the
-        client's round it held, see :func:`~edgeprof.report.schema.row_from_window`), and its trace."""
-        self.write(row_from_window(window.result, base, idle_power_w=self.energy.idle_power_w,
-                                   carbon_g_per_kwh=self.energy.carbon_g_per_kwh, held_rounds=held_rounds),
-                   window.result.trace, window.result.name)
+        client's round it held, see :func:`~edgeprof.report.schema.row_from_window`), and its trace.
+
+        Written as soon as its figures are made without waiting: at once, or, where a slow meter is read off the
+        measured thread (:mod:`edgeprof.measure.series`), once its series has passed the window's end (at the next
+        row, or at the run's end: :meth:`flush`); rows keep their order."""
+        self._queue.append((window, base, held_rounds))
+        self.flush(wait=False)
 
     def write(self, row: Mapping[str, object], trace: Optional[Sequence] = None, window: str = "") -> None:
         """Append one report row and, when the run is traced and the window it measured has a trace (a
-        :class:`~edgeprof.measure.trace.TraceRow` sequence, here or a Flower client's), that trace labelled as it."""
+        :class:`~edgeprof.measure.trace.TraceRow` sequence, here or a Flower client's), that trace labelled as it
+        (after the rows still waiting for their figures, :meth:`record`)."""
+        self._queue.append((None, (row, trace, window), None))
+        self.flush(wait=False)
+
+    def flush(self, wait: bool = True) -> None:
+        """Write the rows waiting in order; with ``wait``, all of them (waiting for a slow meter's series), else those
+        whose figures are ready now."""
+        while self._queue:
+            window, base, held = self._queue[0]
+            if window is not None and not wait and not window.ready():
+                return
+            self._queue.popleft()
+            if window is None:
+                self._write(*base)
+                continue
+            result = window.result
+            self._write(row_from_window(result, base, idle_power_w=self.energy.idle_power_w,
+                                        carbon_g_per_kwh=self.energy.carbon_g_per_kwh, held_rounds=held),
+                        result.trace, result.name)
+
+    def _write(self, row: Mapping[str, object], trace: Optional[Sequence], window: str) -> None:
         index = self.writer.rows_written
         self.writer.write(row)
         if self.trace is not None and trace is not None:
@@ -251,6 +279,7 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
                 hold.release()  # raised here, a held Ctrl-C ends the run as interrupted with its report whole
                 with stops_unwrapped():  # a Ctrl-C that Python wrapped still interrupts, never fails, the run
                     yield session
+                    session.ctx.flush()  # the rows still waiting for a slow meter's series
             except BaseException as err:
                 error = err
                 if isinstance(err, KeyboardInterrupt):
@@ -300,6 +329,11 @@ def _close(session: ReportSession, sidecar: Callable[..., dict], error: BaseExce
     the run itself, written as such; one held during the write is raised after it. Either way the stop names
     the report, and whether the run had completed."""
     ctx, writer, written = session.ctx, session.ctx.writer, []
+    if error is not None:  # keep every window that ended: its row, once its slow meter's series has passed it
+        try:
+            ctx.flush()
+        except Exception as err:  # the run has failed or stopped already: say it, keep what is written
+            log.warning(f"rows of windows that ended could not be written: {err}")
 
     def final(err: BaseException | None) -> None:
         session.status, session.reason = ending(err)

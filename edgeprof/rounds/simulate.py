@@ -99,7 +99,7 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
                              n_samples=sum(u.n_samples for u in updates)))
     if cfg.evaluate and (local or not paper):
         loss, acc = paper_score(local) if paper else evaluate_all(federation, settings)
-        ctx.writer.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
+        ctx.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
                                   test_accuracy=f"{acc:.6g}", n_participants=len(participants),
                                   eval_protocol=cfg.eval_protocol))
 
