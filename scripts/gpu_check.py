@@ -20,10 +20,13 @@ typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
    geometric means with its 95% interval), PFLEGO's and FedAvg's growth over tau with the sweep's verdicts and
    whether the claim is shown, the phase split, the GPU's utilisation inside and between the client windows,
    NVML's energy counter against the integral of its power samples (over each window of five samples or more and
-   over the whole sweep), the idle power, a PFLEGO round against one bare forward and one forward+backward of
-   the same backbone on the GPU (the floor), and the sustained figure: each algorithm's rounds back to back for
-   ``--sustain-seconds`` inside one reading of the energy counter (joules per round from a window long against
-   NVML's update period, where one round on a GPU may be shorter than it);
+   over the whole sweep), the idle power, the profiler's cost (each algorithm's round at tau=50 unprofiled and
+   profiled, ``--profiler-rounds`` of each interleaved, their medians and difference beside the profiler's own
+   figure of its overhead; the step fails where a profiled round is more than 2% slower), an unprofiled PFLEGO
+   round against one bare forward and one forward+backward of the same backbone on the GPU (the floor), and the
+   sustained figure: each algorithm's rounds back to back for ``--sustain-seconds`` inside one reading of the
+   energy counter (joules per round from a window long against NVML's update period, where one round on a GPU
+   may be shorter than it);
 6. ``DIR/README.md`` (the table of those figures, the machine, the software and the commands, for
    ``profiles/reference/gpu-<kind>/``), the sweep reports and traces, the dashboard where plotly is installed
    (else the command that writes it elsewhere), and with ``--archive`` all of DIR in one file.
@@ -54,6 +57,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BACKBONES = ("cnn-omniglot", "cnn-cifar")
 PFLEGO_PHASES = ("cache_forward", "head_steps", "joint_grad")
+ALGOS = ("pflego", "fedavg")
+#: the most a profiled client round may be slower than the same round unprofiled (profiled / unprofiled - 1)
+PROFILER_LIMIT = 0.02
+#: rounds of each kind run and dropped before the profiler's cost is timed (kernels, caches, the ONNX session)
+PROFILER_WARMUP = 2
 #: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the round's total
 METRICS = ("wall_s", "gpu_j", "energy_j")
 
@@ -81,6 +89,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sustain-seconds", type=float, default=5.0,
                         help="per algorithm, rounds back to back for this long inside one reading of NVML's energy "
                              "counter, at the ratio's tau (default 5 s; 0: skip)")
+    parser.add_argument("--profiler-rounds", type=int, default=15,
+                        help="per algorithm, this many rounds at the ratio's tau profiled and as many unprofiled, "
+                             "interleaved, for the profiler's cost (default 15; 0: skip)")
     parser.add_argument("--archive", type=Path, default=None,
                         help="also pack all of --out into this .tar.gz (one file to carry back)")
     parser.add_argument("--skip-tests", action="store_true", help="do not run the GPU tests first")
@@ -93,8 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         fail(f"--taus must be a comma-separated list of integers, got {args.taus!r}")
     if not args.taus or args.taus[0] < 1 or args.repeats < 1 or args.samples < 1 or args.sample_hz <= 0:
         fail("--taus, --repeats, --samples and --sample-hz must be positive")
-    if args.sustain_seconds < 0 or args.idle_seconds < 0 or not 0 <= args.hold_seconds <= 600:
-        fail("--sustain-seconds and --idle-seconds must not be negative, --hold-seconds must be in 0..600")
+    if min(args.sustain_seconds, args.idle_seconds, args.profiler_rounds) < 0 or not 0 <= args.hold_seconds <= 600:
+        fail("--sustain-seconds, --idle-seconds and --profiler-rounds must not be negative, --hold-seconds must be "
+             "in 0..600")
     if args.trace_hz and not 1 <= args.trace_hz <= 1000:
         fail(f"--trace-hz must be in 1..1000 (0: no trace), got {args.trace_hz:g}")
     if args.archive is not None and not args.archive.name.endswith(".tar.gz"):
@@ -342,27 +354,35 @@ def tau_for_ratio(taus) -> int:
     return 50 if 50 in taus else max(t for t in taus if t <= 50) if min(taus) <= 50 else min(taus)
 
 
-def sustained(backbone: str, args, device: str, nvml=None, handle=None) -> dict:
-    """PFLEGO's and FedAvg's rounds at the ratio's tau, back to back for ``--sustain-seconds`` (three at least)
-    inside one reading of NVML's energy counter, on the sweep's client, with no profiler: joules and seconds per
-    round from a window long against NVML's update period, where a round alone may be shorter than it."""
+def ratio_runs(backbone: str, args, device: str):
+    """(the ratio's tau, the sweep's clients, each algorithm's run config at that tau): the rounds that the
+    sustained figure and the profiler's cost run outside the sweep, on the sweep's client."""
     import dataclasses
 
     from edgeprof.config import EnergySettings
-    from edgeprof.rounds.simulate import build_federation
     from edgeprof.rounds.sweep import sweep_clients
 
     cfg = sweep_config(backbone, args, device)
     tau = tau_for_ratio(args.taus)
-    clients = sweep_clients(cfg)
+    runs = {algo: dataclasses.replace(cfg.base, algo=algo, tau=tau, energy=EnergySettings()).resolved()
+            for algo in ALGOS}
+    return tau, sweep_clients(cfg), runs
+
+
+def sustained(backbone: str, args, device: str, nvml=None, handle=None) -> dict:
+    """PFLEGO's and FedAvg's rounds at the ratio's tau, back to back for ``--sustain-seconds`` (three at least)
+    inside one reading of NVML's energy counter, on the sweep's client, with no profiler: joules and seconds per
+    round from a window long against NVML's update period, where a round alone may be shorter than it."""
+    from edgeprof.rounds.simulate import build_federation
+
+    tau, clients, runs = ratio_runs(backbone, args, device)
 
     def counter_j():
         millijoules = _nvml_try(nvml.nvmlDeviceGetTotalEnergyConsumption, handle) if handle is not None else None
         return None if millijoules is None else millijoules / 1000.0
 
     out: dict = {"tau": tau, "seconds": args.sustain_seconds}
-    for algo in ("pflego", "fedavg"):
-        run = dataclasses.replace(cfg.base, algo=algo, tau=tau, energy=EnergySettings()).resolved()
+    for algo, run in runs.items():
         federation = build_federation(run, clients)
         try:
             sync = federation.runtime.compute.sync
@@ -384,6 +404,87 @@ def sustained(backbone: str, args, device: str, nvml=None, handle=None) -> dict:
     if "gpu_j" in out["pflego"] and "gpu_j" in out["fedavg"] and out["pflego"]["gpu_j"] > 0:
         out["ratio_gpu_j"] = out["fedavg"]["gpu_j"] / out["pflego"]["gpu_j"]
     return out
+
+
+def profiler_cost(backbone: str, args, device: str) -> dict:
+    """What the profiler costs a client round: per algorithm, ``--profiler-rounds`` rounds at the ratio's tau with
+    no profiler (the federation's client round called with a no-op phase marker) and as many inside a profiler
+    window with phases (as the sweep's rounds run: :func:`edgeprof.rounds.simulate.run_round`, traced at
+    ``--trace-hz``; one round a window, not held), interleaved after :data:`PROFILER_WARMUP` of each, on one
+    federation and client. Each round is timed with ``time.perf_counter`` between two waits for the device
+    (``Compute.sync``). The meters are this machine's, discovered as a run discovers them (NVML on a GPU machine),
+    and stay open throughout, as in a run: a thread of theirs that runs all the time slows both kinds alike.
+    Per algorithm: the median wall of each kind, their difference (:func:`profiler_verdict`) and the median of
+    the profiled windows' own figure of their bookkeeping (``WindowResult.overhead_wall_s``)."""
+    import contextlib
+
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.report.session import open_meters
+    from edgeprof.rounds.simulate import build_federation
+
+    tau, clients, runs = ratio_runs(backbone, args, device)
+    out: dict = {"tau": tau, "rounds": args.profiler_rounds, "warmup": PROFILER_WARMUP, "trace_hz": args.trace_hz,
+                 "limit": PROFILER_LIMIT, "enforced": device != "cpu"}
+    for algo, run in runs.items():
+        with contextlib.closing(build_federation(run, clients)) as federation, \
+                open_meters(run, federation.runtime.compute.device) as meters:
+            profiler = Profiler(meters, device=federation.runtime.compute)
+            if args.trace_hz:
+                profiler.windows.start_trace(args.trace_hz)
+            try:
+                out[algo] = _interleaved_rounds(federation, profiler, federation.settings_for(run),
+                                                args.profiler_rounds)
+            finally:
+                profiler.windows.stop_trace()
+            out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
+    return out
+
+
+def _interleaved_rounds(federation, profiler, settings, rounds: int) -> dict:
+    """Client 0's round unprofiled, then profiled, ``PROFILER_WARMUP + rounds`` times; the figures of the last
+    ``rounds`` pairs."""
+    from edgeprof.algorithms.contract import no_phase
+
+    sync = federation.runtime.compute.sync
+
+    def unprofiled() -> None:
+        federation.client_round(0, no_phase, settings)
+
+    def profiled():
+        with profiler.window("client") as win:
+            federation.client_round(0, win.phase, settings)
+        return win  # its figures are made after the timing (a slow meter's series is read off this thread)
+
+    walls: dict = {"unprofiled": [], "profiled": []}
+    overheads = []
+    for i in range(PROFILER_WARMUP + rounds):
+        for kind, fn in (("unprofiled", unprofiled), ("profiled", profiled)):
+            sync()
+            start = time.perf_counter()
+            win = fn()
+            sync()
+            if i >= PROFILER_WARMUP:
+                walls[kind].append(time.perf_counter() - start)
+                if win is not None:
+                    overheads.append(win.result.overhead_wall_s)
+    entry = {"unprofiled_wall_s": statistics.median(walls["unprofiled"]),
+             "profiled_wall_s": statistics.median(walls["profiled"]),
+             "overhead_wall_s": statistics.median(overheads)}
+    return {**entry, **profiler_verdict(entry["unprofiled_wall_s"], entry["profiled_wall_s"])}
+
+
+def profiler_verdict(unprofiled_s: float, profiled_s: float) -> dict:
+    """The rule: ``difference`` = profiled / unprofiled - 1; ``passed`` when it is at most :data:`PROFILER_LIMIT`."""
+    difference = profiled_s / unprofiled_s - 1.0
+    return {"difference": difference, "passed": difference <= PROFILER_LIMIT}
+
+
+def check_profiler_cost(cost: dict) -> None:
+    """Fail (raise) where a profiled round was more than :data:`PROFILER_LIMIT` slower than the unprofiled one."""
+    over = [f"{algo} {cost[algo]['difference']:+.1%}" for algo in ALGOS if not cost[algo]["passed"]]
+    if over:
+        raise RuntimeError(f"a profiled round is more than {PROFILER_LIMIT:.0%} slower than the same round "
+                           f"unprofiled at tau={cost['tau']}: {', '.join(over)}")
 
 
 def floor_s(backbone: str, device: str, samples: int, repeats: int = 5) -> tuple[float, float]:
@@ -556,10 +657,14 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
                       "shown" if claim["shown"] else "not shown: " + "; ".join(claim["problems"])))
     for algo, phases in fig["phases"].items():
         lines.append((f"{algo} phases at tau={tau}", ", ".join(f"{p} {_f(s, '{:.4f}')} s" for p, s in phases.items())))
+    cost = fig.get("profiler_cost")
+    if cost:
+        lines += profiler_lines(cost)
     forward, both = fig.get("floor_forward_s"), fig.get("floor_forward_backward_s")
     if both:
         lines.append(("floor: one forward, one forward+backward", f"{_f(forward, '{:.4f}')} s, {_f(both, '{:.4f}')} s"))
-        lines.append(("PFLEGO round / forward+backward", f"{_f(fig['pflego_wall_s'] / both, '{:.2f}')}x"))
+        bare = cost["pflego"]["unprofiled_wall_s"] / both if cost else None
+        lines.append(("PFLEGO round unprofiled / forward+backward", f"{_f(bare, '{:.2f}')}x"))
     if "gpu_util_in_windows_pct" in fig:
         lines.append(("GPU utilisation in / between client windows",
                       f"{_f(fig['gpu_util_in_windows_pct'], '{:.0f}')}% / "
@@ -586,6 +691,24 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
             if "gpu_j" in a:
                 text += f", {_f(a['gpu_j'], '{:.4g}')} J, {_f(a['power_w'], '{:.0f}')} W"
         lines.append((what, text))
+    return lines
+
+
+def profiler_lines(cost: dict) -> list[tuple[str, str]]:
+    """(what, figure) pairs of the profiler's cost: per algorithm, its round unprofiled and profiled."""
+    how = f"median of {cost['rounds']} each, interleaved" + (f", traced at {cost['trace_hz']:g} Hz"
+                                                              if cost["trace_hz"] else "")
+    lines = []
+    for algo in ALGOS:
+        a = cost[algo]
+        verdict = f"{'within' if a['passed'] else 'OVER'} the {cost['limit']:.0%} limit" + (
+            "" if cost["enforced"] else "; not enforced on the CPU")
+        lines.append((f"{algo} round at tau={cost['tau']}, unprofiled / profiled ({how})",
+                      f"{_f(a['unprofiled_wall_s'], '{:.4g}')} / {_f(a['profiled_wall_s'], '{:.4g}')} s: "
+                      f"{_f(a['difference'], '{:+.1%}')} ({verdict})"))
+        lines.append((f"{algo} profiled window, the profiler's own overhead_wall_s ({', '.join(cost['meters'])})",
+                      f"{_f(a['overhead_wall_s'], '{:.3g}')} s ("
+                      f"{_f(a['overhead_wall_s'] / a['unprofiled_wall_s'], '{:.1%}')} of the unprofiled round)"))
     return lines
 
 
@@ -756,6 +879,11 @@ def main(argv=None) -> int:
             floor = steps.run(f"floor {backbone}", floor_s, backbone, device, args.samples)
             if floor is not None:
                 fig["floor_forward_s"], fig["floor_forward_backward_s"] = floor
+            if args.profiler_rounds:
+                cost = fig["profiler_cost"] = steps.run(f"profiler cost {backbone}", profiler_cost, backbone, args,
+                                                        device)
+                if cost and cost["enforced"]:
+                    steps.run(f"profiler within {PROFILER_LIMIT:.0%} {backbone}", check_profiler_cost, cost)
             if args.sustain_seconds:
                 fig["sustained"] = steps.run(f"sustained rounds {backbone}", sustained, backbone, args, device, nvml,
                                              handle)

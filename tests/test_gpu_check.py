@@ -41,7 +41,7 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--taus", "5,x"], "--taus must be"), (["--repeats", "0"], "positive"),
     (["--trace-hz", "5000"], "--trace-hz must be in 1..1000"), (["--archive", "out.zip"], "must name a .tar.gz"),
-    (["--sustain-seconds", "-1"], "must not be negative")])
+    (["--sustain-seconds", "-1"], "must not be negative"), (["--profiler-rounds", "-1"], "must not be negative")])
 def test_bad_options_are_one_line(tmp_path, args, message):
     done = _run("--out", str(tmp_path), *args, cwd=tmp_path)
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
@@ -74,7 +74,7 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
     assert "No module named 'pydantic'" in check.stderr, "the blocker must work for this test to mean anything"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--dry-run-on-cpu", "--taus", "1,3",
                            "--repeats", "2", "--samples", "40", "--sustain-seconds", "0.2", "--hold-seconds", "0.05",
-                           "--archive", str(tmp_path / "gc.tar.gz")],
+                           "--profiler-rounds", "3", "--archive", str(tmp_path / "gc.tar.gz")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads((out / "gpu_check.json").read_text())
@@ -95,6 +95,16 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
         held = fig["sustained"]
         assert held["tau"] == 3 and held["pflego"]["rounds"] >= 3 and held["ratio_wall_s"] > 0
         assert "gpu_j" not in held["pflego"] and "ratio_gpu_j" not in held
+        cost = fig["profiler_cost"]  # measured on the CPU with this machine's meters; the limit is not enforced
+        assert (cost["tau"], cost["rounds"], cost["enforced"]) == (3, 3, False) and cost["meters"]
+        for algo in ("pflego", "fedavg"):
+            a = cost[algo]
+            assert a["unprofiled_wall_s"] > 0 and a["profiled_wall_s"] > 0 and a["overhead_wall_s"] >= 0
+            assert a["difference"] == pytest.approx(a["profiled_wall_s"] / a["unprofiled_wall_s"] - 1, rel=1e-12)
+            assert a["passed"] == (a["difference"] <= cost["limit"])
+            assert f"{algo} round at tau=3, unprofiled / profiled (median of 3 each, interleaved" in done.stdout
+        floor = cost["pflego"]["unprofiled_wall_s"] / fig["floor_forward_backward_s"]
+        assert f"PFLEGO round unprofiled / forward+backward: {floor:.2f}x" in done.stdout
     readme = (out / "README.md").read_text()
     assert readme.startswith("# DRY RUN ON THE CPU: no figure here measures a GPU")
     assert "| FedAvg/PFLEGO per round at tau=3, wall |" in readme and "no NVML joules in the report" in readme
@@ -158,13 +168,57 @@ def test_a_failing_step_is_recorded_and_the_others_still_write_their_files(tmp_p
     monkeypatch.setattr(check, "head_rule", broken)
     out = tmp_path / "out"
     code = check.main(["--out", str(out), "--dry-run-on-cpu", "--skip-tests", "--taus", "1,2", "--repeats", "1",
-                       "--samples", "20", "--sustain-seconds", "0", "--trace-hz", "0"])
+                       "--samples", "20", "--sustain-seconds", "0", "--trace-hz", "0", "--profiler-rounds", "0"])
 
     result = json.loads((out / "gpu_check.json").read_text())
     assert code == 1 and result["failed_steps"] == ["head_rule"]
     assert result["errors"]["head_rule"] == "RuntimeError: no kernel image is available for execution on the device"
     assert set(result["backbones"]) == {"cnn-omniglot", "cnn-cifar"} and "error" not in result["backbones"]["cnn-cifar"]
     assert "Failed steps: head_rule (RuntimeError: no kernel image" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("profiled_s,passed", [(0.1015, True), (0.1025, False), (0.0990, True)],
+                         ids=["1.5%-slower", "2.5%-slower", "faster"])
+def test_a_profiled_round_more_than_two_percent_slower_than_unprofiled_fails(profiled_s, passed):
+    check = _module()
+
+    verdict = check.profiler_verdict(0.1, profiled_s)
+
+    assert verdict == {"difference": pytest.approx(profiled_s / 0.1 - 1, rel=1e-12), "passed": passed}
+    cost = {"tau": 50, "pflego": verdict, "fedavg": check.profiler_verdict(0.1, 0.1)}
+    if passed:
+        check.check_profiler_cost(cost)
+    else:
+        with pytest.raises(RuntimeError, match=r"more than 2% slower .* at tau=50: pflego \+2\.5%$"):
+            check.check_profiler_cost(cost)
+
+
+def test_on_a_gpu_the_profilers_cost_fails_the_run_where_a_round_is_over_the_limit(fake_gpu, tmp_path, monkeypatch):
+    """main() as on a GPU machine, the profiler's cost measured, then given as PFLEGO 1.5% and FedAvg 2.5% slower
+    profiled: FedAvg's fails its step on both backbones, the run exits 1, and the JSON and README say why."""
+    check = _module()
+    measured = check.profiler_cost
+
+    def given(*args):
+        cost = measured(*args)
+        for algo, profiled in (("pflego", 1.015), ("fedavg", 1.025)):
+            cost[algo].update(unprofiled_wall_s=1.0, profiled_wall_s=profiled, **check.profiler_verdict(1.0, profiled))
+        return cost
+
+    monkeypatch.setattr(check, "profiler_cost", given)
+    out = tmp_path / "out"
+    code = check.main(["--out", str(out), "--skip-tests", "--taus", "1,2", "--repeats", "1", "--samples", "20",
+                       "--idle-seconds", "0", "--sustain-seconds", "0", "--hold-seconds", "0", "--trace-hz", "0",
+                       "--profiler-rounds", "1"])
+
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert code == 1 and result["failed_steps"] == ["profiler within 2% cnn-omniglot", "profiler within 2% cnn-cifar"]
+    assert result["errors"]["profiler within 2% cnn-cifar"].endswith("at tau=2: fedavg +2.5%")
+    cost = result["backbones"]["cnn-omniglot"]["profiler_cost"]
+    assert cost["enforced"] and any(m.startswith("gpu") and "(counter)" in m for m in cost["meters"]), cost["meters"]
+    readme = (out / "README.md").read_text()
+    assert "1 / 1.015 s: +1.5% (within the 2% limit) |" in readme
+    assert "1 / 1.025 s: +2.5% (OVER the 2% limit) |" in readme
 
 
 @pytest.mark.slow
@@ -326,10 +380,11 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
 
     monkeypatch.setattr(NvmlMeter, "update_period_s", period)
     check = _module()
+    monkeypatch.setattr(check, "PROFILER_LIMIT", math.inf)  # no wall-time limit on this noisy host-backed "GPU"
     out = tmp_path / "gpu-h100"
     code = check.main(["--out", str(out), "--skip-tests", "--taus", "1,3", "--repeats", "2", "--samples", "40",
                        "--idle-seconds", "0.2", "--sample-hz", "200", "--sustain-seconds", "0.3", "--hold-seconds", str(hold),
-                       "--archive", str(tmp_path / "gc.tar.gz")])
+                       "--profiler-rounds", "2", "--archive", str(tmp_path / "gc.tar.gz")])
 
     result = json.loads((out / "gpu_check.json").read_text())
     assert code == 0 and result["failed_steps"] == [], result.get("errors")
@@ -357,6 +412,9 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
             assert held[algo]["power_w"] == pytest.approx(150.0, rel=0.01), (backbone, algo, held)
             assert held[algo]["gpu_j"] == pytest.approx(150.0 * held[algo]["wall_s"], rel=0.01)
         assert held["ratio_gpu_j"] == pytest.approx(held["ratio_wall_s"], rel=0.02)
+        cost = fig["profiler_cost"]  # the profiled windows read NVML, as a run's do
+        assert cost["enforced"] and any(m.startswith("gpu") and "(counter)" in m for m in cost["meters"])
+        assert all(cost[algo]["passed"] and cost[algo]["profiled_wall_s"] > 0 for algo in ("pflego", "fedavg"))
         for power in ("average", "instant"):
             whole = fig["counter_over_integral"][power]["whole_sweep"]
             assert whole["ratio"] == pytest.approx(1.0, abs=0.01), (backbone, power, whole)
