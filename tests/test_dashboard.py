@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 import re
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -19,7 +21,8 @@ from edgeprof.report.dashboard import SECTIONS, render, script_json, write_dashb
 from edgeprof.report.schema import columns_for
 from edgeprof.report.writer import ReportWriter, read_report, write_sidecar
 
-from test_analysis import CLAIM_HOLDS, TAUS, rows_for
+from test_analysis import (CLAIM_HOLDS, GPU_REPORTS, IDLE_W, TAUS, geometric_ratio, gpu_reference, idle_section,
+                           reference_columns, rows_for)
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_ALGO = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
@@ -325,3 +328,88 @@ def test_trace_section_draws_its_plots_in_headless_chromium(tmp_path):
     assert "cache_forward" in drawn and "local_steps" in drawn
     assert "cpu_estimate (estimate)" in drawn and "watts (ESTIMATE)" in drawn
     assert shot.is_file() and shot.stat().st_size > 20_000
+
+
+@pytest.mark.parametrize("with_idle", [True, False], ids=["idle-baseline", "no-idle-baseline"])
+def test_a_gpu_report_shows_the_gpus_own_verdicts_ratios_and_totals_net_of_idle(tmp_path, with_idle):
+    name = "gpu-check-cnn-omniglot"
+    path = gpu_reference(tmp_path, name, idle_section(tmp_path / "sys", IDLE_W) if with_idle else None)
+    cols = reference_columns(name, IDLE_W)
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["kind"] in ("client", "server")]
+
+    page = render([read_report(path)])
+
+    verdicts = {(c[1], c[2]): c[-1] for c in _cells(page, "verdicts")}
+    assert verdicts[("pflego", "gpu_j (counter)")] == "flat" and verdicts[("fedavg", "gpu_j (counter)")] == "linear"
+    assert ("pflego", "energy_j (ESTIMATE)") in verdicts  # the total's verdict stays, labelled as before
+    assert (("pflego", "gpu_net_j (counter, net of idle)") in verdicts) == with_idle
+    ratios = {c[3]: c[4:] for c in _cells(page, "ratios")}  # metric -> the cells at tau 5, 25, 50, 100
+    assert ratios["gpu_j (counter)"][2].startswith(f"{geometric_ratio(cols, 'gpu_j', 50):.2f} [")
+    if with_idle:
+        net50 = geometric_ratio(cols, "gpu_net_j", 50)
+        assert ratios["gpu_net_j (counter, net of idle)"][2].startswith(f"{net50:.2f} [")
+    for _, algo, count, gross, method, net, share, rest, rest_method in _cells(page, "gpu-totals"):
+        mine = [r for r in rows if r["algo"] == algo]
+        gpu, wall = (np.array([float(r[c]) for r in mine]) for c in ("gpu_j", "wall_s"))
+        short = sum(r["short_window"] == "1" for r in mine)
+        assert (count, gross, method, rest_method) == (f"{len(mine)} ({short} short)", f"{gpu.sum():.4g}", "counter",
+                                                       "estimate")
+        assert rest == f"{sum(float(r['cpu_estimate_j']) for r in mine):.4g}"
+        assert (net, share) == ((f"{(gpu - IDLE_W * wall).sum():.4g}", f"{IDLE_W * wall.sum() / gpu.sum():.0%}")
+                                if with_idle else ("-", "-"))
+    titles = [f["layout"]["title"]["text"] for f in _figures(page)]
+    assert "vm: GPU joules per client round (counter)" in titles
+    assert "vm: energy, J per client round (ESTIMATE)" in titles  # the total's plot, labelled as before
+    assert ("vm: GPU joules net of idle per client round (counter, net of idle)" in titles) == with_idle
+    labelled = [c for table_class in ("verdicts", "ratios") for row in _cells(page, table_class) for c in row]
+    assert not [c for c in labelled if "counter" in c and ("ESTIMATE" in c or "estimate" in c)]
+    note = "gpu-check-cnn-omniglot: no net of idle: the run measured no idle baseline (--idle-seconds)"
+    assert (note in html.unescape(page)) == (not with_idle)
+
+
+def test_a_report_without_a_gpu_has_no_gpu_figures(reports):
+    page = render([read_report(p) for p in reports])
+
+    assert "gpu_j" not in page and "gpu-totals" not in page and "round GPU" not in page
+    assert not _figures(page, "GPU")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_a_gpu_page_loads_in_headless_chromium_and_draws_the_gpus_own_plots(tmp_path):
+    paths = [gpu_reference(tmp_path, name, idle_section(tmp_path / "sys", IDLE_W)) for name in GPU_REPORTS]
+    page = write_dashboard(paths, tmp_path / "gpu.html")
+    expected = page.read_text().count('class="plot"')
+
+    dom = _chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+    shot = tmp_path / "gpu.png"
+    _chromium(tmp_path, "--window-size=1400,3000", f"--screenshot={shot}", page.as_uri())
+
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln] == []
+    assert f'data-plots="{expected}"' in re.search(r"<body[^>]*>", dom.stdout).group(0)
+    assert dom.stdout.count('class="main-svg"') >= expected
+    for text in ("GPU joules per client round (counter)", "GPU joules net of idle per client round",
+                 "total GPU energy per algorithm (counter)", "gpu_net_j (counter, net of idle)"):
+        assert text in dom.stdout, text
+    assert shot.is_file() and shot.stat().st_size > 20_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_trace_section_draws_unresolved_intervals_and_bars_hollow_in_headless_chromium(tmp_path):
+    from test_trace_view import _measure, written_report
+
+    source = _measure(tmp_path / "profiles", "pflego", "--algo", "pflego", "--trace")
+    page = write_dashboard([written_report(tmp_path / "written", source)], tmp_path / "hollow.html")
+
+    dom = _chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln] == []
+    drawn = re.search(r'<section id="trace">(.*?)</section>', dom.stdout, re.S).group(1)
+    assert drawn.count('class="main-svg"') >= 2
+    for text in ("gpu_0 (unresolved: span mean)", "gpu_0: flagged", "Hollow = not resolved by the meter."):
+        assert text in drawn, text
+    bars = re.findall(r'<g class="point"><path [^>]*style="([^"]*)"', drawn)
+    hollow = [b for b in bars if "fill-opacity: 0;" in b]
+    assert len(hollow) == 4 and all("stroke-width: 2px" in b for b in hollow)  # cache_forward ... (no phase)

@@ -1,5 +1,7 @@
-"""``edgeprof trace`` and the dashboard's power-over-time section, on real traced runs: every figure checked
-against a sum computed here from the trace file's own rows (mean W = sum(w * dt) / sum(dt), peak = max)."""
+"""``edgeprof trace`` and the dashboard's power-over-time section, on real traced runs and on trace files written
+here in the real format: every figure checked against a sum computed here from the trace file's own rows (mean W =
+sum(w * dt) / sum(dt), peak = max over the resolved, unflagged intervals), every mark against the rows' own
+``resolved`` and ``flag`` cells."""
 
 from __future__ import annotations
 
@@ -9,13 +11,17 @@ import math
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.measure.trace import TraceRow
 from edgeprof.report.dashboard import render
-from edgeprof.report.writer import read_report
+from edgeprof.report.trace import EARLIER_COLUMNS, TraceWriter
+from edgeprof.report.dashboard.windows import HOLLOW
+from edgeprof.report.writer import read_report, write_sidecar
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp",
@@ -43,7 +49,8 @@ def reports(tmp_path_factory) -> dict[str, Path]:
 
 # --- what is computed here from the files, without edgeprof's readers ------------------------------------
 def _raw(report: Path) -> list[dict]:
-    """The trace file's rows as its format stores them (pyarrow for Parquet, csv for CSV)."""
+    """The trace file's rows as its format stores them (pyarrow for Parquet, csv for CSV; a trace without the
+    ``resolved`` and ``flag`` columns as resolved and unflagged)."""
     section = json.loads(report.with_suffix(".json").read_text())["trace"]
     path = report.parent / section["file"]
     if section["format"] == "parquet":
@@ -54,7 +61,8 @@ def _raw(report: Path) -> list[dict]:
         with open(path, newline="") as f:
             rows = [dict(r, t_s=float(r["t_s"]), dt_s=float(r["dt_s"]), w=float(r["w"] or "nan"), row=int(r["row"]),
                          round=int(r["round"])) for r in csv.DictReader(f)]
-    return [dict(r, w=math.nan if r["w"] is None else r["w"]) for r in rows]
+    return [dict(r, w=math.nan if r["w"] is None else r["w"], resolved=int(r.get("resolved", 1)),
+                 flag=r.get("flag") or "") for r in rows]
 
 
 def _client_energies(report: Path) -> list[tuple[float, int, str]]:
@@ -67,14 +75,55 @@ def _lower_median(items: list) -> object:
     return sorted(items)[(len(items) - 1) // 2]
 
 
-def _expected(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
-    """phase -> (duration s, mean W, peak W) of one domain's rows; "" for the intervals outside any phase."""
-    out = {}
-    for phase in {r["phase"] for r in rows}:
-        mine = [r for r in rows if r["phase"] == phase]
-        dt = sum(r["dt_s"] for r in mine)
-        out[phase] = (dt, sum(r["w"] * r["dt_s"] for r in mine) / dt, max(r["w"] for r in mine))
-    return out
+class Expected(NamedTuple):
+    """One domain over one phase, from its rows: what the table must show."""
+
+    dt: float
+    mean: float
+    peak: Optional[float]
+    unresolved: bool
+    flagged: bool
+    #: some of its intervals are not resolved (they are left out of the peak)
+    partial: bool
+
+
+def _summed(rows: list[dict], unresolved: Optional[bool] = None) -> Expected:
+    """``unresolved``: whether the mean is not resolved (default: some valid row is not)."""
+    valid = [r for r in rows if math.isfinite(r["w"])]
+    dt = sum(r["dt_s"] for r in valid)
+    own = [r["w"] for r in valid if r["resolved"] and not r["flag"]]
+    partial = any(not r["resolved"] for r in valid)
+    return Expected(sum(r["dt_s"] for r in rows), sum(r["w"] * r["dt_s"] for r in valid) / dt,
+                    max(own) if own else None, partial if unresolved is None else unresolved,
+                    any(r["flag"] for r in valid), partial)
+
+
+def _expected(rows: list[dict]) -> dict[str, Expected]:
+    """phase -> what one domain's rows make of it; "" for the intervals outside any phase."""
+    return {phase: _summed([r for r in rows if r["phase"] == phase]) for phase in {r["phase"] for r in rows}}
+
+
+def _whole(rows: list[dict], period_s: Optional[float]) -> Expected:
+    """One domain over one whole window: its mean is resolved unless no row is and the window is shorter than two
+    update periods of its meter (or the period is not known)."""
+    none = not any(r["resolved"] for r in rows if math.isfinite(r["w"]))
+    return _summed(rows, none and (period_s is None or sum(r["dt_s"] for r in rows) < 2 * period_s))
+
+
+def _cell(value: Optional[float], unresolved: bool, flagged: bool = False) -> str:
+    """A figure as the table prints it: ``~`` before one the meter does not resolve, `` !`` after a flagged one."""
+    return "-" if value is None else f"{'~' if unresolved else ''}{value:.4g}{' !' if flagged else ''}"
+
+
+def _cells(e: Expected) -> list[str]:
+    """The mean W and peak W cells of a domain over a phase."""
+    return [_cell(e.mean, e.unresolved, e.flagged), _cell(e.peak, e.partial)]
+
+
+def _period(report: Path, domain: str) -> Optional[float]:
+    """The update period the report's sidecar gives the domain's meter."""
+    meters = json.loads(report.with_suffix(".json").read_text())["meters"]["meters"]
+    return next((m["update_period_s"] for m in meters for d in m["domains"] if d["name"] == domain), None)
 
 
 def _table(output: str) -> list[list[str]]:
@@ -99,12 +148,12 @@ def test_each_phase_of_the_window_shown_is_its_energy_over_its_duration_and_its_
     shown = {cells[0].removesuffix(" (short)"): cells for cells in _table(result.output)}
     names = {"" if name == "(no phase)" else name for name in shown} - {"whole window"}
     assert names == set(expected)
-    for phase, (dt, mean, peak) in expected.items():
+    for phase, e in expected.items():
         cells = shown[phase or "(no phase)"]
-        assert cells[1:] == [f"{dt:.4g}", "cpu_estimate (estimate)", f"{mean:.4g}", f"{peak:.4g}", "estimate"]
-    whole = sum(r["w"] * r["dt_s"] for r in rows) / sum(r["dt_s"] for r in rows)
-    assert shown["whole window"][3] == f"{whole:.4g}"
+        assert cells[1:] == [f"{e.dt:.4g}", "cpu_estimate (estimate)", *_cells(e), "estimate"]
+    assert shown["whole window"][3:5] == _cells(_whole(rows, _period(reports[algo], "cpu_estimate")))
     assert "an ESTIMATE, not a measurement" in result.output
+    assert ("~: not resolved" in result.output) == any(not r["resolved"] for r in rows)
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -199,6 +248,42 @@ def page(reports) -> str:
     return render([read_report(reports[a]) for a in ALGOS])
 
 
+def _drawn_at(trace: dict, t: float) -> Optional[float]:
+    """The watts a plotly step line (``hv``) draws at time ``t``: the y of the point before ``t`` when the segment
+    to the next point is drawn (neither is None), else None."""
+    points = list(zip(trace["x"], trace["y"]))
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y0 is not None and y1 is not None and x0 is not None and x1 is not None and x0 <= t < x1:
+            return y0
+    return None
+
+
+def _lines(figure: dict, domain: str) -> tuple[Optional[dict], Optional[dict]]:
+    """A domain's solid line (its resolved intervals) and dotted one (its unresolved intervals), None where absent."""
+    lines = [t for t in figure["data"] if t["mode"] == "lines" and t["legendgroup"] == domain]
+    solid = [t for t in lines if t["line"]["dash"] != "dot"]
+    dotted = [t for t in lines if t["line"]["dash"] == "dot"]
+    assert len(solid) <= 1 and len(dotted) <= 1, [t["name"] for t in lines]
+    return (solid or [None])[0], (dotted or [None])[0]
+
+
+def _assert_drawn(figure: dict, rows: list[dict]) -> None:
+    """Each interval of one domain is drawn at its watts over its whole length: in the solid line when resolved,
+    in the dotted one when not (none of them in both); the two lines meet at every boundary between them."""
+    solid, dotted = _lines(figure, rows[0]["domain"])
+    ordered = sorted(rows, key=lambda r: r["t_s"])
+    for r in ordered:
+        own = r["w"] if math.isfinite(r["w"]) else None
+        for t in (r["t_s"] - r["dt_s"] * 0.99, r["t_s"] - r["dt_s"] / 2, r["t_s"] - r["dt_s"] * 0.01):
+            assert (_drawn_at(solid, t) if solid else None) == (own if r["resolved"] else None), (r, t)
+            assert (_drawn_at(dotted, t) if dotted else None) == (None if r["resolved"] else own), (r, t)
+    for before, after in zip(ordered, ordered[1:]):
+        if before["resolved"] != after["resolved"] and math.isfinite(before["w"]) and math.isfinite(after["w"]):
+            step = [(before["t_s"], before["w"]), (before["t_s"], after["w"])]
+            assert any(list(zip(dotted["x"][i:i + 2], dotted["y"][i:i + 2])) == step
+                       for i in range(len(dotted["x"]) - 1)), step
+
+
 @pytest.mark.parametrize("position,algo", list(enumerate(ALGOS)))
 def test_the_dashboard_draws_each_algorithm_s_median_window_over_labelled_phase_bands(reports, page, position, algo):
     _, rnd, client = _lower_median(_client_energies(reports[algo]))
@@ -211,9 +296,12 @@ def test_the_dashboard_draws_each_algorithm_s_median_window_over_labelled_phase_
     assert [a["text"].removesuffix(" (short)") for a in layout["annotations"]] == _segments(rows)
     assert len(layout["shapes"]) == len(_segments(rows)) and all(s["type"] == "rect" for s in layout["shapes"])
     assert layout["yaxis"]["title"]["text"] == "watts (ESTIMATE)"
-    (line,) = figure["data"]
-    assert line["name"] == "cpu_estimate (estimate)" and line["line"]["dash"] == "dash"
-    assert line["y"][:-1] == [r["w"] for r in sorted(rows, key=lambda r: r["t_s"])]
+    solid, dotted = _lines(figure, "cpu_estimate")
+    assert (solid is not None) == any(r["resolved"] for r in rows)
+    assert (dotted is not None) == any(not r["resolved"] and math.isfinite(r["w"]) for r in rows)
+    assert solid is None or (solid["name"], solid["line"]["dash"]) == ("cpu_estimate (estimate)", "dash")
+    assert dotted is None or dotted["name"] == "cpu_estimate (estimate, unresolved: span mean)"
+    _assert_drawn(figure, rows)
 
 
 @pytest.mark.parametrize("position,algo", list(enumerate(ALGOS)))
@@ -228,8 +316,10 @@ def test_the_dashboard_s_bars_are_each_phase_s_energy_over_its_duration_in_every
     assert f": {algo}: mean power per phase over 4 client windows (ESTIMATE)" in figure["layout"]["title"]["text"]
     assert bars["name"] == "cpu_estimate (estimate)" and bars["marker"]["pattern"]["shape"] == "/"
     assert bars["x"][-2:] == ["(no phase)", "whole window"]
-    for name, mean in zip(bars["x"][:-1], bars["y"]):
-        assert mean == pytest.approx(expected["" if name == "(no phase)" else name][1], rel=1e-12)
+    for name, mean, fill in zip(bars["x"][:-1], bars["y"], bars["marker"]["color"]):
+        e = expected["" if name == "(no phase)" else name]
+        assert mean == pytest.approx(e.mean, rel=1e-12)
+        assert (fill == HOLLOW) == e.unresolved
     whole = sum(r["w"] * r["dt_s"] for r in rows) / sum(r["dt_s"] for r in rows)
     assert bars["y"][-1] == pytest.approx(whole, rel=1e-12)
 
@@ -294,3 +384,185 @@ def test_the_dashboard_draws_the_round_and_client_asked_for_and_notes_an_algorit
     assert missing.exit_code == 2 and not list(tmp_path.iterdir())
     assert "--trace-round/--trace-client match no traced client window" in missing.output
     assert "rounds traced: 1, 2" in missing.output
+
+
+# --- intervals the meter does not resolve, and powers a device cannot draw ----------------------------------
+GPU_PERIOD_S = 0.1
+#: one client window of a GPU whose energy counter moves every 0.1 s, sampled at 50 Hz and at its phase edges:
+#: (end s, length s, phase, gpu_0 W, resolved, flag), the intervals gathered into spans of two updates (0.2 s) as
+#: edgeprof.measure.trace gathers them: a span of several intervals gives each of them its mean power, unresolved
+GPU = ((0.02, 0.02, "cache_forward", 120.0, 0, ""), (0.04, 0.02, "cache_forward", 120.0, 0, ""),
+       (0.06, 0.02, "head_steps", 120.0, 0, ""), (0.22, 0.16, "joint_grad", 120.0, 0, ""),
+       (0.47, 0.25, "joint_grad", 300.0, 1, ""), (0.72, 0.25, "joint_grad", 900.0, 1, "above the 700 W power limit"),
+       (0.97, 0.25, "joint_grad", 250.0, 0, ""), (0.975, 0.005, "", 250.0, 0, ""))
+FLAGS = {"above the limit": (900.0, "above the 700 W power limit"), "negative": (-40.0, "negative power")}
+
+
+def _gpu(flag: str = "above the limit", resolved: Optional[int] = None) -> tuple:
+    """:data:`GPU` with its flagged interval's watts and flag from :data:`FLAGS`; ``resolved`` for every row."""
+    w, why = FLAGS[flag]
+    return tuple((t, dt, phase, w if flagged else watts, ok if resolved is None else resolved, why if flagged else "")
+                 for t, dt, phase, watts, ok, flagged in GPU)
+
+
+def _trace_rows(gpu: tuple) -> list[TraceRow]:
+    """The window's rows: gpu_0 (a counter) as given, cpu_estimate (its meter resolves every interval) beside it."""
+    rows = []
+    for i, (t, dt, phase, w, resolved, flag) in enumerate(gpu):
+        rows.append(TraceRow(t, dt, phase, "gpu_0", "gpu_0_j", True, w, "counter", False, bool(resolved), flag))
+        rows.append(TraceRow(t, dt, phase, "cpu_estimate", "cpu_estimate_j", True, 10.0 + i, "estimate", False))
+    return rows
+
+
+def written_report(folder: Path, source: Path, gpu: tuple = GPU, *, earlier: bool = False,
+                   period_s: Optional[float] = GPU_PERIOD_S) -> Path:
+    """A copy of a traced report whose trace is one client window of ``gpu`` rows (its first client row's), written
+    by TraceWriter (Parquet where pyarrow is installed), or with ``earlier`` as a CSV of the columns a trace had
+    before ``resolved`` and ``flag``; the sidecar names the file and gives gpu_0's meter ``period_s``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    report = folder / "written.csv"
+    shutil.copy(source, report)
+    sidecar = json.loads(source.with_suffix(".json").read_text())
+    index, row = next((i, r) for i, r in enumerate(read_report(source).rows) if r["kind"] == "client")
+    writer = TraceWriter(folder / "written.trace.csv", hz=50.0)
+    writer.write_window(_trace_rows(gpu), row, index, window="client")
+    if earlier:
+        writer.close()
+        with open(writer.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        with open(writer.path, "w", newline="") as f:
+            out = csv.DictWriter(f, EARLIER_COLUMNS, extrasaction="ignore")
+            out.writeheader()
+            out.writerows(rows)
+        sidecar["trace"] = {"file": writer.path.name, "format": "csv", "hz": 50.0, "columns": list(EARLIER_COLUMNS)}
+    else:
+        sidecar["trace"] = writer.finish()
+    if period_s is not None:
+        sidecar["meters"]["meters"].append({"name": "nvml", "update_period_s": period_s, "domains": [
+            {"name": "gpu_0", "column": "gpu_0_j", "method": "counter", "in_total": True}]})
+    write_sidecar(report.with_suffix(".json"), sidecar)
+    return report
+
+
+def _by_domain(output: str) -> dict[tuple[str, str], list[str]]:
+    """(phase, domain) -> the cells of its row in the printed table (the phase is printed on a block's first row)."""
+    shown, phase = {}, ""
+    for cells in _table(output):
+        phase = cells[0] or phase
+        shown[(phase, cells[2])] = cells
+    return shown
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_phase_the_meter_does_not_resolve_is_marked_and_its_peak_is_its_resolved_intervals_highest(
+        reports, tmp_path, flag):
+    report = written_report(tmp_path, reports["pflego"], _gpu(flag))
+    rows = [r for r in _raw(report) if r["domain"] == "gpu_0"]
+
+    result = _trace(report)
+
+    assert result.exit_code == 0, result.output
+    shown = _by_domain(result.output)
+    for phase, e in _expected(rows).items():
+        assert shown[(phase or "(no phase)", "gpu_0")][1:] == [f"{e.dt:.4g}", "gpu_0", *_cells(e), "counter"]
+    assert shown[("whole window", "gpu_0")][3:5] == _cells(_whole(rows, GPU_PERIOD_S))
+    assert shown[("cache_forward", "gpu_0")][3:5] == ["~120", "-"]  # a span's mean, and no interval of its own
+    assert shown[("joint_grad", "gpu_0")][4] == "~300"  # the resolved unflagged intervals' highest: not 900
+    assert shown[("whole window", "gpu_0")][3].startswith(f"{_whole(rows, GPU_PERIOD_S).mean:.4g}")  # resolved
+    assert not any("~" in c for (_, domain), cells in shown.items() if domain.startswith("cpu") for c in cells)
+    lines = " ".join(result.output.split())
+    assert ("~: not resolved: its meter cannot resolve the phase (gpu_0 updates every 0.1 s): the figure is the "
+            "mean power over the span of at least two update periods around it, not the phase's own") in lines
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_flagged_interval_is_said_and_never_shown_as_a_peak(reports, tmp_path, flag):
+    watts, why = FLAGS[flag]
+    report = written_report(tmp_path, reports["pflego"], _gpu(flag))
+
+    result = _trace(report)
+
+    shown = _by_domain(result.output)
+    flagged = {phase for (phase, domain), cells in shown.items() if domain == "gpu_0" and cells[3].endswith(" !")}
+    assert flagged == {"joint_grad", "whole window"}
+    assert not any(f"{watts:.4g}" in c for cells in shown.values() for c in cells[4:5])
+    assert (f"!: 1 interval {why} (gpu_0 in joint_grad; {watts:.4g} W at most): not a power the domain drew; left "
+            f"out of peak W, kept in mean W (the meter's energy)") in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("period_s,marked", [(GPU_PERIOD_S, False), (0.6, True), (None, True)],
+                         ids=["window-spans-two-periods", "window-shorter", "period-unknown"])
+def test_the_whole_window_is_resolved_when_it_spans_two_update_periods_of_its_meter(reports, tmp_path, period_s,
+                                                                                    marked):
+    report = written_report(tmp_path, reports["pflego"], _gpu(resolved=0), period_s=period_s)
+    rows = [r for r in _raw(report) if r["domain"] == "gpu_0"]
+
+    shown = _by_domain(_trace(report).output)
+
+    assert shown[("whole window", "gpu_0")][3:5] == _cells(_whole(rows, period_s))
+    assert shown[("whole window", "gpu_0")][3].startswith("~") == marked
+    assert shown[("whole window", "gpu_0")][4] == "-"
+
+
+def _unmarked(rows: tuple) -> tuple:
+    return tuple((t, dt, phase, w, 1, "") for t, dt, phase, w, _, _ in rows)
+
+
+def test_a_trace_written_before_resolved_and_flag_reads_and_shows_as_before(reports, tmp_path):
+    earlier = written_report(tmp_path / "earlier", reports["pflego"], _unmarked(GPU), earlier=True)
+    now = written_report(tmp_path / "now", reports["pflego"], _unmarked(GPU))
+
+    shown = [_trace(path).output for path in (earlier, now)]
+    pages = [render([read_report(path)]) for path in (earlier, now)]
+
+    with open(earlier.parent / "written.trace.csv", newline="") as f:
+        assert tuple(next(csv.reader(f))) == EARLIER_COLUMNS
+    assert [out.split("\ntrace: ")[0] for out in shown] == [shown[1].split("\ntrace: ")[0]] * 2
+    assert not re.search(r"[~!]", "".join(_table(shown[0])[i][3] for i in range(len(_table(shown[0])))))
+    assert "not resolved" not in shown[0] and "!:" not in shown[0]
+    figures = [_section_figures(page) for page in pages]
+    assert [[t["name"] for t in f["data"]] for f in figures[0]] == [["gpu_0", "cpu_estimate (estimate)"]] * 2
+    assert [f["data"] for f in figures[0]] == [f["data"] for f in figures[1]]
+    assert HOLLOW not in json.dumps(figures[0]) and "hollow" not in _section(pages[0]).lower()
+
+
+def test_the_dashboard_draws_unresolved_intervals_dotted_and_marks_flagged_ones(reports, tmp_path):
+    report = written_report(tmp_path, reports["pflego"], _gpu())
+    rows = [r for r in _raw(report) if r["domain"] == "gpu_0"]
+
+    line_figure = _section_figures(render([read_report(report)]))[0]
+
+    solid, dotted = _lines(line_figure, "gpu_0")
+    assert solid["name"] == "gpu_0" and solid["line"]["dash"] == "solid"
+    assert dotted["name"] == "gpu_0 (unresolved: span mean)" and dotted["opacity"] < 1
+    _assert_drawn(line_figure, rows)
+    (marks,) = [t for t in line_figure["data"] if t["mode"] == "markers"]
+    flagged = [r for r in rows if r["flag"]]
+    assert marks["marker"]["symbol"] == "x" and marks["name"] == "gpu_0: flagged"
+    assert (marks["x"], marks["y"], marks["text"]) == ([r["t_s"] - r["dt_s"] / 2 for r in flagged],
+                                                       [r["w"] for r in flagged], [r["flag"] for r in flagged])
+    _, cpu_dotted = _lines(line_figure, "cpu_estimate")
+    assert cpu_dotted is None  # its meter resolves every interval
+
+
+def test_the_dashboard_draws_a_phase_bar_the_meter_does_not_resolve_hollow_and_says_so(reports, tmp_path):
+    report = written_report(tmp_path, reports["pflego"], _gpu())
+    rows = [r for r in _raw(report) if r["domain"] == "gpu_0"]
+    expected = {("(no phase)" if p == "" else p): e for p, e in _expected(rows).items()}
+    expected["whole window"] = _whole(rows, GPU_PERIOD_S)
+
+    page = render([read_report(report)])
+
+    gpu, cpu = _section_figures(page)[1]["data"]
+    for i, phase in enumerate(gpu["x"]):
+        e = expected[phase]
+        assert gpu["y"][i] == pytest.approx(e.mean, rel=1e-12)
+        assert (gpu["marker"]["color"][i] == HOLLOW) == e.unresolved == (gpu["marker"]["line"]["width"][i] > 0)
+        assert ("not resolved" in gpu["customdata"][i][2]) == e.unresolved
+        assert (gpu["text"][i] == "!") == e.flagged == ("above the 700 W power limit" in gpu["customdata"][i][2])
+    assert [phase for phase, fill in zip(gpu["x"], gpu["marker"]["color"]) if fill == HOLLOW] == [
+        "cache_forward", "head_steps", "joint_grad", "(no phase)"]
+    assert HOLLOW not in cpu["marker"]["color"]
+    section = " ".join(_section(page).split())
+    assert "<strong>Hollow = not resolved by the meter.</strong>" in section
+    assert "A red &times; marks an interval whose power the device cannot have drawn" in section

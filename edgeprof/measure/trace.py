@@ -40,14 +40,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from edgeprof.meters.base import INVALID, Domain
+from edgeprof.meters.base import INVALID, RESOLVED_PERIODS, Domain
 from edgeprof.meters.sampler import Periodic
 from edgeprof.measure.profiler import Sample, Span
 
 #: the default sampling rate of ``--trace``, Hz
 DEFAULT_HZ = 50.0
-#: a trace interval is drawn as measured when it spans at least this many update periods of its meter
-RESOLVED_PERIODS = 2.0
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 METHODS = ("counter", "integrated_power", "estimate")
 #: the method cell of a figure left empty because a reading inside its window was implausible (never a Domain's method)
 INVALID = "invalid"
+#: a power drawn over a span shorter than this many update periods of its meter is not resolved (its energy is off
+#: by up to one counter update at each end: at most a factor 1.5 or 0.5 at two periods)
+RESOLVED_PERIODS = 2.0
 
 #: what a report column (``<column>_j``, ``<column>_method``) may be called
 _COLUMN_RE = re.compile(r"[a-z][a-z0-9_]*")

@@ -1,12 +1,23 @@
-"""One window of a power trace, per phase: the ``edgeprof trace`` table and the dashboard's power plots.
+"""One window of a power trace, per phase: the ``edgeprof trace`` table, and the figures the dashboard's power
+plots draw (:mod:`edgeprof.report.dashboard.windows`).
 
 A trace (:mod:`edgeprof.report.trace`) has one row per interval between samples of a window and per meter
 domain. Here its rows are grouped into :class:`Window` values (one per report row that was traced), a window is
 chosen (by default the median-energy client window), and each phase of it is summed up per domain:
 
 * mean W = the phase's energy over its duration, ``sum(w * dt_s) / sum(dt_s)`` over its valid intervals;
-* peak W = the highest interval mean ``w`` of the phase (an interval is at most one sample period long, so a
-  phase shorter than two periods, flagged ``short_phase``, has too few intervals for its peak to show a shape).
+* peak W = the highest interval mean ``w`` of the phase among its resolved, unflagged intervals (an interval is at
+  most one sample period long, so a phase shorter than two periods, flagged ``short_phase``, has too few
+  intervals for its peak to show a shape).
+
+What the meter resolves: a row with ``resolved`` 0 holds the mean power of the span of intervals around it that
+spans two of its meter's update periods, not the interval's own. A phase with such rows of a domain has a mean
+that is not its own: :data:`UNRESOLVED` marks it in the table, and the plots draw it hollow (a dotted, lighter
+step; an unfilled bar). Such a row never gives a peak. The whole window is the exception: the spans tile each
+window, so its mean is its energy from its edges over its duration, resolved when the window spans two update
+periods (the sidecar's ``update_period_s``) or has a resolved row. A row with a ``flag`` (a power the domain
+cannot have drawn) never gives a peak either; :data:`FLAGGED` marks the means it is part of, a note names the
+flag, and the plot marks the interval with a red x.
 
 Where a domain's method is ``estimate`` (process CPU seconds times watts per core) every figure is labelled as
 an estimate: ``(estimate)`` beside the domain in the table, a dashed line and ``(estimate)`` in the plots.
@@ -14,13 +25,14 @@ an estimate: ``(estimate)`` beside the domain in the table, a dashed line and ``
 
 from __future__ import annotations
 
-import html
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
+from edgeprof.meters.base import RESOLVED_PERIODS
 from edgeprof.report.trace import LABELS, read_trace, trace_file
 from edgeprof.report.writer import Report, read_report
 
@@ -32,6 +44,10 @@ KINDS = ("client", "server", "window")
 #: the columns read here (a trace written before the ``window`` column was added reads too)
 USED = (*LABELS, "row", "phase", "t_s", "dt_s", "domain", "in_total", "w", "method", "short_phase")
 NO_TRACE = "was run without --trace: no power trace to show (run it again with --trace, e.g. edgeprof measure --trace)"
+#: the mark of a mean the meter cannot resolve (the mean power of the spans around the phase, not its own)
+UNRESOLVED = "~"
+#: the mark of a mean that holds intervals whose power the domain cannot have drawn (their ``flag``)
+FLAGGED = "!"
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,8 @@ class Window:
 
     row: int
     rows: tuple[dict, ...]
+    #: each domain's meter update period, seconds, from the report's sidecar (missing where it does not say)
+    periods_s: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     def label(self, name: str):
         """One of the report row's cells the trace repeats (:data:`edgeprof.report.trace.LABELS`)."""
@@ -75,12 +93,26 @@ class Window:
         return f"round {self.round}, {who} ({self.algo} tau={self.tau})"
 
 
-def windows(rows: Iterable[Mapping]) -> list[Window]:
-    """The windows of a trace's rows, in the order they were written."""
+def windows(rows: Iterable[Mapping], periods_s: Optional[Mapping[str, float]] = None) -> list[Window]:
+    """The windows of a trace's rows, in the order they were written (``periods_s``: see :func:`update_periods`)."""
     grouped: dict[int, list[dict]] = {}
     for r in rows:
         grouped.setdefault(int(r["row"]), []).append(dict(r))
-    return [Window(row, tuple(members)) for row, members in grouped.items()]
+    return [Window(row, tuple(members), dict(periods_s or {})) for row, members in grouped.items()]
+
+
+def update_periods(sidecar: Mapping) -> dict[str, float]:
+    """Each domain's meter update period in seconds, from a sidecar's ``meters`` section (values of the wrong type
+    are left out)."""
+    section = sidecar.get("meters")
+    meters = section.get("meters") if isinstance(section, dict) else None
+    out: dict[str, float] = {}
+    for meter in meters if isinstance(meters, list) else []:
+        period = meter.get("update_period_s") if isinstance(meter, dict) else None
+        if isinstance(period, (int, float)) and not isinstance(period, bool) and math.isfinite(period):
+            out.update({str(d["name"]): float(period) for d in meter.get("domains") or []
+                        if isinstance(d, dict) and d.get("name")})
+    return out
 
 
 def load(report: Report) -> tuple[Path, list[Window]]:
@@ -95,7 +127,7 @@ def load(report: Report) -> tuple[Path, list[Window]]:
     missing = [c for c in USED if c not in rows[0]]
     if missing:
         raise ReportError(f"{path} is not an edgeprof trace (no {', '.join(missing)} column)")
-    return path, windows(rows)
+    return path, windows(rows, update_periods(report.sidecar))
 
 
 def report_row(report: Report, window: Window) -> Optional[dict]:
@@ -168,12 +200,19 @@ def choose(found: Sequence[Window], round: Optional[int] = None, kind: str = "cl
 # --- per phase -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DomainStat:
-    """One domain over one phase: joules and seconds of its valid intervals, the peak, how it was obtained."""
+    """One domain over one phase: joules and seconds of its valid intervals, the peak, how it was obtained.
+
+    ``unresolved``: the mean is not the phase's own (some of its intervals hold the mean power of a span around
+    them); ``unresolved_s``: the seconds of such intervals, which ``peak_w`` leaves out, as it leaves out the
+    intervals with a ``flag`` (``flags``: the distinct ones)."""
 
     energy_j: float
     valid_s: float
     peak_w: Optional[float]
     methods: tuple[str, ...]
+    unresolved: bool = False
+    unresolved_s: float = 0.0
+    flags: tuple[str, ...] = ()
 
     @property
     def mean_w(self) -> Optional[float]:
@@ -194,16 +233,40 @@ class PhaseStat:
     domains: dict[str, DomainStat]
 
 
-def _stat(phase: str, rows: Sequence[Mapping], domains: Sequence[str]) -> PhaseStat:
+def _valid(r: Mapping) -> bool:
+    return math.isfinite(r["w"])
+
+
+def _own(r: Mapping) -> bool:
+    """Whether the row's watts are its interval's own power, one the domain could draw."""
+    return _valid(r) and bool(r.get("resolved", 1)) and not r.get("flag")
+
+
+def _stat(phase: str, rows: Sequence[Mapping], domains: Sequence[str],
+          unresolved: Optional[Mapping[str, bool]] = None) -> PhaseStat:
+    """``unresolved``: per domain, whether the mean is not resolved (default: it has an unresolved valid row)."""
     duration = sum({(r["row"], r["t_s"]): r["dt_s"] for r in rows}.values())
     stats = {}
     for domain in domains:
         mine = [r for r in rows if r["domain"] == domain]
-        valid = [r for r in mine if math.isfinite(r["w"])]
+        valid = [r for r in mine if _valid(r)]
+        spans_s = sum(r["dt_s"] for r in valid if not r.get("resolved", 1))
         stats[domain] = DomainStat(sum(r["w"] * r["dt_s"] for r in valid), sum(r["dt_s"] for r in valid),
-                                   max((r["w"] for r in valid), default=None),
-                                   tuple(sorted({r["method"] for r in mine})))
+                                   max((r["w"] for r in valid if _own(r)), default=None),
+                                   tuple(sorted({r["method"] for r in mine})),
+                                   (unresolved or {}).get(domain, spans_s > 0), spans_s,
+                                   tuple(dict.fromkeys(r["flag"] for r in valid if r.get("flag"))))
     return PhaseStat(phase, duration, any(r["short_phase"] for r in rows), stats)
+
+
+def _whole_unresolved(window: Window, domain: str) -> bool:
+    """Whether the window's mean power of ``domain`` is not resolved: it has unresolved rows, none resolved, and
+    is shorter than two update periods (or its period is not known)."""
+    valid = [r for r in window.rows if r["domain"] == domain and _valid(r)]
+    if not valid or any(r.get("resolved", 1) for r in valid):
+        return False
+    period = window.periods_s.get(domain)
+    return period is None or window.duration_s < RESOLVED_PERIODS * period
 
 
 def phase_stats(found: Sequence[Window], whole: bool = True) -> list[PhaseStat]:
@@ -216,7 +279,7 @@ def phase_stats(found: Sequence[Window], whole: bool = True) -> list[PhaseStat]:
     if any(not r["phase"] for r in rows):
         stats.append(_stat(OUTSIDE, [r for r in rows if not r["phase"]], domains))
     if whole:
-        stats.append(_stat(WHOLE, rows, domains))
+        stats.append(_stat(WHOLE, rows, domains, {d: any(_whole_unresolved(w, d) for w in found) for d in domains}))
     return stats
 
 
@@ -264,6 +327,13 @@ def _num(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _marked(value: Optional[float], unresolved: bool, flagged: bool = False) -> str:
+    """``~83.2`` for a figure the meter does not resolve, ``83.2 !`` for one that holds flagged intervals."""
+    if value is None:
+        return "-"
+    return f"{UNRESOLVED if unresolved else ''}{value:.4g}{' ' + FLAGGED if flagged else ''}"
+
+
 def table(v: TraceView):
     """The rich Table: one block of rows per phase in time order, one row per domain."""
     from rich.table import Table
@@ -276,23 +346,51 @@ def table(v: TraceView):
         label = f"{stat.phase} (short)" if stat.short and stat.phase not in (OUTSIDE, WHOLE) else stat.phase
         for i, (domain, d) in enumerate(stat.domains.items()):
             out.add_row(label if i == 0 else "", _num(stat.duration_s) if i == 0 else "",
-                        f"{domain} (estimate)" if d.estimate else domain, _num(d.mean_w), _num(d.peak_w),
+                        f"{domain} (estimate)" if d.estimate else domain,
+                        _marked(d.mean_w, d.unresolved, bool(d.flags)), _marked(d.peak_w, d.unresolved_s > 0),
                         "+".join(d.methods), end_section=i == len(stat.domains) - 1)
     return out
+
+
+def _unresolved_note(v: TraceView) -> list[str]:
+    domains = [name for s in v.phases for name, d in s.domains.items() if d.unresolved or d.unresolved_s > 0]
+    if not domains:
+        return []
+    periods = ", ".join(f"{name} updates every {v.window.periods_s[name]:.3g} s" for name in dict.fromkeys(domains)
+                        if v.window.periods_s.get(name, 0) > 0)
+    return [f"{UNRESOLVED}: not resolved: its meter cannot resolve the phase{f' ({periods})' if periods else ''}: "
+            f"the figure is the mean power over the span of at least two update periods around "
+            f"it, not the phase's own; peak W leaves those intervals out ('-': none left)"]
+
+
+def _flag_notes(v: TraceView) -> list[str]:
+    """One line per flag: how many intervals, where, the highest watts; what the table does with them."""
+    flagged = [r for r in v.window.rows if r.get("flag") and _valid(r)]
+    lines = []
+    for flag, count in Counter(r["flag"] for r in flagged).items():
+        mine = [r for r in flagged if r["flag"] == flag]
+        where = "; ".join(f"{domain} in " + ", ".join(dict.fromkeys(r["phase"] or OUTSIDE for r in mine
+                                                                    if r["domain"] == domain))
+                          for domain in dict.fromkeys(r["domain"] for r in mine))
+        extreme = max(mine, key=lambda r: abs(r["w"]))["w"]
+        lines.append(f"{FLAGGED}: {count} interval{'s' if count > 1 else ''} {flag} ({where}; {extreme:.4g} W at "
+                     f"most): not a power the domain drew; left out of peak W, kept in mean W (the meter's energy)")
+    return lines
 
 
 def notes(v: TraceView) -> list[str]:
     """The lines under the table: what was picked and how to pick another, what the marks mean, the file."""
     lines = [f"window: {v.window.describe()}, run {v.window.run_id}: {v.why} (--round, --kind, --client pick "
              f"another)",
-             "mean W: the phase's energy over its duration; peak W: the highest mean over one interval between "
-             "samples"]
+             "mean W: the phase's energy over its duration; peak W: the highest mean over one resolved interval "
+             "between samples"]
     if v.held_rounds:
         lines.append(f"held: the window repeated the client's round {v.held_rounds} times (--hold-seconds): the "
                      "durations and joules here are all of them; its report row is one round's mean")
     if any(s.short for s in v.phases):
         lines.append(f"(short): the phase lasted less than two sample periods (2/{v.hz:g} Hz = {2 / v.hz:.3g} s): "
                      "too few intervals for its peak to show a shape")
+    lines += _unresolved_note(v) + _flag_notes(v)
     methods = {m for s in v.phases for d in s.domains.values() for m in d.methods}
     if ESTIMATE in methods:
         lines.append("(estimate): process CPU seconds times watts per core, an ESTIMATE, not a measurement")
@@ -300,65 +398,3 @@ def notes(v: TraceView) -> list[str]:
         lines.append("invalid: an implausible reading in an interval (no watts); means and peaks leave it out")
     lines.append(f"trace: {v.trace_path} ({v.hz:g} Hz)")
     return lines
-
-
-# --- the dashboard's figures (labels HTML-escaped: the page draws them as HTML) ------------------------
-PHASE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
-
-
-def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def estimated(found: Iterable[Window]) -> bool:
-    """Whether any figure of these windows is an estimate."""
-    return any(r["method"] == ESTIMATE for w in found for r in w.rows)
-
-
-def domain_label(domain: str, estimate: bool) -> str:
-    return f"{domain} (estimate)" if estimate else domain
-
-
-def power_lines(window: Window, colors: Sequence[str]) -> list[dict]:
-    """One step line per domain: each interval's mean watts held over the interval; estimates dashed."""
-    data = []
-    for i, domain in enumerate(window.domains):
-        mine = sorted((r for r in window.rows if r["domain"] == domain), key=lambda r: r["t_s"])
-        estimate = any(r["method"] == ESTIMATE for r in mine)
-        xs = [mine[0]["t_s"] - mine[0]["dt_s"]] + [r["t_s"] for r in mine]
-        ys = [r["w"] if math.isfinite(r["w"]) else None for r in mine]
-        data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": colors[i % len(colors)],
-                                                                  "width": 1.5,
-                                                                  "dash": "dash" if estimate else "solid"},
-                     "name": _esc(domain_label(domain, estimate)), "x": xs, "y": ys + ys[-1:],
-                     "hovertemplate": "%{x:.3f} s: %{y:.3g} W<extra>" + _esc(domain) + "</extra>"})
-    return data
-
-
-def phase_bands(window: Window, colors: Mapping[str, str]) -> tuple[list[dict], list[dict]]:
-    """Shaded bands (plotly shapes) and their labels (annotations, staggered so neighbours do not overlap)."""
-    shapes, labels = [], []
-    for i, (phase, start, end, short) in enumerate(segments(window)):
-        color = colors.get(phase, PHASE_COLORS[0])
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end, "y0": 0, "y1": 1,
-                       "fillcolor": color, "opacity": 0.16, "layer": "below", "line": {"width": 0}})
-        labels.append({"x": (start + end) / 2, "xref": "x", "y": 0.99 - 0.08 * (i % 3), "yref": "paper",
-                       "yanchor": "top", "showarrow": False, "font": {"size": 11, "color": color},
-                       "bgcolor": "rgba(255,255,255,0.7)", "text": _esc(f"{phase} (short)" if short else phase)})
-    return shapes, labels
-
-
-def phase_bars(stats: Sequence[PhaseStat], colors: Sequence[str]) -> list[dict]:
-    """Grouped bars of mean watts per phase, one series per domain; estimates hatched and labelled."""
-    if not stats:
-        return []
-    data = []
-    for i, domain in enumerate(stats[0].domains):
-        estimate = any(s.domains[domain].estimate for s in stats)
-        data.append({"type": "bar", "name": _esc(domain_label(domain, estimate)), "x": [_esc(s.phase) for s in stats],
-                     "y": [s.domains[domain].mean_w for s in stats],
-                     "customdata": [[s.duration_s, s.domains[domain].energy_j] for s in stats],
-                     "hovertemplate": "%{x}: %{y:.3g} W over %{customdata[0]:.3g} s (%{customdata[1]:.3g} J)"
-                                      "<extra></extra>",
-                     "marker": {"color": colors[i % len(colors)], **({"pattern": {"shape": "/"}} if estimate else {})}})
-    return data

@@ -1,9 +1,15 @@
 """The sections drawn from single windows: the windows of a user's own code (reports of ``edgeprof.monitor``) and,
 for reports run with ``--trace``, power against time in a chosen client window over its phases' bands, with each
-algorithm's mean power per phase."""
+algorithm's mean power per phase (:mod:`edgeprof.report.trace_view` sums the phases).
+
+What the meter does not resolve is drawn hollow: a domain's intervals whose ``resolved`` is 0 (their watts are the
+mean power of a span of intervals around them) are a dotted, lighter step line beside the solid one of its resolved
+intervals, and a phase whose mean holds such intervals is an unfilled bar. An interval with a ``flag`` is a red x
+(the flag in its hover text), and a bar that holds one carries ``!``."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -11,8 +17,8 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, device_of, energy_note, esc, grid,
                                             listing, marked, median, methods_of, num_text, phase_names, table)
-from edgeprof.report.trace_view import (OUTSIDE, PHASE_COLORS, choose, estimated, load, phase_bands, phase_bars,
-                                        phase_stats, power_lines, report_row)
+from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
+                                        phase_stats, report_row, segments)
 from edgeprof.report.writer import Report
 
 
@@ -67,6 +73,142 @@ def windows(page: Page, reports: Sequence[Report], devices: Mapping[str, list[Ro
     return (energy_note([r for rs in devices.values() for r in rs if r.data.get("kind") == "window"])
             + "".join(f'<p class="note">{esc(n)}</p>' for n in dict.fromkeys(notes))
             + "".join(tables) + grid(cells))
+
+
+# --- the power trace's figures (labels HTML-escaped: the page draws them as HTML) ----------------------
+PHASE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
+#: the fill of a bar drawn hollow, and the colour of the marks of flagged intervals
+HOLLOW, FLAG_COLOR = "rgba(0,0,0,0)", "#d62728"
+
+
+def estimated(found: Iterable[Window]) -> bool:
+    """Whether any figure of these windows is an estimate."""
+    return any(r["method"] == ESTIMATE for w in found for r in w.rows)
+
+
+def domain_label(domain: str, estimate: bool) -> str:
+    return f"{domain} (estimate)" if estimate else domain
+
+
+def _steps(ws: Sequence[Optional[float]], edges: Sequence[float], members: Sequence[bool],
+           joined: bool) -> tuple[list, list]:
+    """The points of a step line (plotly ``hv``) through the intervals ``i`` where ``members[i]``: each run of
+    them from its first edge to its last, runs apart (a None between). ``joined``: each run also draws the steps
+    from the interval before it and to the interval after it, so that two lines meet at their boundaries."""
+    points: list[tuple[float, Optional[float]]] = []
+    for i, w in enumerate(ws):
+        if not members[i]:
+            continue
+        if joined and i > 0 and not members[i - 1] and ws[i - 1] is not None:
+            points.append((edges[i], ws[i - 1]))
+        points.append((edges[i], w))
+        if i + 1 == len(ws) or not members[i + 1]:
+            points.append((edges[i + 1], w))
+            if joined and i + 1 < len(ws) and ws[i + 1] is not None:
+                points.append((edges[i + 1], ws[i + 1]))
+            points.append((edges[i + 1], None))
+    return [x for x, _ in points[:-1]], [y for _, y in points[:-1]]
+
+
+def _domain_lines(domain: str, mine: Sequence[Mapping], color: str) -> list[dict]:
+    """A domain's solid step line of its resolved intervals, a dotted lighter one of its unresolved intervals
+    (their spans' mean power) joined to it, and red x marks on its flagged intervals."""
+    estimate = any(r["method"] == ESTIMATE for r in mine)
+    edges = [mine[0]["t_s"] - mine[0]["dt_s"]] + [r["t_s"] for r in mine]
+    ws = [r["w"] if math.isfinite(r["w"]) else None for r in mine]
+    resolved = [w is not None and bool(r.get("resolved", 1)) for w, r in zip(ws, mine)]
+    hover = "%{x:.3f} s: %{y:.3g} W"
+    lines = []
+    spans = _steps(ws, edges, [w is not None and not ok for w, ok in zip(ws, resolved)], joined=True)
+    if any(resolved) or not spans[0]:
+        xs, ys = _steps(ws, edges, resolved, joined=False)
+        lines.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": color, "width": 1.5,
+                                                                   "dash": "dash" if estimate else "solid"},
+                      "name": esc(domain_label(domain, estimate)), "legendgroup": esc(domain), "x": xs, "y": ys,
+                      "hovertemplate": f"{hover}<extra>{esc(domain)}</extra>"})
+    if spans[0]:
+        lines.append({"type": "scatter", "mode": "lines", "opacity": 0.55,
+                      "line": {"shape": "hv", "color": color, "width": 1.5, "dash": "dot"},
+                      "name": esc(f"{domain} ({'estimate, ' if estimate else ''}unresolved: span mean)"),
+                      "legendgroup": esc(domain), "x": spans[0], "y": spans[1],
+                      "hovertemplate": f"{hover}, the mean power of its span (not resolved)<extra>{esc(domain)}"
+                                       "</extra>"})
+    flagged = [r for r in mine if r.get("flag") and math.isfinite(r["w"])]
+    if flagged:
+        lines.append({"type": "scatter", "mode": "markers", "name": esc(f"{domain}: flagged"),
+                      "legendgroup": esc(domain), "marker": {"symbol": "x", "size": 9, "color": FLAG_COLOR},
+                      "x": [r["t_s"] - r["dt_s"] / 2 for r in flagged], "y": [r["w"] for r in flagged],
+                      "text": [esc(r["flag"]) for r in flagged],
+                      "hovertemplate": f"{hover}: %{{text}}, not a power it drew<extra>{esc(domain)}</extra>"})
+    return lines
+
+
+def power_lines(window: Window, colors: Sequence[str]) -> list[dict]:
+    """Per domain, each interval's mean watts held over the interval (:func:`_domain_lines`); estimates dashed."""
+    data = []
+    for i, domain in enumerate(window.domains):
+        mine = sorted((r for r in window.rows if r["domain"] == domain), key=lambda r: r["t_s"])
+        data += _domain_lines(domain, mine, colors[i % len(colors)])
+    return data
+
+
+def unresolved(found: Iterable[Window]) -> bool:
+    """Whether any interval of these windows holds the mean power of a span instead of its own."""
+    return any(math.isfinite(r["w"]) and not r.get("resolved", 1) for w in found for r in w.rows)
+
+
+def flagged(found: Iterable[Window]) -> bool:
+    """Whether any interval of these windows has a power its domain cannot have drawn."""
+    return any(r.get("flag") for w in found for r in w.rows)
+
+
+def phase_bands(window: Window, colors: Mapping[str, str]) -> tuple[list[dict], list[dict]]:
+    """Shaded bands (plotly shapes) and their labels (annotations, staggered so neighbours do not overlap)."""
+    shapes, labels = [], []
+    for i, (phase, start, end, short) in enumerate(segments(window)):
+        color = colors.get(phase, PHASE_COLORS[0])
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": end, "y0": 0, "y1": 1,
+                       "fillcolor": color, "opacity": 0.16, "layer": "below", "line": {"width": 0}})
+        labels.append({"x": (start + end) / 2, "xref": "x", "y": 0.99 - 0.08 * (i % 3), "yref": "paper",
+                       "yanchor": "top", "showarrow": False, "font": {"size": 11, "color": color},
+                       "bgcolor": "rgba(255,255,255,0.7)", "text": esc(f"{phase} (short)" if short else phase)})
+    return shapes, labels
+
+
+def _bar_note(d: DomainStat) -> str:
+    """What a bar's hover adds to its watts: not resolved, flagged."""
+    return (" (not resolved: the mean power of the spans of two meter updates around it)" if d.unresolved else "") \
+        + "".join(f"; {FLAGGED} {flag}" for flag in d.flags)
+
+
+def phase_bars(stats: Sequence[PhaseStat], colors: Sequence[str]) -> list[dict]:
+    """Grouped bars of mean watts per phase, one series per domain; estimates hatched and labelled; a mean the
+    meter does not resolve hollow (no fill, its colour as the outline), a flagged one marked ``!``."""
+    if not stats:
+        return []
+    data = []
+    for i, domain in enumerate(stats[0].domains):
+        color = colors[i % len(colors)]
+        mine = [s.domains[domain] for s in stats]
+        estimate = any(d.estimate for d in mine)
+        data.append({"type": "bar", "name": esc(domain_label(domain, estimate)), "x": [esc(s.phase) for s in stats],
+                     "y": [d.mean_w for d in mine],
+                     "customdata": [[s.duration_s, d.energy_j, esc(_bar_note(d))] for s, d in zip(stats, mine)],
+                     "hovertemplate": "%{x}: %{y:.3g} W%{customdata[2]} over %{customdata[0]:.3g} s "
+                                      "(%{customdata[1]:.3g} J)<extra></extra>",
+                     "text": [FLAGGED if d.flags else "" for d in mine], "textposition": "outside",
+                     "marker": {"color": [HOLLOW if d.unresolved else color for d in mine],
+                                "line": {"color": [color] * len(mine), "width": [2 if d.unresolved else 0 for d in mine]},
+                                **({"pattern": {"shape": "/", "fgcolor": [_faint(color) if d.unresolved else color
+                                                                          for d in mine]}} if estimate else {})}})
+    return data
+
+
+def _faint(color: str) -> str:
+    """``#rrggbb`` at less than half its opacity (the hatching of a hollow estimate bar); other colours as given."""
+    if len(color) != 7 or not color.startswith("#"):
+        return color
+    return f"rgba({int(color[1:3], 16)},{int(color[3:5], 16)},{int(color[5:], 16)},0.45)"
 
 
 def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[str]]:
@@ -142,6 +284,20 @@ def _trace_rule(rates: Iterable[str], scope: str) -> str:
             f"bookkeeping between phases.</p>")
 
 
+def _honesty_rule(windows: Sequence) -> str:
+    """The caption of what is drawn hollow (not resolved by the meter) and marked (flagged), where there is any."""
+    parts = []
+    if unresolved(windows):
+        parts.append("<strong>Hollow = not resolved by the meter.</strong> An interval shorter than two of its "
+                     "meter's update periods has no power of its own there: its dotted, lighter step (named "
+                     "<i>(unresolved: span mean)</i>) is the mean power of the span of at least two update periods "
+                     "around it, and a hollow bar is a phase whose mean holds such spans, not the phase's own.")
+    if flagged(windows):
+        parts.append("A red &times; marks an interval whose power the device cannot have drawn (negative, or above "
+                     "its power limit; the reason is in its hover text), and <i>!</i> a bar that holds one.")
+    return f'<p class="note">{" ".join(parts)}</p>' if parts else ""
+
+
 def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] = None,
                      client: Optional[int] = None) -> str:
     """Reports run with ``--trace``: power against time in a chosen window (by default each algorithm's median
@@ -156,7 +312,8 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     bands = {name: PHASE_COLORS[i % len(PHASE_COLORS)] for i, name in enumerate(names)}
     rates = sorted({f"{float(rep.sidecar['trace'].get('hz') or 0):g} Hz" for rep, _ in traced})
     estimate = ('<p class="estimate"><strong>Power here is an ESTIMATE</strong> wherever its method is estimate '
-                "(process CPU time times watts per core; dashed lines, hatched bars), not a measurement.</p>"
+                "(process CPU time times watts per core; dashed lines, dotted where not resolved, hatched bars), not a "
+                "measurement.</p>"
                 if any(estimated(ws) for ws in groups.values()) else "")
     chosen, missing = _chosen_windows(groups, round, client)
     head += "".join(f'<p class="note">{esc(n)}</p>' for n in missing)
@@ -164,4 +321,5 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
                     if given is not None)
     plots = [_power_plot(page, d, v, w, bands) for (d, v), w in chosen.items()]
     bars = [_phase_power(page, d, v, ws) for (d, v), ws in groups.items()]
-    return head + estimate + _trace_rule(rates, scope) + grid(plots) + grid(bars)
+    shown = [w for ws in groups.values() for w in ws]
+    return head + estimate + _trace_rule(rates, scope) + _honesty_rule(shown) + grid(plots) + grid(bars)
