@@ -87,27 +87,43 @@ class Expected(NamedTuple):
     partial: bool
 
 
-def _summed(rows: list[dict], unresolved: Optional[bool] = None) -> Expected:
-    """``unresolved``: whether the mean is not resolved (default: some valid row is not)."""
+def _summed(rows: list[dict], unresolved: bool) -> Expected:
     valid = [r for r in rows if math.isfinite(r["w"])]
     dt = sum(r["dt_s"] for r in valid)
     own = [r["w"] for r in valid if r["resolved"] and not r["flag"]]
     partial = any(not r["resolved"] for r in valid)
     return Expected(sum(r["dt_s"] for r in rows), sum(r["w"] * r["dt_s"] for r in valid) / dt,
-                    max(own) if own else None, partial if unresolved is None else unresolved,
-                    any(r["flag"] for r in valid), partial)
+                    max(own) if own else None, unresolved, any(r["flag"] for r in valid), partial)
 
 
-def _expected(rows: list[dict]) -> dict[str, Expected]:
-    """phase -> what one domain's rows make of it; "" for the intervals outside any phase."""
-    return {phase: _summed([r for r in rows if r["phase"] == phase]) for phase in {r["phase"] for r in rows}}
+def _short_stretch(rows: list[dict], phase: Optional[str], period_s: Optional[float]) -> bool:
+    """Whether, in some window, a stretch of consecutive intervals of ``phase`` (None: the whole window) holds an
+    unresolved valid row and lasts less than two update periods (or the period is not known)."""
+    for window in {r["row"] for r in rows}:
+        runs, previous = [], object()
+        for r in sorted((r for r in rows if r["row"] == window), key=lambda r: r["t_s"]):
+            if phase is None or r["phase"] == phase:
+                if phase is not None and previous != phase or not runs:
+                    runs.append([])
+                runs[-1].append(r)
+            previous = r["phase"]
+        for run in runs:
+            if any(math.isfinite(r["w"]) and not r["resolved"] for r in run) and (
+                    period_s is None or sum(r["dt_s"] for r in run) < 2 * period_s):
+                return True
+    return False
+
+
+def _expected(rows: list[dict], period_s: Optional[float]) -> dict[str, Expected]:
+    """phase -> what one domain's rows make of it; "" for the intervals outside any phase: its mean is not resolved
+    where a stretch of it with unresolved intervals is shorter than two update periods of its meter."""
+    return {phase: _summed([r for r in rows if r["phase"] == phase], _short_stretch(rows, phase, period_s))
+            for phase in {r["phase"] for r in rows}}
 
 
 def _whole(rows: list[dict], period_s: Optional[float]) -> Expected:
-    """One domain over one whole window: its mean is resolved unless no row is and the window is shorter than two
-    update periods of its meter (or the period is not known)."""
-    none = not any(r["resolved"] for r in rows if math.isfinite(r["w"]))
-    return _summed(rows, none and (period_s is None or sum(r["dt_s"] for r in rows) < 2 * period_s))
+    """One domain over one whole window, the stretch of all its intervals."""
+    return _summed(rows, _short_stretch(rows, None, period_s))
 
 
 def _cell(value: Optional[float], unresolved: bool, flagged: bool = False) -> str:
@@ -144,7 +160,7 @@ def test_each_phase_of_the_window_shown_is_its_energy_over_its_duration_and_its_
     rnd, client = re.search(r"window: round (\d+), client (\d+)", result.output).groups()
     rows = [r for r in _raw(reports[algo]) if r["kind"] == "client" and r["round"] == int(rnd)
             and r["client"] == client and r["domain"] == "cpu_estimate"]
-    expected = _expected(rows)
+    expected = _expected(rows, _period(reports[algo], "cpu_estimate"))
     shown = {cells[0].removesuffix(" (short)"): cells for cells in _table(result.output)}
     names = {"" if name == "(no phase)" else name for name in shown} - {"whole window"}
     assert names == set(expected)
@@ -308,7 +324,7 @@ def test_the_dashboard_draws_each_algorithm_s_median_window_over_labelled_phase_
 def test_the_dashboard_s_bars_are_each_phase_s_energy_over_its_duration_in_every_client_window(reports, page,
                                                                                               position, algo):
     rows = [r for r in _raw(reports[algo]) if r["kind"] == "client"]
-    expected = _expected(rows)
+    expected = _expected(rows, _period(reports[algo], "cpu_estimate"))
 
     figure = _section_figures(page)[len(ALGOS) + position]
 
@@ -463,7 +479,7 @@ def test_a_phase_the_meter_does_not_resolve_is_marked_and_its_peak_is_its_resolv
 
     assert result.exit_code == 0, result.output
     shown = _by_domain(result.output)
-    for phase, e in _expected(rows).items():
+    for phase, e in _expected(rows, GPU_PERIOD_S).items():
         assert shown[(phase or "(no phase)", "gpu_0")][1:] == [f"{e.dt:.4g}", "gpu_0", *_cells(e), "counter"]
     assert shown[("whole window", "gpu_0")][3:5] == _cells(_whole(rows, GPU_PERIOD_S))
     assert shown[("cache_forward", "gpu_0")][3:5] == ["~120", "-"]  # a span's mean, and no interval of its own
@@ -548,7 +564,7 @@ def test_the_dashboard_draws_unresolved_intervals_dotted_and_marks_flagged_ones(
 def test_the_dashboard_draws_a_phase_bar_the_meter_does_not_resolve_hollow_and_says_so(reports, tmp_path):
     report = written_report(tmp_path, reports["pflego"], _gpu())
     rows = [r for r in _raw(report) if r["domain"] == "gpu_0"]
-    expected = {("(no phase)" if p == "" else p): e for p, e in _expected(rows).items()}
+    expected = {("(no phase)" if p == "" else p): e for p, e in _expected(rows, GPU_PERIOD_S).items()}
     expected["whole window"] = _whole(rows, GPU_PERIOD_S)
 
     page = render([read_report(report)])
@@ -560,8 +576,9 @@ def test_the_dashboard_draws_a_phase_bar_the_meter_does_not_resolve_hollow_and_s
         assert (gpu["marker"]["color"][i] == HOLLOW) == e.unresolved == (gpu["marker"]["line"]["width"][i] > 0)
         assert ("not resolved" in gpu["customdata"][i][2]) == e.unresolved
         assert (gpu["text"][i] == "!") == e.flagged == ("above the 700 W power limit" in gpu["customdata"][i][2])
+    # joint_grad lasts more than two update periods: its mean is resolved though its edges' intervals are not
     assert [phase for phase, fill in zip(gpu["x"], gpu["marker"]["color"]) if fill == HOLLOW] == [
-        "cache_forward", "head_steps", "joint_grad", "(no phase)"]
+        "cache_forward", "head_steps", "(no phase)"]
     assert HOLLOW not in cpu["marker"]["color"]
     section = " ".join(_section(page).split())
     assert "<strong>Hollow = not resolved by the meter.</strong>" in section

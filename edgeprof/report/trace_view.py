@@ -11,11 +11,11 @@ chosen (by default the median-energy client window), and each phase of it is sum
   intervals for its peak to show a shape).
 
 What the meter resolves: a row with ``resolved`` 0 holds the mean power of the span of intervals around it that
-spans two of its meter's update periods, not the interval's own. A phase with such rows of a domain has a mean
-that is not its own: :data:`UNRESOLVED` marks it in the table, and the plots draw it hollow (a dotted, lighter
-step; an unfilled bar). Such a row never gives a peak. The whole window is the exception: the spans tile each
-window, so its mean is its energy from its edges over its duration, resolved when the window spans two update
-periods (the sidecar's ``update_period_s``) or has a resolved row. A row with a ``flag`` (a power the domain
+spans two of its meter's update periods, not the interval's own. A phase's mean is not its own where a stretch of
+it (consecutive intervals of the phase; for the whole window, all of it) holds such rows and lasts less than two
+update periods (the sidecar's ``update_period_s``): :data:`UNRESOLVED` marks it in the table, and the plots draw it
+hollow (a dotted, lighter step; an unfilled bar). A longer stretch's energy is off by at most one counter update
+at each end, as a resolved interval's is. Such a row never gives a peak. A row with a ``flag`` (a power the domain
 cannot have drawn) never gives a peak either; :data:`FLAGGED` marks the means it is part of, a note names the
 flag, and the plot marks the interval with a red x.
 
@@ -244,7 +244,7 @@ def _own(r: Mapping) -> bool:
 
 def _stat(phase: str, rows: Sequence[Mapping], domains: Sequence[str],
           unresolved: Optional[Mapping[str, bool]] = None) -> PhaseStat:
-    """``unresolved``: per domain, whether the mean is not resolved (default: it has an unresolved valid row)."""
+    """``unresolved``: per domain, whether the mean is not resolved (:func:`_unresolved`)."""
     duration = sum({(r["row"], r["t_s"]): r["dt_s"] for r in rows}.values())
     stats = {}
     for domain in domains:
@@ -254,19 +254,39 @@ def _stat(phase: str, rows: Sequence[Mapping], domains: Sequence[str],
         stats[domain] = DomainStat(sum(r["w"] * r["dt_s"] for r in valid), sum(r["dt_s"] for r in valid),
                                    max((r["w"] for r in valid if _own(r)), default=None),
                                    tuple(sorted({r["method"] for r in mine})),
-                                   (unresolved or {}).get(domain, spans_s > 0), spans_s,
+                                   bool((unresolved or {}).get(domain)), spans_s,
                                    tuple(dict.fromkeys(r["flag"] for r in valid if r.get("flag"))))
     return PhaseStat(phase, duration, any(r["short_phase"] for r in rows), stats)
 
 
-def _whole_unresolved(window: Window, domain: str) -> bool:
-    """Whether the window's mean power of ``domain`` is not resolved: it has unresolved rows, none resolved, and
-    is shorter than two update periods (or its period is not known)."""
-    valid = [r for r in window.rows if r["domain"] == domain and _valid(r)]
-    if not valid or any(r.get("resolved", 1) for r in valid):
-        return False
-    period = window.periods_s.get(domain)
-    return period is None or window.duration_s < RESOLVED_PERIODS * period
+def _stretches(window: Window, domain: str, phase: Optional[str]) -> list[list[Mapping]]:
+    """The domain's rows of ``window`` in runs of consecutive intervals of ``phase`` ("": outside any phase; None:
+    the whole window, one run)."""
+    mine = sorted((r for r in window.rows if r["domain"] == domain), key=lambda r: r["t_s"])
+    if phase is None:
+        return [mine]
+    runs: list[list[Mapping]] = []
+    previous = None
+    for r in mine:
+        if r["phase"] == phase:
+            if previous != phase:
+                runs.append([])
+            runs[-1].append(r)
+        previous = r["phase"]
+    return runs
+
+
+def _unresolved(found: Sequence[Window], domain: str, phase: Optional[str]) -> bool:
+    """Whether the mean power of ``domain`` over ``phase`` (see :func:`_stretches`) is not resolved: some stretch of
+    it holds unresolved intervals and is shorter than two update periods of its meter (or the period is not known).
+    A longer stretch's energy is off by at most one counter update at each end, as a resolved interval's is."""
+    for window in found:
+        period = window.periods_s.get(domain)
+        for run in _stretches(window, domain, phase):
+            spans = [r for r in run if _valid(r) and not r.get("resolved", 1)]
+            if spans and (period is None or sum(r["dt_s"] for r in run) < RESOLVED_PERIODS * period):
+                return True
+    return False
 
 
 def phase_stats(found: Sequence[Window], whole: bool = True) -> list[PhaseStat]:
@@ -275,11 +295,15 @@ def phase_stats(found: Sequence[Window], whole: bool = True) -> list[PhaseStat]:
     rows = [r for w in found for r in w.rows]
     domains = list(dict.fromkeys(r["domain"] for r in rows))
     names = list(dict.fromkeys(r["phase"] for r in rows if r["phase"]))
-    stats = [_stat(p, [r for r in rows if r["phase"] == p], domains) for p in names]
+
+    def stat(label: str, phase: Optional[str], members: Sequence[Mapping]) -> PhaseStat:
+        return _stat(label, members, domains, {d: _unresolved(found, d, phase) for d in domains})
+
+    stats = [stat(p, p, [r for r in rows if r["phase"] == p]) for p in names]
     if any(not r["phase"] for r in rows):
-        stats.append(_stat(OUTSIDE, [r for r in rows if not r["phase"]], domains))
+        stats.append(stat(OUTSIDE, "", [r for r in rows if not r["phase"]]))
     if whole:
-        stats.append(_stat(WHOLE, rows, domains, {d: any(_whole_unresolved(w, d) for w in found) for d in domains}))
+        stats.append(stat(WHOLE, None, rows))
     return stats
 
 
