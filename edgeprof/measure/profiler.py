@@ -34,6 +34,7 @@ import contextlib
 import math
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +203,7 @@ class Profiler:
         self._slow = meters.slow_meters()
         self._direct = tuple(m for m in meters.meters if m not in self._slow)
         self.series: Optional[CounterSeries] = None
+        self._sampling = threading.Lock()  # a sample's clocks and reads together (edges and trace ticks)
         #: the profiler's own cost on the measured threads: edges taken, their wall seconds, waits for the series
         self.cost = {"edges": 0, "edge_wall_s": 0.0, "resolve_wait_s": 0.0}
 
@@ -229,8 +231,9 @@ class Profiler:
         """Start reading the slow meters off the measured thread (once; nothing when every meter is cheap)."""
         if self._slow and self.series is None:
             cost = sum(self.meters.read_cost_s.get(m.name, 0.0) for m in self._slow)
-            self.series = CounterSeries(self._slow, period_s=period_for(self._slow, cost), clock=self.clock,
-                                        read_lock=self.meters.read_lock).start()
+            slow = self._slow
+            self.series = CounterSeries(lambda: self.meters.read(only=slow), period_s=period_for(slow, cost),
+                                        clock=self.clock).start()
 
     def close(self) -> None:
         """Stop the slow meters' series (idempotent); the meters themselves are the caller's to close."""
@@ -239,13 +242,13 @@ class Profiler:
 
     # --- for the window engine (edgeprof.measure.windows: windows that may nest and overlap, phases inside) --------
     def sample(self) -> Sample:
-        """One sample now: the clocks and the cheap meters, read together under the meter set's lock (so samples
-        from several threads are ordered alike by time and by counter); the slow meters' domains wait for
+        """One sample now: the clocks and the cheap meters, read together under one lock (so samples from several
+        threads, edges and trace ticks, are ordered alike by time and by counter); the slow meters' domains wait for
         :meth:`complete`. Never waits for the device (the engine does that before an edge)."""
-        with self.meters.read_lock:
+        with self._sampling:
             wall = self.clock()
             cpu = self._cpu_clock()
-            reading = self.meters.read(cpu_s=cpu, only=self._direct, locked=True)
+            reading = self.meters.read(cpu_s=cpu, only=self._direct)
             for domain, why in reading.invalid.items():
                 self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
             flagged = dict(self._flagged)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from edgeprof.errors import MeterError
-from edgeprof.meters.base import Meter
+from edgeprof.meters.base import Meter, Reading
 
 #: a meter whose read costs more than this (seconds) is read by the series thread, never at an edge
 SLOW_READ_S = 200e-6
@@ -59,21 +59,22 @@ class Point:
 
 
 class CounterSeries:
-    """Timestamped cumulative readings of ``meters``, taken by a daemon thread every ``period_s`` seconds.
+    """Timestamped cumulative readings of the slow meters, taken by a daemon thread every ``period_s`` seconds.
 
-    ``clock`` must be the profiler's wall clock. ``read_lock`` serialises reads of these meters with any other
-    reader (the meters keep state between reads). The thread takes its first reading as :meth:`start` starts it. An
+    ``read()`` reads them once (``MeterSet.read(only=...)``, which holds each meter's own lock, so a reading here
+    never waits for the cheap meters' reads at the edges, nor they for it). ``clock`` must be the profiler's wall
+    clock. The thread takes its first reading as :meth:`start` starts it. An
 error in the
     thread is kept and raised as :class:`~edgeprof.errors.MeterError` by the next :meth:`wait_past` or
     :meth:`at`.
     """
 
-    def __init__(self, meters: Sequence[Meter], *, period_s: float, clock: Callable[[], float] = time.perf_counter,
-                 read_lock: Optional[threading.Lock] = None) -> None:
-        self.meters = tuple(meters)
+    def __init__(self, read: Callable[[], Reading], *, period_s: float,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._read = read
         self.period_s = float(period_s)
         self._clock = clock
-        self._read_lock = read_lock or threading.Lock()
+        self._reading = threading.Lock()  # one reading at a time (the thread's, or a caller's once it has stopped)
         self._points: list[Point] = []
         self._times: list[float] = []
         self._flagged: dict[str, tuple[int, str]] = {}
@@ -118,14 +119,11 @@ error in the
 
     def read(self) -> Point:
         """Read every slow meter once (on the calling thread) and keep the reading."""
-        with self._read_lock:
+        with self._reading:
             started = self._clock()
-            energy: dict[str, float] = {}
-            invalid = {}
-            for meter in self.meters:
-                energy.update(meter.read_j())
-                invalid.update(meter.take_invalid())
+            reading = self._read()
             ended = self._clock()
+        energy, invalid = dict(reading.energy_j), reading.invalid
         with self._cond:
             for domain, why in invalid.items():
                 self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))

@@ -21,8 +21,8 @@ is recorded like a failed probe, so discovery never ends in a traceback.
 Read cost: :meth:`MeterSet.measure_read_costs` (called by ``discover``) times each meter's read; one that costs more
 than :data:`SLOW_READ_S` is "slow" (:meth:`MeterSet.slow_meters`: NVML's energy counter on data-centre GPUs, about
 2.7 ms a read on an H200) and the profiler reads it off the measured thread
-(:mod:`edgeprof.measure.series`). Reads of one set are serialised by its ``read_lock`` (meters keep state between
-reads: counter wrap, the last value). Meters never synchronise a device: only the compute seam does.
+(:mod:`edgeprof.measure.series`). Each meter's reads are serialised by a lock of its own (a meter keeps state between
+reads: counter wrap, the last value), so readers of different meters never wait for each other. Meters never synchronise a device: only the compute seam does.
 
 ``MeterSet.read`` returns a :class:`~edgeprof.meters.base.Reading`: the joules and the domains whose step
 since the previous reading a back-end flagged as implausible. The set keeps every such flag (per domain and
@@ -65,8 +65,8 @@ class MeterSet:
     _invalid_log: dict[str, dict[str, dict]] = field(default_factory=dict, init=False, repr=False)
     #: meter name -> seconds one read costs (median), once :meth:`measure_read_costs` ran; unknown: cheap
     read_cost_s: dict[str, float] = field(default_factory=dict, init=False)
-    #: held around every read of these meters, from whichever thread
-    read_lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    #: per meter, held around each of its reads, from whichever thread (a meter keeps state between reads)
+    _locks: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Reject two domains with one name (their readings would overwrite each other in one reading) and
@@ -84,28 +84,30 @@ class MeterSet:
                         f"meters {owner[domain.name]!r} and {meter.name!r} both report a domain named "
                         f"{domain.name!r}; domain names must be unique across the meters of a run")
                 owner[domain.name] = meter.name
+        self._locks.update((id(meter), threading.Lock()) for meter in self.meters)
 
     def domains(self) -> tuple[Domain, ...]:
         return tuple(d for m in self.meters for d in m.domains())
 
-    def read(self, *, cpu_s: float | None = None, only: Sequence[Meter] | None = None, locked: bool = False) -> Reading:
+    def read(self, *, cpu_s: float | None = None, only: Sequence[Meter] | None = None) -> Reading:
         """One cumulative reading of every domain of every meter (of ``only``, when given), with the domains whose
-        step since the previous reading is implausible (their joules left that step out). Never waits for a device.
+        step since the previous reading is implausible (their joules left that step out). Never waits for a device;
+        each meter is read under its own lock, so readers of different meters never wait for each other.
 
         ``cpu_s`` is the process CPU time the caller (the profiler) sampled for this reading; meters
-        derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`). ``locked``: the
-        caller holds :attr:`read_lock` already.
+        derived from CPU time use it instead of their own clock (:meth:`Meter.read_at_cpu_j`).
         """
-        if not locked:
-            with self.read_lock:
-                return self.read(cpu_s=cpu_s, only=only, locked=True)
         out: dict[str, float] = {}
         invalid: dict[str, Invalid] = {}
         for meter in self.meters if only is None else only:
-            out.update(meter.read_j() if cpu_s is None else meter.read_at_cpu_j(cpu_s))
-            invalid.update(meter.take_invalid())
+            with self._lock_of(meter):
+                out.update(meter.read_j() if cpu_s is None else meter.read_at_cpu_j(cpu_s))
+                invalid.update(meter.take_invalid())
         self.log_invalid(invalid)
         return Reading(out, invalid)
+
+    def _lock_of(self, meter: Meter) -> threading.Lock:
+        return self._locks[id(meter)]
 
     def log_invalid(self, invalid: Mapping[str, Invalid]) -> None:
         """Keep the flags of one reading for ``describe()`` (per domain and kind: readings, first detail)."""
@@ -117,7 +119,7 @@ class MeterSet:
         """Time ``reads`` reads of each meter (the median is kept in :attr:`read_cost_s`); their flags are logged."""
         for meter in self.meters:
             costs = []
-            with self.read_lock:
+            with self._lock_of(meter):
                 for _ in range(reads):
                     start = clock()
                     meter.read_j()
