@@ -436,7 +436,9 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
                                                 args.profiler_rounds)
             finally:
                 profiler.windows.stop_trace()
+                profiler.close()  # the slow meters' series, before the meters close
             out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
+            out["read_off_thread"] = profiler.describe()["read_off_thread"]
     return out
 
 

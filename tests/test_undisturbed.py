@@ -314,3 +314,16 @@ def test_an_interrupted_run_with_a_slow_meter_keeps_every_window_that_ended(tmp_
 
     assert [r["kind"] for r in rows] == ["client"] * 3 + ["server", "client"]
     assert sidecar["status"] == "interrupted" and sidecar["rows"] == 5 and sidecar["rounds_completed"] == 1
+
+
+def test_doctor_prints_each_meters_read_cost_and_how_a_run_reads_it():
+    from edgeprof.meters.doctor import doctor_report, render_doctor
+
+    rows = {r["meter"]: r for r in doctor_report(nvml_module=slow_stepping_pynvml(power_w=POWER_W, read_s=READ_S))}
+    text = render_doctor(list(rows.values()))
+
+    assert rows["nvml"]["read_cost_s"] >= READ_S and rows["nvml"]["update_period_s"] == PERIOD_S
+    assert rows["nvml"]["read"].startswith("off the measured thread")
+    assert rows["cpu_estimate"]["read_cost_s"] < SLOW_READ_S and rows["cpu_estimate"]["read"].startswith("at every")
+    nvml_block = text[text.index("nvml "):]
+    assert "read cost:" in nvml_block and "(read off the measured thread" in nvml_block
