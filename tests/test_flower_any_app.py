@@ -252,3 +252,31 @@ def test_a_trace_record_round_trips_with_what_its_meter_resolved(task_identity, 
     expected = rows if fields == "now" else tuple(
         TraceRow(**{**r.__dict__, "resolved": True, "flag": ""}) for r in rows)
     assert taken == expected and TRACE_RECORD not in msg.content
+
+
+def test_the_mod_over_a_slow_gpu_meter_writes_its_rows_before_it_closes_the_meters(tmp_path, task_identity):
+    """A slow NVML (3-ms reads, found slow at start and read off the measured thread) whose energy cannot be read
+    once NVML is shut down, as the real driver's: every client row still has its GPU joules, made while the meters
+    were open."""
+    from fixtures_sysfs import slow_stepping_pynvml
+
+    from edgeprof.meters import discover
+
+    def meters():
+        mod = slow_stepping_pynvml(power_w=100.0, read_s=0.003)
+        read = mod.nvmlDeviceGetTotalEnergyConsumption
+
+        def energy_mj(handle):
+            if not mod.initialised:
+                raise mod.NVMLError(9)  # driver not loaded: shut down
+            return read(handle)
+
+        mod.nvmlDeviceGetTotalEnergyConsumption = energy_mj
+        return discover(nvml_module=mod, cpu_watts=WATTS)
+
+    strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="slow")
+    federate(plain_client_app([energy_mod(meters=meters)]), strategy)
+    clients = read_report(tmp_path / "slow.csv").where(kind="client")
+
+    assert len(clients) == ROUNDS * len(NODES)
+    assert all(r["gpu_method"] == "counter" and float(r["gpu_j"]) >= 0 for r in clients)

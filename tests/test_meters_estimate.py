@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 
 import pytest
 
@@ -14,7 +15,9 @@ from edgeprof.config import check_meter_options
 from edgeprof.errors import ConfigError
 from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.meters import MeterSet, discover
-from edgeprof.meters.cpu_clock import (MAX_LAG_S, late_cpu_s, measure_cpu_clock_lag_s, process_cpu_clock_lag_s,
+from edgeprof.meters import cpu_clock
+from edgeprof.meters.cpu_clock import (MAX_LAG_S, late_cpu_s, measure_cpu_clock_lag_s, process_cpu_clock_lag,
+                                       process_cpu_clock_lag_s,
                                        usable_cpus)
 from edgeprof.meters.doctor import doctor_report, render_doctor
 from edgeprof.meters.estimate import CpuTimeEstimateMeter
@@ -138,23 +141,40 @@ def test_a_process_clock_that_runs_off_to_infinity_reads_as_the_largest_lag():
     assert lag == MAX_LAG_S and busy.stopped == 1
 
 
+@pytest.mark.parametrize("measured,cpus,expected,how", [
+    (None, 2, cpu_clock.ASSUMED_TICK_S, "assumed: no late CPU time"),  # none seen on two CPUs: a loaded machine
+    (None, 1, None, "measured at start"),  # none seen on one CPU: there is none
+    (0.0021, 2, 0.0021, "measured at start"),
+])
+def test_where_no_late_cpu_time_is_seen_on_several_cpus_a_scheduler_tick_is_assumed_and_said(
+        monkeypatch, measured, cpus, expected, how):
+    floor = time.get_clock_info("process_time").resolution
+    monkeypatch.setattr(cpu_clock, "measure_cpu_clock_lag_s", lambda floor_s: floor_s if measured is None else measured)
+    monkeypatch.setattr(cpu_clock, "usable_cpus", lambda: cpus)
+
+    lag, said = process_cpu_clock_lag.__wrapped__()
+
+    assert lag == (floor if expected is None else expected) and said.startswith(how)
+
+
 def test_the_lag_on_this_machine_is_positive_bounded_and_measured_once_per_process():
     lag = measure_cpu_clock_lag_s()
     first, second = process_cpu_clock_lag_s(), process_cpu_clock_lag_s()
 
     assert 0 < lag <= MAX_LAG_S and 0 < first <= MAX_LAG_S
-    assert second == first and process_cpu_clock_lag_s.cache_info().hits >= 1
+    assert second == first and process_cpu_clock_lag.cache_info().hits >= 1
     assert not [t for t in threading.enumerate() if t.name == "edgeprof-cpu-clock-lag"], "the helper thread is stopped"
     assert CpuTimeEstimateMeter(2.0).update_period_s == first
 
 
 @pytest.mark.parametrize(("lag_s", "text"), [(0.004, "up to 4.00 ms late (given)"), (0.0, "up to 0.00 ms late (given)"),
-                                             (None, "ms late (measured at start)")],
+                                             (None, None)],
                          ids=["4ms", "none", "measured"])
 def test_the_estimate_reports_the_lag_as_its_update_period_and_resolution(lag_s, text):
     meter = CpuTimeEstimateMeter(3.0, cpu_time=lambda: 0.0, cpu_clock_lag_s=lag_s)
     info = meter.describe()
     expected = process_cpu_clock_lag_s() if lag_s is None else lag_s
+    text = text or f"ms late ({process_cpu_clock_lag()[1]})"  # measured at start, or assumed where none was seen
 
     assert meter.update_period_s == meter.cpu_clock_lag_s == expected
     assert info["update_period_s"] == info["cpu_clock_lag_s"] == expected

@@ -189,11 +189,11 @@ def startup_cells() -> dict[str, float]:
     return {"startup_s": max(0.0, time.time() - started), "startup_cpu_s": time.process_time()}
 
 
-def _setup_cells(win) -> dict[str, float]:
-    """The set-up window's wall, CPU and (when measured) joules, for the ``setup_*`` report columns."""
-    cells = {"setup_s": win.result.wall_s, "setup_cpu_s": win.result.cpu_s}
-    if win.result.domains:
-        cells["setup_j"] = win.result.energy_total_j
+def _setup_cells(result) -> dict[str, float]:
+    """The set-up window's wall, CPU and (when measured) joules (its WindowResult), for the ``setup_*`` columns."""
+    cells = {"setup_s": result.wall_s, "setup_cpu_s": result.cpu_s}
+    if result.domains:
+        cells["setup_j"] = result.energy_total_j
     return cells
 
 
@@ -277,6 +277,8 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
             try:
                 with profiler.window(window or kind) as win:
                     reply = call_next(msg, context)
+                # the figures now, while the meters are open (a slow meter's series is waited for, after the window)
+                result, setup_result = win.result, None if setup is None else setup.result
             finally:
                 profiler.windows.stop_trace()
         finally:
@@ -288,13 +290,13 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
         if after is not None:
             after(msg, context, reply)
         g_per_kwh, source = _carbon(energy.country, energy.region, energy.carbon_intensity)
-        cells = profile_cells(row_from_window(win.result, {}, carbon_g_per_kwh=g_per_kwh))
-        cells.update(_setup_cells(setup) if setup is not None else {}, **started)
+        cells = profile_cells(row_from_window(result, {}, carbon_g_per_kwh=g_per_kwh))
+        cells.update(_setup_cells(setup_result) if setup_result is not None else {}, **started)
         cells.update(device=device_label(device or str(context.node_config.get("device", "")) or None),
                      carbon_source=source, message_type=kind)
         attach_profile(reply, cells, metrics=metrics)
-        if win.result.trace is not None:
-            reply.content[TRACE_RECORD] = trace_record(win.result.trace)
+        if result.trace is not None:
+            reply.content[TRACE_RECORD] = trace_record(result.trace)
         return reply
 
     return edgeprof_energy_mod

@@ -64,7 +64,9 @@ def render_doctor(rows: list[dict]) -> str:
             lines.append(f"  method:        {', '.join(row['methods'])}")
             lines.append(f"  update period: {period:g} s" if period is not None else "  update period: -")
             if row.get("read_cost_s") is not None:
-                lines.append(f"  read cost:     {row['read_cost_s'] * 1e6:.3g} us a read (read {row['read']})")
+                cost = row["read_cost_s"]
+                shown = f"{cost * 1e3:.3g} ms" if cost >= 1e-3 else f"{cost * 1e6:.3g} us"
+                lines.append(f"  read cost:     {shown} a read (read {row['read']})")
             if row["sampling_hz"]:
                 lines.append(f"  sampling:      {row['sampling_hz']:g} Hz")
             if row["resolution"]:

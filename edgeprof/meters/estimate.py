@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, ProbeResult
-from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag_s, usable_cpus
+from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag, usable_cpus
 
 #: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
 DEFAULT_WATTS_PER_CORE = 10.0
@@ -113,8 +113,8 @@ class CpuTimeEstimateMeter(Meter):
             raise ValueError(f"cores must be at least 1, got {cores}")
         self.watts_per_core = float(watts_per_core)
         self.source = source
-        self.lag_source = "measured at start" if cpu_clock_lag_s is None else "given"
-        self.cpu_clock_lag_s = process_cpu_clock_lag_s() if cpu_clock_lag_s is None else float(cpu_clock_lag_s)
+        measured = process_cpu_clock_lag() if cpu_clock_lag_s is None else (float(cpu_clock_lag_s), "given")
+        self.cpu_clock_lag_s, self.lag_source = measured
         self.update_period_s = self.cpu_clock_lag_s
         self.cores = usable_cpus() if cores is None else int(cores)
         #: the most the estimate can show: every usable core busy
