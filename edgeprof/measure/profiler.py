@@ -25,7 +25,8 @@ numbers. The profiler's own cost is measured by the window engine on the measure
 moment an edge is entered (after the device's sync, which is the span's own work finishing) to the moment it is
 left, waits for the engine's lock and for the slow meters' series included: ``overhead_wall_s`` is that wall time,
 ``overhead_s`` the thread CPU seconds of the same stretches. Work of other threads (the series, the power trace's
-ticks, a meter's own sampler) is in neither; their time is in the sidecar's ``profiler`` section.
+ticks, a meter's own sampler) is in neither; the sidecar's ``profiler`` section says which meters the series read,
+how often, and the waits for it.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ class Span:
 class WindowResult:
     """One finished window: totals, per-phase spans, peak RSS, the profiler's own overhead.
 
-    ``overhead_s`` is the thread CPU seconds of the profiler's bookkeeping inside the window,
-    ``overhead_wall_s`` the wall seconds of the same bookkeeping.
+    ``overhead_wall_s`` is the wall time the profiler added to the measured thread inside the window (its edges,
+    lock waits and waits for a slow meter's series included), ``overhead_s`` the thread CPU seconds of the same
+    stretches.
     """
 
     name: str

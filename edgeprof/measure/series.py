@@ -4,12 +4,13 @@ A meter read can cost milliseconds (NVML's energy counter took ~2.7 ms a read on
 Read at every window and phase edge, such a meter made the profiler ~42% of a PFLEGO round on a GPU. Following
 Zeus, an edge on the measured thread only synchronises the device, takes the time and reads the meters that are
 cheap; a meter whose read cost (measured when the run's meters are opened,
-:meth:`edgeprof.meters.discovery.MeterSet.measure_read_costs`) is above :data:`SLOW_READ_S` is read here
-instead, by a daemon thread, every :func:`period_for` seconds, each reading stamped with the middle of the read
-(the profiler's wall clock). An edge's energy is then the series interpolated linearly at the edge's time
-between the two readings around it (:meth:`CounterSeries.at`); a window's end waits (off the window, charged to
-the windows still open) until a reading has started after it (:meth:`CounterSeries.wait_past`, which asks the
-thread to read at once).
+:meth:`edgeprof.meters.discovery.MeterSet.measure_read_costs`) is above
+:data:`~edgeprof.meters.discovery.SLOW_READ_S` is read here instead, by a daemon thread, every :func:`period_for`
+seconds, each reading stamped with the middle of the read (the profiler's wall clock). An edge's energy is then
+the series interpolated linearly at the edge's time between the two readings around it (:meth:`CounterSeries.at`),
+once a reading has started after the window's end: a window's figures are made when first asked for
+(:class:`~edgeprof.measure.windows.OpenWindow`), waiting then if need be (:meth:`CounterSeries.wait_past`, which
+asks the thread to read at once).
 
 What that resolves: the readings are the counter's own values, so an edge's figure is as fresh as the counter
 (NVML's moves about every 100 ms) plus at most one period of this thread; a window or phase shorter than the
@@ -32,8 +33,6 @@ from typing import Callable, Mapping, Optional, Sequence
 from edgeprof.errors import MeterError
 from edgeprof.meters.base import Meter, Reading
 
-#: a meter whose read costs more than this (seconds) is read by the series thread, never at an edge
-SLOW_READ_S = 200e-6
 #: the series thread spends at most about 1/this of its time in reads
 DUTY = 10.0
 #: readings per update period of the counter (so an update is seen within a quarter of its period)
@@ -63,10 +62,8 @@ class CounterSeries:
 
     ``read()`` reads them once (``MeterSet.read(only=...)``, which holds each meter's own lock, so a reading here
     never waits for the cheap meters' reads at the edges, nor they for it). ``clock`` must be the profiler's wall
-    clock. The thread takes its first reading as :meth:`start` starts it. An
-error in the
-    thread is kept and raised as :class:`~edgeprof.errors.MeterError` by the next :meth:`wait_past` or
-    :meth:`at`.
+    clock. The thread takes its first reading as :meth:`start` starts it. An error in the thread is kept and raised
+    as :class:`~edgeprof.errors.MeterError` by the next :meth:`wait_past` or :meth:`at`.
     """
 
     def __init__(self, read: Callable[[], Reading], *, period_s: float,
