@@ -14,7 +14,7 @@ from edgeprof.meters.discovery import NOT_NEEDED, discover, resolve_sysfs_root
 
 def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dict]:
     """One row per registered back-end: status, domains, methods, update period, read cost (measured as a run
-    measures it: the median of a few reads) and how a run reads it (at the edges, or off the measured thread),
+    measures it: the fastest of a few reads) and how a run reads it (at the edges, or off the measured thread),
     sampling rate, reason, fix, and ``skipped`` (the zones or rails it left out, and why).
 
     ``settings`` are ``discover()``'s (``cpu_watts``, ``nvml_module``, ... as the back-ends declare them).
