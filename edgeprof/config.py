@@ -155,6 +155,8 @@ class RunConfig:
     execution: str = "auto"
     #: where torch runs (:mod:`edgeprof.nn.compute`): ``auto`` is cuda where torch sees a GPU, else cpu
     device: str = "auto"
+    #: float32 matmuls and cuDNN convolutions in TF32 on a CUDA GPU (``--tf32``; refused on the CPU); FP32 otherwise
+    tf32: bool = False
     evaluate: bool = False
     eval_protocol: str = "global"
     #: seconds each client window holds: the client's round repeats inside its window until this long has passed
@@ -317,6 +319,11 @@ def validate(cfg: RunConfig) -> None:
     from edgeprof.nn.compute import check_device
 
     check_device(cfg.device)
+    _check(isinstance(cfg.tf32, bool), f"tf32 must be true or false, got {cfg.tf32!r}")
+    if cfg.tf32 and str(cfg.device).partition(":")[0] == "cpu":
+        from edgeprof.nn.compute import tf32_refused
+
+        _check(False, tf32_refused(cfg.device))
     _check(cfg.run_name is None or RUN_NAME.fullmatch(cfg.run_name) is not None,
            f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")
     _check(isinstance(cfg.hold_seconds, (int, float)) and 0 <= cfg.hold_seconds <= MAX_HOLD_S,

@@ -3,8 +3,9 @@ them on a machine that has only what a CUDA PyTorch image has; ``tests/test_gpu.
 (skipped, with the reason, where torch sees no GPU).
 
 Each ``check_*`` raises AssertionError when it fails. Tolerances are derived from float32 rounding; where cuDNN
-or cuBLAS may compute in TF32 (10-bit mantissa, torch's ``allow_tf32`` switches), its unit roundoff is 2**13
-times float32's and the bound is scaled by that.
+or cuBLAS may compute in TF32 (10-bit mantissa, torch's ``allow_tf32`` switches: off unless a run asks with
+``--tf32``, :func:`edgeprof.nn.compute.apply_numerics`), its unit roundoff is 2**13 times float32's and the bound
+is scaled by that.
 """
 
 from __future__ import annotations
@@ -97,5 +98,64 @@ def check_the_gpu_peak_memory_is_reset_per_window() -> None:
     assert peak is not None and held_mb + 0.9 <= peak < held_mb + 64, (peak, held_mb)
 
 
+def _resolve_without_a_stored_calibration(execution: str, module, **kwargs):
+    """``resolve("cuda", execution, module)`` with an empty calibration cache (none of this node's is taken)."""
+    import os
+    import tempfile
+
+    from edgeprof.nn.compute import resolve
+
+    before = os.environ.get("EDGEPROF_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["EDGEPROF_CACHE_DIR"] = cache
+        try:
+            return resolve("cuda", execution, module, None, **kwargs)
+        finally:
+            if before is None:
+                del os.environ["EDGEPROF_CACHE_DIR"]
+            else:
+                os.environ["EDGEPROF_CACHE_DIR"] = before
+
+
+def check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32() -> None:
+    """``--execution auto`` on CUDA runs a 600-image local set in one pass (never the CPU's chunked table); the seam
+    has turned ``cudnn.benchmark`` on and kept FP32 (no TF32) unless asked; a calibration on the GPU times the
+    whole set among its candidates."""
+    import torch
+
+    from edgeprof.nn import execution
+    from edgeprof.nn.backbones import build_backbone
+
+    module = build_backbone("cnn-omniglot", (1, 28, 28))
+    compute = _resolve_without_a_stored_calibration("auto", module)
+    images = np.zeros((600, 1, 28, 28), dtype=np.float32)
+
+    assert compute.plan.source.startswith("whole set on cuda"), compute.plan
+    assert len(compute.batches(images)) == 1, compute.plan
+    assert torch.backends.cudnn.benchmark is True
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert compute.describe()["numerics"] == {"float32_matmul_precision": "highest", "tf32": False,
+                                              "cudnn_benchmark": True, "cudnn_allow_tf32": False, "label": "fp32"}
+
+    calibrated = _resolve_without_a_stored_calibration("calibrate", module)
+    assert calibrated.plan.spec in execution.GPU_CANDIDATES[True], calibrated.plan
+    assert "contiguous:all " in calibrated.plan.source and "channels_last:all " in calibrated.plan.source
+
+
+def check_tf32_is_on_only_when_asked() -> None:
+    import torch
+
+    from edgeprof.nn.backbones import build_backbone
+
+    module = build_backbone("mlp")
+    tf32 = _resolve_without_a_stored_calibration("contiguous:all", module, tf32=True)
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    assert tf32.describe()["numerics"]["label"].startswith("tf32")
+    _resolve_without_a_stored_calibration("contiguous:all", module)  # the default again: FP32 for the checks after
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+
+
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
-          check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window]
+          check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
+          check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked]

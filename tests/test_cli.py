@@ -346,7 +346,7 @@ def _values(tmp_path: Path) -> dict:
             "synthetic_samples": (["--synthetic-samples", "300"], 300),
             "synthetic_classes": (["--synthetic-classes", "5"], 5), "threads": (["--threads", "2"], 2),
             "execution": (["--execution", "channels_last:32"], "channels_last:32"),
-            "device": (["--device", "cpu"], "cpu"),
+            "device": (["--device", "cpu"], "cpu"), "tf32": (["--tf32"], True),
             "beta": (["--beta", "0.5"], 0.5), "rho": (["--rho", "0.25"], 0.25), "mu": (["--mu", "0.125"], 0.125),
             "server_optimizer": (["--server-optimizer", "sgd"], "sgd"), "run_name": (["--run-name", "r1"], "r1"),
             "evaluate": (["--evaluate"], True), "eval_protocol": (["--eval-protocol", "paper"], "paper"),
@@ -378,7 +378,7 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
 
 
 #: options that refuse each other: the second is given in a run of its own
-APART = {"hold_seconds": "evaluate"}
+APART = {"hold_seconds": "evaluate", "tf32": "device"}
 
 
 @pytest.mark.parametrize("command,apart", [*[(c, False) for c in ("measure", "train", "sweep", "flower-app-dir",

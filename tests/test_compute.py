@@ -8,6 +8,8 @@ back to the host through the seam.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,8 @@ from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.nn import compute as computelib
 from edgeprof.nn.compute import Compute, DeviceKind
+from edgeprof.nn.cuda import CudaKind
+from edgeprof.nn.execution import GPU_CANDIDATES
 from tolerances import float32_atol
 
 
@@ -51,6 +55,56 @@ class RecordingKind(DeviceKind):
 def fake(monkeypatch):
     kind = RecordingKind()
     monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    return kind
+
+
+class GpuLikeKind(RecordingKind):
+    """A recording kind that plans as the CUDA kind does (its :meth:`default_plan` is CudaKind's: the whole set
+    unless ``free_bytes`` says otherwise), calibrates the GPU candidates and runs "cuDNN"."""
+
+    name = "fakegpu"
+    cudnn = True
+    candidates = GPU_CANDIDATES
+    default_plan = CudaKind.default_plan
+
+    def __init__(self, free_bytes: int = 80 * 2**30, model: str = "Fake H200") -> None:
+        super().__init__()
+        self.free_bytes, self.model = free_bytes, model
+
+    def identity(self, device):
+        return f"{self.name} {self.model}"
+
+    def free_memory_bytes(self, device):
+        return self.free_bytes
+
+
+class TorchSwitches:
+    """torch's process-wide float32 settings, faked: every assignment to ``torch.backends.cudnn`` and every call of
+    ``torch.set_float32_matmul_precision`` is an event in ``log``."""
+
+    def __init__(self, log: list) -> None:
+        object.__setattr__(self, "log", log)
+
+    def __setattr__(self, name, value) -> None:
+        self.log.append((f"cudnn.{name}", value))
+
+
+@pytest.fixture
+def switches(monkeypatch):
+    """The log of torch's float32 settings as the seam makes them (the real ones untouched, restored after)."""
+    import torch
+
+    log: list = []
+    monkeypatch.setattr(torch.backends, "cudnn", TorchSwitches(log))
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda precision: log.append(("matmul", precision)))
+    return log
+
+
+@pytest.fixture
+def gpu_like(monkeypatch, switches):
+    """A :class:`GpuLikeKind` registered as ``fakegpu`` (its cuDNN switches going to ``switches``)."""
+    kind = GpuLikeKind()
+    monkeypatch.setitem(computelib.KINDS, "fakegpu", kind)
     return kind
 
 
@@ -125,7 +179,8 @@ def test_the_sidecar_records_the_runs_compute_and_what_ran_the_cached_forward(fa
     got = numerics(federation.runtime)
     assert got["compute"] == {"kind": "cpu", "device": "cpu", "threads": 1,
                               "execution": {"requested": "auto", "memory_format": "contiguous", "chunk": "all",
-                                            "source": got["compute"]["execution"]["source"]}}
+                                            "source": got["compute"]["execution"]["source"]},
+                              "numerics": {"float32_matmul_precision": "highest", "tf32": False, "label": "fp32"}}
     assert got["execution"] == [federation.runtime.compute.plan.describe()]
     assert got["cached_forward"] == "onnxruntime (CPUExecutionProvider)"
 
@@ -230,3 +285,103 @@ def test_pflego_head_steps_on_a_device_take_the_cached_features_there_once_per_r
     np.testing.assert_allclose(head_dev, head_host, rtol=0, atol=float32_atol(head_host, fan_in=max(n, m + 1),
                                                                                depth=2 * 3 + 1))
     assert np.isfinite(on_device.loss) and on_device.loss == pytest.approx(on_host.loss, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------- numerics
+
+
+def test_on_the_cpu_the_seam_keeps_fp32_and_leaves_cudnn_alone(switches):
+    import torch
+
+    compute = computelib.resolve("cpu", "contiguous:all", torch.nn.Linear(2, 2), threads=1)
+
+    assert switches == [("matmul", "highest")]
+    assert compute.describe()["numerics"] == {"float32_matmul_precision": "highest", "tf32": False, "label": "fp32"}
+
+
+@pytest.mark.parametrize("tf32,precision", [(False, "highest"), (True, "high")])
+def test_on_a_cudnn_kind_the_seam_sets_benchmark_and_tf32_only_when_asked(gpu_like, switches, tf32, precision):
+    import torch
+
+    compute = computelib.resolve("fakegpu:0", "contiguous:all", torch.nn.Linear(2, 2), threads=1, tf32=tf32)
+
+    assert switches == [("matmul", precision), ("cudnn.benchmark", True), ("cudnn.allow_tf32", tf32)]
+    assert compute.describe()["numerics"] == {
+        "float32_matmul_precision": precision, "tf32": tf32, "cudnn_benchmark": True, "cudnn_allow_tf32": tf32,
+        "label": computelib.TF32_LABEL if tf32 else "fp32"}
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_algorithm_runs_under_the_settings_made_once_for_the_run(gpu_like, switches, algo):
+    """The settings are the seam's, made once when the run's Compute is: no algorithm sets or changes them."""
+    from edgeprof.report.session import numerics
+
+    federation = _federation(algo, device="fakegpu:1")
+    federation.server_step([federation.client_round(0), federation.client_round(1)])
+    federation.evaluate(0)
+
+    assert switches == [("matmul", "highest"), ("cudnn.benchmark", True), ("cudnn.allow_tf32", False)]
+    assert numerics(federation.runtime)["compute"]["numerics"]["label"] == "fp32"
+
+
+def test_a_tf32_run_is_labelled_in_its_sidecar(gpu_like, switches):
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import load_clients
+    from edgeprof.report.session import numerics
+
+    cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=2,
+                    participation=1.0, backbone="mlp", tau=2, threads=1, device="fakegpu:1", tf32=True).resolved()
+    federation = Federation(cfg, load_clients(cfg))
+
+    got = numerics(federation.runtime)["compute"]["numerics"]
+    assert got["tf32"] and got["float32_matmul_precision"] == "high" and got["cudnn_allow_tf32"]
+    assert got["label"] == computelib.TF32_LABEL and "--tf32" in got["label"]
+    assert cfg.to_dict()["tf32"] is True
+
+
+def test_tf32_is_refused_on_the_cpu_in_one_line(gpus, switches):
+    """TF32 is a CUDA GPU's: asked of the CPU, by name or by ``auto`` on a machine without a GPU, it is refused
+    before anything is set."""
+    import torch
+
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+
+    with pytest.raises(ConfigError, match="--tf32 .* --device cpu has none") as by_name:
+        RunConfig(device="cpu", tf32=True)
+    with pytest.raises(ConfigError, match="--tf32 .* --device cpu has none") as by_auto:
+        computelib.resolve("auto", "contiguous:all", torch.nn.Linear(2, 2), tf32=True)
+    result = CliRunner().invoke(app, ["measure", "--device", "cpu", "--tf32", "--no-progress"])
+
+    assert "\n" not in str(by_name.value) and "\n" not in str(by_auto.value)
+    assert switches == []
+    assert result.exit_code == 2 and "--tf32" in result.output and "Traceback" not in result.output
+
+
+def test_the_tf32_option_reaches_the_run_config():
+    from edgeprof.cli import options
+
+    assert options.run_config({"tf32": True, "device": "cuda"}).tf32 is True
+    assert options.run_config({"device": "cuda"}).tf32 is False
+    with pytest.raises(ConfigError, match="tf32 must be true or false"):
+        RunConfig(tf32="yes")
+
+
+def test_the_cuda_kind_names_its_gpu_and_plans_the_whole_set_in_its_free_memory(monkeypatch):
+    """CudaKind's own identity and default plan, with torch.cuda faked at its function boundary."""
+    import torch
+
+    from edgeprof.nn.backbones import build_backbone
+
+    asked: list = []
+    props = types.SimpleNamespace(name="NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: asked.append(d) or props)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (140 * 2**30, 143 * 2**30))
+    kind = computelib.kind_of("cuda:1")
+
+    plan = kind.default_plan("cuda:1", build_backbone("cnn-omniglot", (1, 16, 16), seed=0))
+
+    assert kind.identity("cuda:1") == "cuda NVIDIA H200" and asked[0] == torch.device("cuda", 1)
+    assert plan.memory_format == "contiguous" and len(plan.split(torch.zeros(2400, 1, 16, 16))) == 1
+    assert plan.source.startswith("whole set on cuda:1 (cuda NVIDIA H200)") and "140.0 GiB free" in plan.source

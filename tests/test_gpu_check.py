@@ -348,7 +348,8 @@ def fake_gpu(monkeypatch):
     for name, value in {"is_available": lambda: True, "device_count": lambda: 1, "is_initialized": lambda: False,
                         "current_device": lambda: 0, "get_device_properties": lambda *a: props,
                         "synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
-                        "max_memory_allocated": lambda *a: 2**20}.items():
+                        "max_memory_allocated": lambda *a: 2**20,
+                        "mem_get_info": lambda *a: (79 * 2**30, 80 * 2**30)}.items():
         monkeypatch.setattr(torch.cuda, name, value)
 
     class HostBackedCuda(CudaKind):

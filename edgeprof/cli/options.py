@@ -180,6 +180,9 @@ Execution = Annotated[str, _opt(panel=MODEL, help="How torch's forwards and back
 
 Device = Annotated[str, _opt(panel=MODEL, help="Where torch runs the rounds: auto (CUDA when torch sees a GPU, "
                                              "else cpu), cpu, cuda or cuda:N (docs: GPUs).")]
+Tf32 = Annotated[bool, _opt(panel=MODEL, help="On a CUDA GPU, run float32 matmuls and convolutions in TF32 (10-bit "
+                                            "mantissa; labelled in the sidecar); refused on the CPU. Default: "
+                                            "FP32 (docs: GPUs).")]
 
 # --- federation -------------------------------------------------------------------------------------------
 Rounds = Annotated[int, _opt(panel=FEDERATION, help="Federated rounds to run.")]

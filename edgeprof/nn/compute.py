@@ -8,7 +8,11 @@ synchronisation of the device goes through it:
 * host -> device: :meth:`Compute.tensor`, :meth:`Compute.images`, :meth:`Compute.batches`, :meth:`Compute.load`
   (weights into a module), :meth:`Compute.module` (a module onto the device, in the plan's memory format);
 * device -> host: :meth:`Compute.host`, :meth:`Compute.hosts`, :meth:`Compute.params`;
-* synchronisation: :meth:`Compute.sync`, called by the profiler at window and phase edges only.
+* synchronisation: :meth:`Compute.sync`, called by the profiler at window and phase edges only;
+* numerics: the float32 matmul precision (``highest``, FP32, unless the run asks for TF32 with ``--tf32``) and, on
+  a kind that runs cuDNN, ``torch.backends.cudnn.benchmark`` (on: a round's shapes repeat) and its TF32 switch,
+  decided here the same for every algorithm and applied once by :func:`resolve` (:func:`apply_numerics`);
+  :meth:`Compute.describe` records them in the sidecar.
 
 What differs between devices is a :class:`DeviceKind` in :data:`KINDS` (``cpu``, and ``cuda`` in
 :mod:`edgeprof.nn.cuda`). A new kind is one class and one registry line; a test plugs in a fake kind that records
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from edgeprof.errors import ConfigError
-from edgeprof.nn.execution import ExecutionPlan
+from edgeprof.nn.execution import CALIBRATION_IMAGES, CANDIDATES, ExecutionPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -36,11 +40,19 @@ class DeviceKind:
 
     The base class is the host CPU; a subclass overrides what its device needs. ``keeps_data`` says whether a
     client's data is copied to the device once per run and kept there (a GPU) or read from the host arrays at
-    each use (the CPU, where a tensor shares the array's memory). ``head_on_device``: see the attribute.
+    each use (the CPU, where a tensor shares the array's memory). ``head_on_device``: see the attribute. The
+    execution plan ``--execution auto`` takes without a stored calibration is :meth:`default_plan`; the
+    calibration times ``candidates`` over ``calibration_images`` images and is stored under :meth:`identity`.
     """
 
     name = "cpu"
     keeps_data = False
+    #: the calibration's candidates for a network with convolutions (True) and without (False)
+    candidates = CANDIDATES
+    calibration_images = CALIBRATION_IMAGES
+    #: whether cuDNN and CUDA's TF32 switches govern this kind's kernels: the seam then turns
+    #: ``torch.backends.cudnn.benchmark`` on and allows TF32 only with ``--tf32`` (:func:`apply_numerics`)
+    cudnn = False
     #: whether PFLEGO's head steps run in torch on this device (else numpy on the host): a rule per kind,
     #: measured by scripts/bench_head_steps.py (:func:`edgeprof.nn.head.steps_for`)
     head_on_device = False
@@ -48,6 +60,19 @@ class DeviceKind:
     def unavailable(self, device: str) -> Optional[str]:
         """Why ``device`` cannot be used on this machine (one line), or None when it can."""
         return None
+
+    def identity(self, device: str) -> str:
+        """The device's kind and name, part of a calibration's cache key: ``cpu`` and the host CPU's model."""
+        from edgeprof.host import cpu_model
+
+        return f"{self.name} {cpu_model()}"
+
+    def default_plan(self, device: str, module) -> ExecutionPlan:
+        """The plan ``--execution auto`` takes where no calibration is stored: the CPU's
+        :data:`~edgeprof.nn.execution.TABLE` (chunks that stay in the caches, channels_last for oneDNN)."""
+        from edgeprof.nn.execution import table_plan
+
+        return table_plan(module)
 
     def torch_device(self, device: str) -> "torch.device":
         import torch
@@ -92,6 +117,18 @@ class DeviceKind:
 
     def describe(self, device: str) -> dict:
         return {"kind": self.name, "device": device}
+
+
+#: torch's float32 matmul precision by default (FP32) and with ``--tf32`` (TF32 where the device has it)
+FP32_PRECISION, TF32_PRECISION = "highest", "high"
+#: what the sidecar's ``numerics.compute.numerics.label`` says of a run with ``--tf32``
+TF32_LABEL = "tf32: float32 matmuls and cuDNN convolutions in TF32 (10-bit mantissa), asked for with --tf32"
+
+
+def tf32_refused(device: str) -> str:
+    """The one line refusing ``--tf32`` on a device whose kind has no TF32 (the CPU)."""
+    return (f"--tf32 asks for TF32 matmuls and convolutions on a CUDA GPU; --device {device} has none "
+            f"(use --device cuda, or leave --tf32 out: float32 throughout)")
 
 
 #: the device kinds, by the word before ``:`` in ``--device`` (``cuda:1`` -> ``cuda``): an instance, or where
@@ -140,6 +177,8 @@ class Compute:
     plan: ExecutionPlan = field(default_factory=ExecutionPlan)
     threads: Optional[int] = None
     kind: DeviceKind = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    #: float32 matmuls (and cuDNN's convolutions) in TF32: an explicit choice (``--tf32``), FP32 otherwise
+    tf32: bool = False
     #: data already on the device, by the identity of its host arrays (kinds that keep data only)
     _kept: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -300,9 +339,54 @@ class Compute:
     def peak_memory_mb(self) -> Optional[float]:
         return self.kind.peak_memory_mb(self.device)
 
+    def numerics(self) -> dict:
+        """The float32 settings the seam decides for this compute (:func:`apply_numerics` applies them): torch's
+        float32 matmul precision and, on a kind that runs cuDNN, ``cudnn.benchmark`` and cuDNN's TF32 switch;
+        ``label`` says ``fp32``, or that TF32 is on."""
+        out = {"float32_matmul_precision": TF32_PRECISION if self.tf32 else FP32_PRECISION, "tf32": self.tf32}
+        if self.kind.cudnn:
+            out.update(cudnn_benchmark=True, cudnn_allow_tf32=self.tf32)
+        out["label"] = TF32_LABEL if self.tf32 else "fp32"
+        return out
+
     def describe(self) -> dict:
-        """What the sidecar records: the device, the plan (and how it was chosen), the threads."""
-        return {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads}
+        """What the sidecar records: the device, the plan (and how it was chosen), the threads, the numerics."""
+        return {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads,
+                "numerics": self.numerics()}
+
+    # ------------------------------------------------------------------ a round's work queued, read back once
+
+    def loss_and_grads(self, logits, batches: Sequence, n: int, params: Sequence) -> tuple["torch.Tensor", list]:
+        """:meth:`mean_loss_and_grads` without its read-back: the loss stays on the device, a float64 scalar
+        tensor (chunks summed in float64), so a loop of steps never waits for the device; the caller reads the
+        one loss it reports with :meth:`scalar`."""
+        import torch
+
+        total = None
+        grads: Optional[list] = None
+        for xb, yb in batches:
+            loss = torch.nn.functional.cross_entropy(logits(xb), yb, reduction="sum") / n
+            if params:
+                step = torch.autograd.grad(loss, list(params))
+                grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
+            part = loss.detach().double()
+            total = part if total is None else total + part
+        return (total if total is not None else torch.zeros((), dtype=torch.float64)), grads or []
+
+    def hosts_flat(self, ts: Sequence["torch.Tensor"]) -> list[np.ndarray]:
+        """:meth:`hosts` in one transfer: the tensors concatenated on the device, copied back once, split on the
+        host into float32 C-order arrays (views of one fresh buffer, none sharing a device tensor's memory)."""
+        import torch
+
+        if not ts:
+            return []
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in ts])
+        buffer = self.kind.to_host(flat).numpy()
+        out, start = [], 0
+        for t in ts:
+            out.append(buffer[start:start + t.numel()].reshape(tuple(t.shape)))
+            start += t.numel()
+        return out
 
 
 def set_threads(threads: Optional[int]) -> None:
@@ -317,15 +401,36 @@ def set_threads(threads: Optional[int]) -> None:
         torch.set_num_threads(threads)
 
 
-def resolve(device: str, execution: str, module, threads: Optional[int] = None) -> Compute:
-    """The run's Compute: ``device`` checked (one line when this machine cannot use it), the threads set, the
-    ``--execution`` word resolved for ``module`` on this machine (:func:`edgeprof.nn.execution.resolve`)."""
+def apply_numerics(compute: Compute) -> None:
+    """Set torch's float32 matmul precision, and on a kind that runs cuDNN ``cudnn.benchmark`` and cuDNN's TF32
+    switch, as :meth:`Compute.numerics` says: process-wide, once per run, the same for every algorithm.
+
+    The CPU's cuDNN switches are left alone. ``cudnn.benchmark`` times cuDNN's algorithms for each new input shape
+    once and keeps the fastest: a run's shapes repeat every round (each client's set, the same chunks). cuDNN's TF32
+    switch is on in torch by default; the seam turns it off unless the run asks for TF32, so the default is FP32.
+    """
+    import torch
+
+    settings = compute.numerics()
+    torch.set_float32_matmul_precision(settings["float32_matmul_precision"])
+    if compute.kind.cudnn:
+        torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
+        torch.backends.cudnn.allow_tf32 = settings["cudnn_allow_tf32"]
+
+
+def resolve(device: str, execution: str, module, threads: Optional[int] = None, tf32: bool = False) -> Compute:
+    """The run's Compute: ``device`` checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
+    without TF32), the threads and the numerics set (:func:`apply_numerics`), then the ``--execution`` word
+    resolved for ``module`` on this device (:func:`edgeprof.nn.execution.resolve`; a calibration runs under the
+    run's numerics)."""
     from edgeprof.nn import execution as executionlib
 
     device = resolve_device(device)
     kind = kind_of(device)
-    why = kind.unavailable(device)
+    why = kind.unavailable(device) or (tf32_refused(device) if tf32 and not kind.cudnn else None)
     if why:
         raise ConfigError(why)
     set_threads(threads)
-    return Compute(device, executionlib.resolve(execution, module, threads, device), threads, kind)
+    compute = Compute(device, ExecutionPlan(), threads, kind, tf32)
+    apply_numerics(compute)
+    return compute.with_plan(executionlib.resolve(execution, module, threads, device, kind))

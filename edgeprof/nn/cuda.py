@@ -9,7 +9,13 @@ What it does differently from the host CPU (:class:`~edgeprof.nn.compute.DeviceK
 * ONNX Runtime runs on the GPU when the installed build offers a GPU execution provider (onnxruntime-gpu, or
   NVIDIA's build on a Jetson): TensorRT first, then CUDA, each pinned to this device's index, with the CPU
   provider last for the operators they lack (:func:`gpu_providers`);
-* peak GPU memory per window: ``torch.cuda.max_memory_allocated``, reset at each window's start.
+* peak GPU memory per window: ``torch.cuda.max_memory_allocated``, reset at each window's start;
+* ``--execution auto`` without a stored calibration runs the whole local set at once, unless the GPU's free memory
+  says otherwise (:meth:`CudaKind.default_plan`, :func:`edgeprof.nn.execution.whole_set_plan`), never the CPU's
+  chunked table; a calibration times :data:`~edgeprof.nn.execution.GPU_CANDIDATES` and is stored under the GPU's
+  name (:meth:`CudaKind.identity`);
+* the seam turns ``torch.backends.cudnn.benchmark`` on and keeps float32 numerics (cuDNN's and cuBLAS's TF32 off)
+  unless the run asks for TF32 with ``--tf32`` (:attr:`CudaKind.cudnn`, :func:`edgeprof.nn.compute.apply_numerics`).
 
 ``--device cuda`` on a machine whose torch sees no GPU is refused before anything runs (one line, exit 2).
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from edgeprof.nn.compute import DeviceKind
+from edgeprof.nn.execution import GPU_CANDIDATES, whole_set_plan
 
 #: ONNX Runtime's GPU execution providers, in order of preference
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
@@ -45,6 +52,10 @@ class CudaKind(DeviceKind):
     #: before any GPU measurement; scripts/bench_head_steps.py --device cuda (run by scripts/gpu_check.py) measures
     #: numpy on the host against it, and is the evidence this rule is to be checked against
     head_on_device = True
+    candidates = GPU_CANDIDATES
+    #: a local set of the size the reference runs use, where the whole set and chunks of it differ
+    calibration_images = 600
+    cudnn = True
 
     def unavailable(self, device: str) -> Optional[str]:
         import torch
@@ -61,6 +72,23 @@ class CudaKind(DeviceKind):
         import torch
 
         return torch.device("cuda", _index(device))
+
+    def identity(self, device: str) -> str:
+        """``cuda`` and the GPU's name (as ``torch.cuda.get_device_name`` gives it): a calibration is kept per GPU
+        model."""
+        import torch
+
+        return f"{self.name} {torch.cuda.get_device_properties(self.torch_device(device)).name}"
+
+    def free_memory_bytes(self, device: str) -> int:
+        """The GPU's free memory now (``torch.cuda.mem_get_info``), bytes."""
+        import torch
+
+        return int(torch.cuda.mem_get_info(self.torch_device(device))[0])
+
+    def default_plan(self, device: str, module):
+        """The whole local set at once, in chunks only where it would not fit in the GPU's free memory."""
+        return whole_set_plan(module, self.free_memory_bytes(device), f"{device} ({self.identity(device)})")
 
     def to_device(self, t, device: str):
         return t.to(self.torch_device(device))

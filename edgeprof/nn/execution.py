@@ -20,10 +20,13 @@ and FedRecon's joint gradient and every torch forward of an evaluation go throug
 :meth:`Compute.forward <edgeprof.nn.compute.Compute.forward>`), so no algorithm is faster for the way it
 is run. ``--execution`` chooses it:
 
-* ``auto`` (default): this node's calibration for the backbone, its input shape, the thread count and
-  the CPU when ``--execution calibrate`` stored one in the node's cache, else :data:`TABLE`;
-* ``calibrate``: time the candidates (:data:`CANDIDATES`, a few seconds) on this machine now, store the
-  fastest in the node cache (``$EDGEPROF_CACHE_DIR/execution``), use it;
+* ``auto`` (default): this node's calibration for the backbone, its input shape, the thread count and the
+  device (its kind and name: the CPU's model, the GPU's name) when ``--execution calibrate`` stored one in the
+  node's cache, else the device kind's default plan (:meth:`DeviceKind.default_plan
+  <edgeprof.nn.compute.DeviceKind.default_plan>`): :data:`TABLE` on the CPU, :func:`whole_set_plan` on a GPU;
+* ``calibrate``: time the device kind's candidates (:data:`CANDIDATES` on the CPU, :data:`GPU_CANDIDATES`, which
+  include the whole set, on a GPU; a few seconds) on this device now, through the seam's sync, store the fastest in
+  the node cache (``$EDGEPROF_CACHE_DIR/execution``), use it;
 * ``FORMAT:CHUNK``: a given plan, e.g. ``channels_last:64`` or ``contiguous:all``; ``contiguous:all`` is
   edgeprof's path before plans existed (NCHW, the whole set at once), kept for comparison.
 
@@ -33,7 +36,10 @@ The plan used is part of the run's :class:`~edgeprof.nn.compute.Compute` and rec
 "Close to the hardware"): for ``cnn-omniglot`` and ``cnn-cifar``, channels_last in chunks of 64 images was within
 14% of the fastest candidate at every N of 150, 600 and 2,400 (within 7% from 600 images), where the NCHW whole
 set took 1.21-2.21x the fastest; for ``mlp`` (no convolution) the whole set was fastest and chunks only added
-overhead (1.16-3.5x). ``--execution calibrate`` measures the same on the machine at hand.
+overhead (1.16-3.5x). ``--execution calibrate`` measures the same on the machine at hand. Chunks exist for the
+CPU's caches; a GPU runs best on the whole set (one kernel per layer instead of one per layer and chunk: on an
+H200, ``channels_last:64`` took 666 aten ops for one forward+backward of 600 images where the whole set takes
+~61), so a GPU's default plan is the whole set unless its free memory says otherwise (:func:`whole_set_plan`).
 """
 
 from __future__ import annotations
@@ -60,8 +66,22 @@ LEGACY_SPEC = "contiguous:all"
 CANDIDATES = {True: ("contiguous:all", "contiguous:64", "channels_last:all", "channels_last:32", "channels_last:64",
                      "channels_last:128"),
               False: ("contiguous:all", "contiguous:128", "contiguous:512")}
-#: images timed per candidate by the calibration
+#: a GPU's calibration candidates: the whole set in each memory format, and chunks for comparison
+GPU_CANDIDATES = {True: ("contiguous:all", "channels_last:all", "contiguous:128", "channels_last:128"),
+                  False: ("contiguous:all", "contiguous:128")}
+#: images timed per candidate by the calibration (a device kind may say otherwise: ``calibration_images``)
 CALIBRATION_IMAGES = 256
+#: the largest chunk a plan names (``FORMAT:CHUNK`` and a GPU's memory bound)
+MAX_CHUNK = 1_000_000
+#: a GPU's memory format when no calibration is stored, for a network with convolutions (True) and without:
+#: NCHW, cuDNN's own layout for float32 convolutions; chosen before any GPU measurement of the formats
+#: (``--execution calibrate`` on the GPU times both)
+GPU_TABLE = {True: "contiguous", False: "contiguous"}
+#: the share of the device's free memory one forward+backward over the whole set may take (:func:`whole_set_plan`)
+GPU_MEMORY_SHARE = 0.5
+#: a forward+backward's memory per image over its forward's activations: the saved activations, their gradients
+#: and cuDNN's workspace
+FOOTPRINT_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -118,8 +138,8 @@ def parse(spec: str) -> ExecutionPlan:
                           f"{', '.join(MEMORY_FORMATS)} and CHUNK a number of images or 'all', got {spec!r}")
     if chunk == "all":
         return ExecutionPlan(fmt, None, f"given: {spec}")
-    if not (chunk.isascii() and chunk.isdigit()) or int(chunk) < 1 or int(chunk) > 1_000_000:  # not "²"
-        raise ConfigError(f"execution chunk must be a number of images in 1..1000000 or 'all', got {chunk!r}")
+    if not (chunk.isascii() and chunk.isdigit()) or int(chunk) < 1 or int(chunk) > MAX_CHUNK:  # not "²"
+        raise ConfigError(f"execution chunk must be a number of images in 1..{MAX_CHUNK} or 'all', got {chunk!r}")
     return ExecutionPlan(fmt, int(chunk), f"given: {spec}")
 
 
@@ -142,16 +162,74 @@ def table_plan(module) -> ExecutionPlan:
     return ExecutionPlan(fmt, chunk, f"table: a network {kind} convolutions (edgeprof.nn.execution.TABLE)")
 
 
-#: the plan for a network with convolutions (True) and without (False) when no calibration is stored
+#: the plan for a network with convolutions (True) and without (False) on the CPU when no calibration is stored
 TABLE = {True: ("channels_last", 64), False: ("contiguous", None)}
 
-def resolve(spec: str, module, threads: Optional[int] = None, device: str = "cpu") -> ExecutionPlan:
-    """The plan ``--execution spec`` gives for ``module`` on this machine (see the module docstring)."""
+
+def activation_bytes_per_image(module) -> Optional[int]:
+    """The bytes of every leaf module's output for one image: one forward over a zero image on the host, on a copy
+    of ``module`` (None when it has no ``input_shape``)."""
+    import copy
+
+    import torch
+
+    shape = getattr(module, "input_shape", None)
+    if not shape:
+        return None
+    probe = copy.deepcopy(module).cpu().float().to(memory_format=torch.contiguous_format)
+    total = [0]
+
+    def count(_module, _inputs, output) -> None:
+        if isinstance(output, torch.Tensor):
+            total[0] += output.numel() * output.element_size()
+
+    hooks = [m.register_forward_hook(count) for m in probe.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            probe(torch.zeros((1, *tuple(shape))))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return total[0]
+
+
+def whole_set_plan(module, free_bytes: Optional[int], where: str) -> ExecutionPlan:
+    """A GPU's default plan: the whole local set at once in :data:`GPU_TABLE`'s format, unless it would not fit.
+
+    A forward+backward over N images is taken to need :data:`FOOTPRINT_FACTOR` times the activations of the forward
+    (:func:`activation_bytes_per_image`); the plan's chunk is the most images that fit in :data:`GPU_MEMORY_SHARE`
+    of ``free_bytes`` (the device's free memory), so a local set up to that size runs whole and a larger one in
+    chunks of it; 'all' where that bound passes :data:`MAX_CHUNK` or cannot be estimated (the source says which).
+    """
+    fmt = GPU_TABLE[has_convolutions(module)]
+    per_image = activation_bytes_per_image(module)
+    if free_bytes is None or not per_image:
+        why = "its free memory unknown" if free_bytes is None else "no input shape to estimate its memory from"
+        return ExecutionPlan(fmt, None, f"whole set on {where} ({why}; edgeprof.nn.execution.GPU_TABLE)")
+    fits = int(GPU_MEMORY_SHARE * free_bytes) // (FOOTPRINT_FACTOR * per_image)
+    memory = (f"{FOOTPRINT_FACTOR} x {per_image / 2**20:.2f} MiB an image for a forward+backward in "
+              f"{GPU_MEMORY_SHARE:.0%} of the {free_bytes / 2**30:.1f} GiB free on {where}")
+    if fits >= MAX_CHUNK:
+        return ExecutionPlan(fmt, None, f"whole set on {where} ({memory}: over {MAX_CHUNK:,} images fit; "
+                                        f"edgeprof.nn.execution.GPU_TABLE)")
+    fits = max(1, fits)
+    return ExecutionPlan(fmt, fits, f"whole set on {where} up to {fits:,} images, in chunks of that beyond "
+                                    f"({memory}; edgeprof.nn.execution.GPU_TABLE)")
+
+
+def resolve(spec: str, module, threads: Optional[int] = None, device: str = "cpu", kind=None) -> ExecutionPlan:
+    """The plan ``--execution spec`` gives for ``module`` on ``device`` (see the module docstring); ``kind``: the
+    device's :class:`~edgeprof.nn.compute.DeviceKind` (by default the one its word names)."""
+    if kind is None:
+        from edgeprof.nn.compute import kind_of
+
+        kind = kind_of(device)
+    identity = kind.identity(device)
     if spec == "calibrate":
-        plan = calibrate(module, threads, device=device)
-        _store(module, threads, plan)
+        plan = calibrate(module, threads, device=device, kind=kind)
+        _store(module, threads, identity, plan)
     elif spec == "auto":
-        plan = _stored(module, threads) or table_plan(module)
+        plan = _stored(module, threads, identity) or kind.default_plan(device, module)
     else:
         plan = parse(spec)
     return dataclasses.replace(plan, requested=spec)
@@ -160,27 +238,31 @@ def resolve(spec: str, module, threads: Optional[int] = None, device: str = "cpu
 # ---------------------------------------------------------------------------------------------------- calibration
 
 
-def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_IMAGES,
-              repeats: int = 2, device: str = "cpu") -> ExecutionPlan:
-    """The fastest of :data:`CANDIDATES` for one forward+backward over ``images`` random images, timed here.
+def calibrate(module, threads: Optional[int] = None, images: Optional[int] = None,
+              repeats: int = 2, device: str = "cpu", kind=None) -> ExecutionPlan:
+    """The fastest of the device kind's candidates (``kind.candidates``: :data:`CANDIDATES` on the CPU) for one
+    forward+backward over ``images`` random images (default ``kind.calibration_images``), timed on ``device``.
 
     The candidates run on a copy of ``module`` (its weights and gradients are untouched), interleaved,
-    after one warm-up each; the fastest median wins. A few seconds for the Table 4 backbones.
+    after one warm-up each, between two syncs of the device through the seam (:meth:`Compute.sync
+    <edgeprof.nn.compute.Compute.sync>`); the fastest median wins. A few seconds for the Table 4 backbones.
     """
     import copy
 
     import torch
 
-    from edgeprof.nn.compute import Compute
+    from edgeprof.nn.compute import Compute, kind_of
 
+    kind = kind or kind_of(device)
+    images = images or kind.calibration_images
     probe = copy.deepcopy(module)
     shape = tuple(getattr(module, "input_shape"))
     gen = np.random.default_rng(0)
     x = gen.standard_normal((images, *shape)).astype(np.float32)
     y = gen.integers(0, 10, images)
     feature_dim = int(getattr(module, "feature_dim"))
-    computes = [Compute(device, dataclasses.replace(parse(spec), source=""), threads)
-                for spec in CANDIDATES[has_convolutions(module)]]
+    computes = [Compute(device, dataclasses.replace(parse(spec), source=""), threads, kind)
+                for spec in kind.candidates[has_convolutions(module)]]
     plans = [c.plan for c in computes]
     head = computes[0].tensor(gen.standard_normal((10, feature_dim)) * 0.1)
     times: dict[str, list[float]] = {p.spec: [] for p in plans}
@@ -202,11 +284,15 @@ def calibrate(module, threads: Optional[int] = None, images: int = CALIBRATION_I
             times[compute.plan.spec].append(step(compute))
     best = min(plans, key=lambda p: float(np.median(times[p.spec])))
     figures = ", ".join(f"{spec} {1e6 * float(np.median(t)) / images:.0f}" for spec, t in times.items())
-    return dataclasses.replace(best, source=f"calibrated on this machine (us per image over {images} images: "
-                                            f"{figures}; threads {threads or torch.get_num_threads()})")
+    return dataclasses.replace(best, source=f"calibrated on this machine, {kind.identity(device)} (us per image "
+                                            f"over {images} images: {figures}; threads "
+                                            f"{threads or torch.get_num_threads()})")
 
 
-def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
+def _calibration_path(module, threads: Optional[int], identity: str) -> Optional[Path]:
+    """The cache file of a calibration: by the backbone, its layout and input shape, the threads, torch, the host
+    CPU and the device (``identity``: its kind and name, :meth:`DeviceKind.identity
+    <edgeprof.nn.compute.DeviceKind.identity>`), so a calibration is never taken for another device."""
     from edgeprof.host import cpu_model
     from edgeprof.nn.ort import cache_dir
 
@@ -218,30 +304,34 @@ def _calibration_path(module, threads: Optional[int]) -> Optional[Path]:
     layout = repr([(n, tuple(p.shape)) for n, p in module.named_parameters()])
     key = "|".join([getattr(module, "backbone_name", type(module).__name__), layout,
                     repr(tuple(getattr(module, "input_shape", ()))), str(threads or torch.get_num_threads()),
-                    torch.__version__, torch.backends.cpu.get_cpu_capability(), cpu_model()])
+                    torch.__version__, torch.backends.cpu.get_cpu_capability(), cpu_model(), identity])
     return folder.parent / "execution" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 
-def _stored(module, threads: Optional[int]) -> Optional[ExecutionPlan]:
-    path = _calibration_path(module, threads)
+def _stored(module, threads: Optional[int], identity: str) -> Optional[ExecutionPlan]:
+    """The calibration stored for this device, or None (none, damaged, or stored without this device's identity,
+    as an entry written before the key named the device was)."""
+    path = _calibration_path(module, threads, identity)
     if path is None:
         return None
     try:
         data = json.loads(path.read_text())
+        if data.get("device") != identity:
+            return None
         plan = parse(data["spec"])
         return dataclasses.replace(plan, source=f"{data['source']}; stored in {path}")
-    except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError):  # a damaged cache: calibrate again
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ConfigError):  # damaged
         return None
 
 
-def _store(module, threads: Optional[int], plan: ExecutionPlan) -> None:
-    path = _calibration_path(module, threads)
+def _store(module, threads: Optional[int], identity: str, plan: ExecutionPlan) -> None:
+    path = _calibration_path(module, threads, identity)
     if path is None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"spec": plan.spec, "source": plan.source}))
+        tmp.write_text(json.dumps({"spec": plan.spec, "source": plan.source, "device": identity}))
         os.replace(tmp, path)
     except OSError:
         pass

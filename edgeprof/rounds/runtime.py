@@ -34,10 +34,11 @@ def build_backbone_for(cfg):
 
 
 def resolve_compute(cfg, backbone):
-    """The run's :class:`~edgeprof.nn.compute.Compute` for ``cfg`` and its backbone (sets torch's threads)."""
+    """The run's :class:`~edgeprof.nn.compute.Compute` for ``cfg`` and its backbone (sets torch's threads and
+    float32 numerics)."""
     from edgeprof.nn.compute import resolve
 
-    return resolve(cfg.device, cfg.execution, backbone, cfg.threads)
+    return resolve(cfg.device, cfg.execution, backbone, cfg.threads, tf32=cfg.tf32)
 
 
 def build_runtime(cfg, num_outputs: int, *, backbone=None, compute=None) -> Runtime:
