@@ -67,7 +67,7 @@ def test_fedprox_steps_include_the_proximal_term(tiny_clients, rng):
         value.backward()
         opt.step()
     _close(get_params(model), list(reference.parameters()))
-    assert np.isfinite(loss)
+    assert np.isfinite(float(loss))
 
 
 def test_fedprox_round_starts_and_anchors_at_the_global_weights(tiny_clients):
@@ -302,3 +302,102 @@ def test_fedbabus_orthogonal_head_is_seeded_orthonormal_and_leaves_the_global_rn
     np.testing.assert_allclose(head.astype(np.float64) @ head.T.astype(np.float64), np.eye(10), rtol=0,
                                atol=4 * gamma(64))
     assert torch.equal(torch.rand(3), drawn)  # the global generator did not move
+
+
+# ------------------------------------------------------------------------------------- host/device traffic, issue 35
+#: every algorithm with a loop of local steps
+LOOPS = ("fedavg", "fedprox", "ditto", "fedper", "fedrep", "fedsim", "fedalt", "fedbabu")
+
+
+def _traffic(fake, algo: str, tau: int) -> list[tuple]:
+    """The seam's events during one client round (after a first one has placed the data)."""
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import load_clients
+
+    cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=2,
+                    participation=1.0, backbone="mlp", tau=tau, threads=1, device="fake:0").resolved()
+    federation = Federation(cfg, load_clients(cfg))
+    federation.client_round(0)
+    fake.log.clear()
+    federation.client_round(0)
+    return list(fake.log)
+
+
+@pytest.mark.parametrize("algo", LOOPS)
+def test_a_local_steps_round_reads_back_once_whatever_tau(fake_kind, algo):
+    """No read inside the loop: the loss is read once a round (not once a step), every array the round replies
+    or keeps in one transfer, and nothing synchronises the device (only the profiler does, at its edges)."""
+    short, long = _traffic(fake_kind, algo, tau=1), _traffic(fake_kind, algo, tau=10)
+
+    reads = [e for e in long if e[0] == "to_host"]
+    assert len(reads) == 2 == len([e for e in short if e[0] == "to_host"])
+    assert [e for e in long if e[0] == "sync"] == []
+    assert sum(1 for e in reads if e[1] == ()) == 1, "one loss, a scalar"
+    assert sorted(e for e in long if e[0] == "to_device") == sorted(e for e in short if e[0] == "to_device")
+
+
+@pytest.fixture
+def fake_kind(monkeypatch):
+    from test_compute import RecordingKind
+
+    from edgeprof.nn import compute as computelib
+
+    kind = RecordingKind()
+    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    return kind
+
+
+def _plain_loop(model, x, y, steps, lr, *, mu=0.0, momentum=0.0):
+    """An independent reference: torch's own SGD (per-tensor, foreach off) on a float32 copy of the model, the
+    proximal term by autograd; returns (parameters, first loss)."""
+    anchors = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, foreach=False)
+    first = None
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        first = float(loss.detach()) if first is None else first
+        prox = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchors))
+        (loss + mu / 2 * prox).backward()
+        opt.step()
+    return [p.detach().numpy() for p in model.parameters()], first
+
+
+def _fedbabu_round(model, c, tau, lr):
+    head = [model.head.weight.detach().numpy().copy(), model.head.bias.detach().numpy().copy()]
+    body, loss = fedbabu.client_round(model.backbone, get_params(model.backbone), head, c.x_train, c.y_train,
+                                      tau=tau, beta=lr, compute=Compute())
+    return body + head, loss
+
+
+ROUNDS = {
+    "fedavg": (lambda m, c, tau, lr: fedprox.fedavg.client_round(m, get_params(m), c.x_train, c.y_train, tau=tau,
+                                                                 beta=lr, compute=Compute()), {}),
+    "fedprox": (lambda m, c, tau, lr: fedprox.client_round(m, get_params(m), c.x_train, c.y_train, tau=tau, beta=lr,
+                                                           mu=0.7, compute=Compute()), {"mu": 0.7}),
+    "fedbabu": (_fedbabu_round, {"momentum": fedbabu.MOMENTUM}),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(ROUNDS))
+def test_a_round_with_foreach_updates_equals_a_plain_sgd_loop(tiny_clients, algo):
+    """The foreach updates and the single loss read give what torch's per-tensor SGD gives, within float32
+    rounding of tau chained steps (forward, backward and update: a few reductions each)."""
+    from tolerances import float32_atol
+
+    c, tau, lr = tiny_clients[0], 10, 0.2
+    model = fedprox.fedavg.BackboneWithHead(_backbone(), 3, seed=3)
+    reference, before = copy.deepcopy(model), get_params(model)
+    if algo == "fedbabu":
+        reference.head.requires_grad_(False)
+    run, options = ROUNDS[algo]
+
+    new, loss = run(model, c, tau, lr)
+
+    want, first = _plain_loop(reference, *(torch.from_numpy(a) for a in (c.x_train, c.y_train)), tau, lr, **options)
+    fan_in = max(len(c.y_train), int(np.prod(SHAPE)), model.backbone.feature_dim)
+    atol = float32_atol(want, fan_in=fan_in, depth=4 * tau)
+    for got, ref in zip(new, want):
+        np.testing.assert_allclose(got, ref, rtol=0, atol=atol)
+    assert loss == pytest.approx(first, abs=float32_atol(np.array([first]), fan_in=fan_in, depth=2))
+    assert not np.allclose(new[0], before[0])

@@ -94,6 +94,26 @@ def test_the_rule_picks_numpy_on_the_cpu_and_the_device_where_its_kind_says_so(m
         head_on_device = True
 
     monkeypatch.setitem(computelib.KINDS, "ondevice", OnDevice())
-    assert headlib.steps_for(Compute()) is headlib.gradient_steps
+    assert headlib.steps_for(Compute()) is headlib.HOST_HEAD and not headlib.HOST_HEAD.on_device
     steps = headlib.steps_for(Compute("ondevice"))
-    assert steps.func is headlib.device_gradient_steps and steps.args[0].device == "ondevice"
+    assert isinstance(steps, headlib.DeviceHead) and steps.on_device and steps.compute.device == "ondevice"
+
+
+def test_device_head_steps_on_device_features_equal_the_numpy_head(rng):
+    """Features already a tensor get their bias column on the device; the steps equal the numpy head's."""
+    from tolerances import float32_atol
+
+    from edgeprof.nn.compute import Compute
+
+    n, m, k, steps = 40, 12, 4, 6
+    feats = rng.normal(size=(n, m)).astype(np.float32)
+    labels = rng.integers(0, k, size=n)
+    w0 = rng.normal(scale=0.1, size=(k, m + 1)).astype(np.float32)
+    on_device = headlib.DeviceHead(Compute())
+
+    w = on_device.steps(w0, on_device.cache(torch.from_numpy(feats)), labels, 0.3, steps)
+
+    want = headlib.gradient_steps(w0, headlib.with_bias(feats), labels, 0.3, steps)
+    assert isinstance(w, torch.Tensor) and np.array_equal(w0, w0.copy())
+    np.testing.assert_allclose(on_device.host(w), want, rtol=0,
+                               atol=float32_atol(want, fan_in=max(n, m + 1), depth=2 * steps + 1))

@@ -155,3 +155,79 @@ def test_server_sgd_step_is_equation_4_with_alpha_over_all_clients_not_the_sampl
     assert ratio == pytest.approx(1.5)
     for got, old, s in zip(new, theta, step):
         assert not np.allclose(got, old - ratio * s, rtol=0, atol=1e-3 * np.abs(s).max())
+
+
+# ------------------------------------------------------------------------------------- host/device traffic, issue 35
+def _pflego_federation(engine: str, device: str, tau: int = 10):
+    from edgeprof.config import RunConfig
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import load_clients
+
+    cfg = RunConfig(algo="pflego", engine=engine, dataset="synthetic", synthetic_samples=60, synthetic_classes=3,
+                    clients=2, participation=1.0, backbone="mlp", tau=tau, threads=1, device=device).resolved()
+    return Federation(cfg, load_clients(cfg))
+
+
+@pytest.fixture
+def on_device(monkeypatch):
+    """A recording device kind whose rule runs the head steps on the device."""
+    from test_compute import RecordingKind
+
+    from edgeprof.nn import compute as computelib
+
+    kind = RecordingKind()
+    kind.head_on_device = True
+    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    return kind
+
+
+#: (engine, whether ONNX Runtime has a provider for the device): the features computed in torch on the device
+#: (torch-reuse; onnx without a provider) or by ONNX Runtime on the host
+ENGINES = [("torch-reuse", True), ("onnx", False), ("onnx", True)]
+
+
+@pytest.mark.parametrize("engine,ort", ENGINES)
+def test_a_device_round_moves_theta_once_and_reads_back_in_one_transfer(on_device, engine, ort):
+    """theta goes to the device once a round; the head once, and stays there from its steps through the joint
+    gradient; every gradient comes back in one flat transfer, then the head and the loss; features computed on
+    the device never visit the host for their bias column; nothing synchronises the device."""
+    if not ort:
+        on_device.ort_providers = lambda device: []
+    federation = _pflego_federation(engine, "fake:0")
+    theta = federation.global_arrays
+    client = federation.clients[0]
+    n, m, k = len(client.y_train), federation.runtime.feature_dim, client.num_classes
+    federation.client_round(0)
+    on_device.log.clear()
+
+    federation.client_round(0)
+
+    log = on_device.log
+    assert on_device.count("to_device", tuple(theta[0].shape)) == 1, "theta loaded once a round"
+    assert on_device.count("to_device", (k, m + 1)) == 1, "the head placed once"
+    from_host = engine == "onnx" and ort  # ONNX Runtime's features are host arrays: they cross once, with bias
+    assert on_device.count("to_device", (n, m + 1)) == int(from_host), "device features get their bias there"
+    reads = [e[1] for e in log if e[0] == "to_host"]
+    flat = sum(a.size for a in theta) + k * (m + 1)
+    assert sorted(reads) == sorted([(flat,), (k, m + 1), ()]), "gradients in one transfer, the head, the loss"
+    assert on_device.count("sync") == 0
+
+
+@pytest.mark.parametrize("engine,ort", ENGINES)
+def test_a_device_round_equals_the_host_round(on_device, engine, ort):
+    """Head steps on the device and the flat read-back change nothing but float32 rounding: the reply, the new
+    head and the loss equal the CPU round's (numpy head)."""
+    from tolerances import float32_atol
+
+    if not ort:
+        on_device.ort_providers = lambda device: []
+    tau = 10
+    got, want = _pflego_federation(engine, "fake:0", tau), _pflego_federation(engine, "cpu", tau)
+
+    mine, theirs = got.client_round(0), want.client_round(0)
+
+    n, m = len(got.clients[0].y_train), got.runtime.feature_dim
+    fan_in, depth = max(n, m + 1, 16), 2 * tau + 4  # forward, tau-1 head steps (two products each), backward
+    for a, b in zip([*mine.payload, got.personal[0][0]], [*theirs.payload, want.personal[0][0]]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=float32_atol(b, fan_in=fan_in, depth=depth))
+    assert mine.loss == pytest.approx(theirs.loss, abs=float32_atol(np.array([theirs.loss]), fan_in, depth))

@@ -25,7 +25,7 @@ import torch
 
 from edgeprof.algorithms import fedavg
 from edgeprof.algorithms.base import ClientResult, EvalResult, Phase, RoundSettings, Runtime, no_phase
-from edgeprof.algorithms.fedprox import prox_gd
+from edgeprof.algorithms.fedprox import device_copy, prox_gd
 from edgeprof.nn.compute import Compute
 
 
@@ -33,16 +33,21 @@ def client_round(model: torch.nn.Module, global_w: Sequence[np.ndarray], persona
                  x: np.ndarray, y: np.ndarray, *, tau: int, beta: float, lam: float,
                  phase: Phase = no_phase,
                  compute: Compute) -> tuple[list[np.ndarray], list[np.ndarray], float]:
-    """Ditto's local work on arrays: (new local global weights, new personal weights, personal first loss)."""
+    """Ditto's local work on arrays: (new local global weights, new personal weights, personal first loss).
+
+    Nothing is read back inside the phases: the global steps' result is kept on the device, and after the
+    personal steps both models come back in one transfer, the personal first loss in one more.
+    """
     compute.load(model, global_w)
+    anchor = device_copy(model)  # w^t, already on the device
     with phase("global_steps"):
         fedavg.local_gd(model, x, y, steps=tau, lr=beta, compute=compute)
-        local_global = compute.params(model)
+        local_global = device_copy(model)
     compute.load(model, personal)
     with phase("personal_steps"):
-        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=lam, anchor=global_w, compute=compute)
-        new_personal = compute.params(model)
-    return local_global, new_personal, loss
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=lam, anchor=anchor, compute=compute)
+    arrays = compute.hosts_flat([*local_global, *model.parameters()])
+    return arrays[:len(local_global)], arrays[len(local_global):], compute.scalar(loss)
 
 
 #: the server averages the global models by N_i, as FedAvg

@@ -10,7 +10,7 @@ backward pass through the backbone, so the client's cost grows linearly in tau.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,9 +45,51 @@ class BackboneWithHead(torch.nn.Module):
         return self.head(self.backbone(x))
 
 
+def sgd_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float, *,
+               velocity: Sequence[torch.Tensor] | None = None, momentum: float = 0.0,
+               anchors: Sequence[torch.Tensor] | None = None, mu: float = 0.0) -> None:
+    """One gradient step on every parameter at once, in place, with torch's foreach ops (a few kernels a step
+    for the whole model, not a few per tensor).
+
+    ``anchors`` adds the proximal term: g <- g + mu (p - anchor) (FedProx, Ditto); ``velocity`` is heavy-ball
+    momentum in torch's SGD convention: v <- momentum v + g (FedBABU). Then p <- p - lr g.
+    """
+    with torch.no_grad():
+        if anchors is not None:
+            step = torch._foreach_sub(list(params), list(anchors))
+            torch._foreach_mul_(step, mu)
+            torch._foreach_add_(step, list(grads))
+            grads = step
+        if velocity is not None:
+            torch._foreach_mul_(list(velocity), momentum)
+            torch._foreach_add_(list(velocity), list(grads))
+            grads = velocity
+        torch._foreach_add_(list(params), list(grads), alpha=-lr)
+
+
+def gd_steps(loss_and_grads: Callable[[], "tuple[torch.Tensor, list]"], params: Sequence[torch.Tensor], *,
+             steps: int, lr: float, momentum: float = 0.0, anchors: Sequence[torch.Tensor] | None = None,
+             mu: float = 0.0) -> torch.Tensor:
+    """``steps`` full-batch gradient steps (:func:`sgd_update`); returns the first step's loss *on the device*.
+
+    ``loss_and_grads()`` gives (loss, gradients of ``params``) at the current point without reading anything
+    back (:meth:`~edgeprof.nn.compute.Compute.loss_and_grads`): the loop queues its work and never waits for the
+    device; the caller reads the one loss it reports (``compute.scalar``), once a round. A velocity for
+    ``momentum`` starts at zero. NaN (on the parameters' device) when ``steps`` is 0.
+    """
+    velocity = [torch.zeros_like(p) for p in params] if momentum else None
+    first = None
+    for _ in range(steps):
+        loss, grads = loss_and_grads()
+        sgd_update(params, grads, lr, velocity=velocity, momentum=momentum, anchors=anchors, mu=mu)
+        first = loss if first is None else first
+    return first if first is not None else params[0].new_full((), float("nan"), dtype=torch.float64)
+
+
 def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float,
-             params: Sequence[torch.nn.Parameter] | None = None, compute: Compute) -> float:
-    """``steps`` full-batch gradient-descent steps on the mean cross-entropy; returns the first loss.
+             params: Sequence[torch.nn.Parameter] | None = None, compute: Compute) -> torch.Tensor:
+    """``steps`` full-batch gradient-descent steps on the mean cross-entropy; returns the first loss, on the
+    device (:func:`gd_steps`).
 
     ``params`` restricts the update to those parameters (the others are frozen for these steps). ``compute``
     places the data and runs each step's forward and backward (device, memory format, chunks;
@@ -55,25 +97,21 @@ def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int
     """
     params = list(model.parameters()) if params is None else list(params)
     batches = compute.batches(x, y)
-    first = float("nan")
-    for step in range(steps):
-        loss, grads = compute.mean_loss_and_grads(model, batches, len(y), params)
-        with torch.no_grad():
-            for p, g in zip(params, grads):
-                p.sub_(lr * g)
-        if step == 0:
-            first = loss
-    return first
+    return gd_steps(lambda: compute.loss_and_grads(model, batches, len(y), params), params, steps=steps, lr=lr)
 
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray,
                  *, tau: int, beta: float, phase: Phase = no_phase,
                  compute: Compute) -> tuple[list[np.ndarray], float]:
-    """FedAvg's local update on arrays: load the global weights, tau GD steps, return the new weights."""
+    """FedAvg's local update on arrays: load the global weights, tau GD steps, return the new weights.
+
+    Nothing is read back inside the phase: after it, the weights come back in one transfer and the first
+    step's loss in one more.
+    """
     compute.load(model, weights)
     with phase("local_steps"):
         loss = local_gd(model, x, y, steps=tau, lr=beta, compute=compute)
-    return compute.params(model), loss
+    return compute.hosts_flat(list(model.parameters())), compute.scalar(loss)
 
 
 def server_step(updates: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]) -> list[np.ndarray]:

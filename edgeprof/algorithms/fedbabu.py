@@ -27,7 +27,7 @@ import torch
 from edgeprof.algorithms import fedper
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, RoundSettings, Runtime, accuracy,
                                       no_phase)
-from edgeprof.algorithms.fedper import local_steps
+from edgeprof.algorithms.fedper import device_local_steps
 from edgeprof.nn import head as headlib
 from edgeprof.nn.compute import Compute
 
@@ -58,9 +58,9 @@ def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Se
     """FedBABU's local update on arrays: tau momentum GD steps on the body, head fixed; (new body, first loss)."""
     compute.load(backbone, body)
     with phase("local_steps"):
-        _, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, train_head=False, momentum=momentum,
-                              compute=compute)
-    return compute.params(backbone), loss
+        _, loss = device_local_steps(backbone, head, x, y, steps=tau, lr=beta, train_head=False, momentum=momentum,
+                                     compute=compute)
+    return compute.hosts_flat(list(backbone.parameters())), compute.scalar(loss)
 
 
 def fine_tuned_head(head: Sequence[np.ndarray], features: np.ndarray, y: np.ndarray, *, steps: int,

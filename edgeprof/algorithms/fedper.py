@@ -8,7 +8,7 @@ sends theta back; the server replaces theta by the N_i-weighted average of the p
 Every local step is a full forward and backward pass through the backbone: O(tau) per client round.
 
 This module also holds what the other personal-head baselines share (FedRep, FedBABU, FedSim,
-FedAlt, all "with the FedPer architecture" in the PFLEGO paper's words): :func:`local_steps`, which
+FedAlt, all "with the FedPer architecture" in the PFLEGO paper's words): :func:`device_local_steps`, which
 trains any subset of {body, head} (a frozen body still gets a *full* forward pass at every step), and
 :func:`head_client`, which turns a local update into a client program, so a variant declares one function.
 """
@@ -39,35 +39,41 @@ def initial_head(seed: int, client_id: int, num_classes: int, feature_dim: int) 
 def local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
                 steps: int, lr: float, train_body: bool = True, train_head: bool = True,
                 momentum: float = 0.0, compute: Compute) -> tuple[Head, float]:
-    """``steps`` full-batch GD steps on the mean cross-entropy of ``head(backbone(x))``; (new head, first loss).
+    """:func:`device_local_steps` with its results read back: (new head on the host, first loss)."""
+    w, first = device_local_steps(backbone, head, x, y, steps=steps, lr=lr, train_body=train_body,
+                                  train_head=train_head, momentum=momentum, compute=compute)
+    return compute.hosts_flat(w), compute.scalar(first)
+
+
+def device_local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray | torch.Tensor], x: np.ndarray,
+                       y: np.ndarray, *, steps: int, lr: float, train_body: bool = True, train_head: bool = True,
+                       momentum: float = 0.0, compute: Compute) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """``steps`` full-batch GD steps on the mean cross-entropy of ``head(backbone(x))``; (the head [W, b] as
+    tensors on the device, the first loss on the device): nothing is read back (the caller reads what it keeps).
 
     Only the blocks asked for move: the backbone's parameters in place, the head in the returned copy.
+    ``head`` is host arrays or tensors already on the device (used as they are, never changed in place).
     With ``train_body=False`` every step still runs the whole forward pass through the backbone (no
     caching, as FedRep and FedAlt do). ``momentum`` > 0 is heavy-ball GD (torch's SGD convention,
     ``v <- m v + g; p <- p - lr v``), its velocity starting at zero. ``compute`` places the data and
-    runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
+    runs each step's forward and backward (:mod:`edgeprof.nn.compute`); the updates are
+    :func:`edgeprof.algorithms.fedavg.sgd_update`'s foreach ops.
     """
+    from edgeprof.algorithms.fedavg import gd_steps
+
     batches = compute.batches(x, y)
-    w = [compute.tensor(a, requires_grad=train_head) for a in head]
+    w = [a.detach().clone().requires_grad_(train_head) if isinstance(a, torch.Tensor)
+         else compute.tensor(a, requires_grad=train_head) for a in head]
     params = (list(backbone.parameters()) if train_body else []) + (w if train_head else [])
-    velocity = [torch.zeros_like(p) for p in params] if momentum else None
 
     def logits(xb: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(train_body):
             feats = backbone(xb)
         return torch.nn.functional.linear(feats, w[0], w[1])
 
-    first = float("nan")
-    for step in range(steps):
-        loss, grads = compute.mean_loss_and_grads(logits, batches, len(y), params)
-        with torch.no_grad():
-            for i, (p, g) in enumerate(zip(params, grads)):
-                if velocity is not None:
-                    g = velocity[i].mul_(momentum).add_(g)
-                p.sub_(lr * g)
-        if step == 0:
-            first = loss
-    return compute.hosts(w), first
+    first = gd_steps(lambda: compute.loss_and_grads(logits, batches, len(y), params), params, steps=steps, lr=lr,
+                     momentum=momentum)
+    return w, first
 
 
 def head_loss_accuracy(backbone: torch.nn.Module, head: Sequence[np.ndarray], x_train: np.ndarray,
@@ -90,8 +96,8 @@ def client_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Se
     """FedPer's local update on arrays: tau joint GD steps on (body, head); (new body, new head, first loss)."""
     compute.load(backbone, body)
     with phase("local_steps"):
-        head, loss = local_steps(backbone, head, x, y, steps=tau, lr=beta, compute=compute)
-    return compute.params(backbone), head, loss
+        w, loss = device_local_steps(backbone, head, x, y, steps=tau, lr=beta, compute=compute)
+    return read_body_head(backbone, w, loss, compute)
 
 
 def alternating_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], head: Sequence[np.ndarray],
@@ -105,10 +111,19 @@ def alternating_round(backbone: torch.nn.Module, body: Sequence[np.ndarray], hea
     compute.load(backbone, body)
     head_phase, body_phase = phases
     with phase(head_phase):
-        head, loss = local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False, compute=compute)
+        w, loss = device_local_steps(backbone, head, x, y, steps=head_steps, lr=beta, train_body=False,
+                                     compute=compute)
     with phase(body_phase):
-        local_steps(backbone, head, x, y, steps=body_steps, lr=beta, train_head=False, compute=compute)
-    return compute.params(backbone), head, loss
+        device_local_steps(backbone, w, x, y, steps=body_steps, lr=beta, train_head=False, compute=compute)
+    return read_body_head(backbone, w, loss, compute)
+
+
+def read_body_head(backbone: torch.nn.Module, head: Sequence[torch.Tensor], loss: torch.Tensor,
+                   compute: Compute) -> tuple[list[np.ndarray], Head, float]:
+    """A round's results back on the host: (body, head) in one transfer, the reported loss in one more."""
+    body = list(backbone.parameters())
+    arrays = compute.hosts_flat([*body, *head])
+    return arrays[:len(body)], arrays[len(body):], compute.scalar(loss)
 
 
 def server_step(bodies: Sequence[Sequence[np.ndarray]], n_samples: Sequence[int]) -> list[np.ndarray]:

@@ -26,24 +26,23 @@ from edgeprof.nn.compute import Compute
 
 
 def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float, mu: float,
-            anchor: Sequence[np.ndarray], compute: Compute) -> float:
-    """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy.
+            anchor: Sequence[np.ndarray | torch.Tensor], compute: Compute) -> torch.Tensor:
+    """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy, on the
+    device (:func:`edgeprof.algorithms.fedavg.gd_steps`: nothing read back inside the loop).
 
-    ``anchor`` holds one array per parameter of ``model``, in ``model.parameters()`` order; ``compute`` places
-    them and runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
+    ``anchor`` holds one array (or tensor already on the device) per parameter of ``model``, in
+    ``model.parameters()`` order; ``compute`` places the arrays and runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
     """
     params = list(model.parameters())
-    anchors = [compute.tensor(a) for a in anchor]
+    anchors = [a if isinstance(a, torch.Tensor) else compute.tensor(a) for a in anchor]
     batches = compute.batches(x, y)
-    first = float("nan")
-    for step in range(steps):
-        loss, grads = compute.mean_loss_and_grads(model, batches, len(y), params)
-        with torch.no_grad():
-            for p, g, a in zip(params, grads, anchors):
-                p.sub_(lr * (g + mu * (p - a)))
-        if step == 0:
-            first = loss
-    return first
+    return fedavg.gd_steps(lambda: compute.loss_and_grads(model, batches, len(y), params), params, steps=steps,
+                           lr=lr, anchors=anchors, mu=mu)
+
+
+def device_copy(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Copies of the module's parameters where they lie (on the device): its weights kept, nothing moved."""
+    return [p.detach().clone() for p in model.parameters()]
 
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, *,
@@ -51,9 +50,10 @@ def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.nd
                  compute: Compute) -> tuple[list[np.ndarray], float]:
     """FedProx's local update on arrays: tau proximal GD steps from (and towards) the global weights."""
     compute.load(model, weights)
+    anchor = device_copy(model)  # the global weights, already on the device
     with phase("local_steps"):
-        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=weights, compute=compute)
-    return compute.params(model), loss
+        loss = prox_gd(model, x, y, steps=tau, lr=beta, mu=mu, anchor=anchor, compute=compute)
+    return compute.hosts_flat(list(model.parameters())), compute.scalar(loss)
 
 
 #: the server step is FedAvg's N_i-weighted average

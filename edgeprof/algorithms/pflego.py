@@ -57,22 +57,42 @@ def head_logits(feats: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.cat([feats, feats.new_ones((feats.shape[0], 1))], dim=1) @ w.T
 
 
-def torch_joint_gradient(module: torch.nn.Module, theta: Sequence[np.ndarray], head: np.ndarray,
+def torch_joint_gradient(module: torch.nn.Module, theta: Sequence[np.ndarray], head: np.ndarray | torch.Tensor,
                          x: np.ndarray, y: np.ndarray,
                          compute: Compute) -> tuple[float, np.ndarray, list[np.ndarray]]:
     """(l_i, grad_W l_i, grad_theta l_i) at (head, theta) with one torch forward and backward pass.
 
     ``compute`` places the data and says how that pass runs (:mod:`edgeprof.nn.compute`): in chunks, the
-    gradients are accumulated over them and equal the full-batch ones to float32 rounding.
+    gradients are accumulated over them and equal the full-batch ones to float32 rounding. Loads theta, then
+    :func:`joint_gradient`.
     """
     compute.load(module, theta)
+    return joint_gradient(module, head, x, y, compute)
+
+
+def joint_gradient(module: torch.nn.Module, head: np.ndarray | torch.Tensor, x: np.ndarray, y: np.ndarray,
+                   compute: Compute) -> tuple[float, np.ndarray, list[np.ndarray]]:
+    """:func:`torch_joint_gradient` at the weights already loaded in ``module``: ``head`` a host array or a
+    tensor already on the device (used as it is). The gradients come back in one transfer, the loss in one."""
     module.zero_grad(set_to_none=True)
-    w = compute.tensor(head, requires_grad=True)
-    params = list(module.parameters())
-    loss, grads = compute.mean_loss_and_grads(lambda xb: head_logits(module(xb), w), compute.batches(x, y), len(y),
-                                              [w, *params])
-    host = compute.hosts(grads)
-    return loss, host[0], host[1:]
+    w = _leaf(head, compute)
+    loss, grads = compute.loss_and_grads(lambda xb: head_logits(module(xb), w), compute.batches(x, y), len(y),
+                                         [w, *module.parameters()])
+    return _read_back(loss, grads, compute)
+
+
+def _leaf(head: np.ndarray | torch.Tensor, compute: Compute) -> torch.Tensor:
+    """The head as a leaf that takes a gradient: a device tensor as it is (no copy), a host array placed once."""
+    if isinstance(head, torch.Tensor):
+        return head.detach().requires_grad_(True)
+    return compute.tensor(head, requires_grad=True)
+
+
+def _read_back(loss: torch.Tensor, grads: Sequence[torch.Tensor],
+               compute: Compute) -> tuple[float, np.ndarray, list[np.ndarray]]:
+    """(loss, grad_W, grad_theta) on the host: every gradient in one flat transfer, then the loss."""
+    host = compute.hosts_flat(grads)
+    return compute.scalar(loss), host[0], host[1:]
 
 
 class GraphReuse:
@@ -82,52 +102,76 @@ class GraphReuse:
     and keeps the output tensors (and so the graphs); :meth:`joint_grad` must then be called with the same
     ``x``: it computes the loss of the given head on the kept features, backpropagates once through head
     and backbone, chunk by chunk, and drops the graphs. The result equals :func:`torch_joint_gradient` at
-    the same (head, theta) to float32 rounding.
+    the same (head, theta) to float32 rounding. With ``on_device`` the features are returned as the device
+    tensor (for head steps on the device), else as a host array.
     """
 
-    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray], compute: Compute) -> None:
+    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray], compute: Compute,
+                 on_device: bool = False) -> None:
         self.module = module
         self.theta = theta
         self.compute = compute
+        self.on_device = on_device
         self._x: np.ndarray | None = None
         self._feats: list[torch.Tensor] | None = None
 
-    def features(self, x: np.ndarray) -> np.ndarray:
+    def features(self, x: np.ndarray) -> np.ndarray | torch.Tensor:
         self.compute.load(self.module, self.theta)
         self.module.zero_grad(set_to_none=True)
         self._x = x
         self._feats = [self.module(xb) for xb, _ in self.compute.batches(x)]
-        return self.compute.host(torch.cat([f.detach() for f in self._feats]), copy=False)
+        feats = torch.cat([f.detach() for f in self._feats])
+        return feats if self.on_device else self.compute.host(feats, copy=False)
 
-    def joint_grad(self, head: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
+    def joint_grad(self, head: np.ndarray | torch.Tensor, x: np.ndarray,
+                   y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
         if self._feats is None or x is not self._x:
             raise RuntimeError("GraphReuse.joint_grad needs the x of the preceding features() call")
         feats, self._feats, self._x = iter(self._feats), None, None
         compute = self.compute
-        w = compute.tensor(head, requires_grad=True)
+        w = _leaf(head, compute)
         labels = compute.split(compute.labels(y))
-        loss, grads = compute.mean_loss_and_grads(lambda _: head_logits(next(feats), w), [(None, yb) for yb in labels],
-                                                  len(y), [w, *self.module.parameters()])
-        host = compute.hosts(grads)
-        return loss, host[0], host[1:]
+        loss, grads = compute.loss_and_grads(lambda _: head_logits(next(feats), w), [(None, yb) for yb in labels],
+                                             len(y), [w, *self.module.parameters()])
+        return _read_back(loss, grads, compute)
+
+
+class TorchForward:
+    """The ``onnx`` engine where ONNX Runtime has no provider for the device: the cached forward runs in torch
+    there, and theta is loaded into the module once a round for both passes (not once per pass). With
+    ``on_device`` the features stay a device tensor (for head steps on the device)."""
+
+    def __init__(self, module: torch.nn.Module, theta: Sequence[np.ndarray], compute: Compute,
+                 on_device: bool = False) -> None:
+        self.module, self.theta, self.compute, self.on_device = module, theta, compute, on_device
+
+    def features(self, x: np.ndarray) -> np.ndarray | torch.Tensor:
+        self.compute.load(self.module, self.theta)
+        feats = self.compute.forward(self.module, x)
+        return feats if self.on_device else self.compute.host(feats, copy=False)
+
+    def joint_grad(self, head, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, list[np.ndarray]]:
+        return joint_gradient(self.module, head, x, y, self.compute)
 
 
 def client_round(features: FeatureFn, joint_grad: JointGradFn, head: np.ndarray, x: np.ndarray,
                  y: np.ndarray, *, tau: int, beta: float, rho: float, scale: float,
-                 phase: Phase = no_phase, head_steps: Callable = headlib.gradient_steps) -> PflegoClientResult:
+                 phase: Phase = no_phase, head_steps: headlib.HostHead | headlib.DeviceHead = headlib.HOST_HEAD
+                 ) -> PflegoClientResult:
     """One PFLEGO client round (Algorithm 1, ClientI_Update) on arrays.
 
     ``features(x)`` returns phi(x; theta_{t-1}); ``joint_grad(head, x, y)`` returns the loss and both
     gradients at theta_{t-1}; ``scale`` is I/r; ``head_steps`` runs the tau-1 head steps (numpy on the host, or
-    torch on the device: :func:`edgeprof.nn.head.steps_for`).
+    torch on the device: :func:`edgeprof.nn.head.steps_for`), and the head it gives goes to ``joint_grad`` as
+    it is (on the device where they ran there).
     """
     with phase("cache_forward"):
-        feats_b = headlib.with_bias(features(x))
+        feats_b = head_steps.cache(features(x))
     with phase("head_steps"):
-        head = head_steps(head, feats_b, y, beta, tau - 1)
+        head = head_steps.steps(head, feats_b, y, beta, tau - 1)
     with phase("joint_grad"):
         loss, grad_head, grad_theta = joint_grad(head, x, y)
-        head = head - np.float32(rho * scale) * grad_head
+        head = head_steps.host(head) - np.float32(rho * scale) * grad_head
     return PflegoClientResult(head, grad_theta, loss, len(y))
 
 
@@ -142,20 +186,25 @@ def server_step(theta: Sequence[np.ndarray], grads: Sequence[Sequence[np.ndarray
     return optimizer.step(theta, aggregation.unbiased_gradient(grads, client_alphas, scale))
 
 
-def _engine(rt: Runtime, theta: Sequence[np.ndarray]) -> tuple[FeatureFn, JointGradFn]:
-    """The round's features and joint-gradient functions for the runtime's engine."""
+def _engine(rt: Runtime, theta: Sequence[np.ndarray], on_device: bool) -> tuple[FeatureFn, JointGradFn]:
+    """The round's features and joint-gradient functions for the runtime's engine (``on_device``: torch features
+    stay on the device, for head steps there)."""
     if rt.engine == "torch-reuse":
-        engine = GraphReuse(rt.backbone, theta, rt.compute)
+        engine = GraphReuse(rt.backbone, theta, rt.compute, on_device)
         return engine.features, engine.joint_grad
+    if not rt.ort_here:
+        forward = TorchForward(rt.backbone, theta, rt.compute, on_device)
+        return forward.features, forward.joint_grad
     return (lambda x: rt.features(x, theta)), \
         (lambda h, x, y: torch_joint_gradient(rt.backbone, theta, h, x, y, rt.compute))
 
 
 def client(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], data, s: RoundSettings) -> ClientResult:
     """The client program: one round from W_i = ``personal[0]``; replies grad_theta l_i, keeps the new W_i."""
-    features, joint = _engine(rt, theta)
+    head_steps = headlib.steps_for(rt.compute)
+    features, joint = _engine(rt, theta, head_steps.on_device)
     res = client_round(features, joint, personal[0], data.x_train, data.y_train, tau=s.tau, beta=s.beta,
-                       rho=s.rho, scale=s.scale, phase=s.phase, head_steps=headlib.steps_for(rt.compute))
+                       rho=s.rho, scale=s.scale, phase=s.phase, head_steps=head_steps)
     return ClientResult(res.theta_grad, [res.head], res.loss, res.n_samples)
 
 

@@ -305,18 +305,8 @@ class Compute:
         loss as a float, read back to the host once, after the last chunk; one gradient tensor per parameter on
         the device, [] when ``params`` is empty).
         """
-        import torch
-
-        total = None
-        grads: Optional[list] = None
-        for xb, yb in batches:
-            loss = torch.nn.functional.cross_entropy(logits(xb), yb, reduction="sum") / n
-            if params:
-                step = torch.autograd.grad(loss, list(params))
-                grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
-            part = loss.detach().double()  # summed in float64, as a host float sum of the chunks would be
-            total = part if total is None else total + part
-        return (self.scalar(total) if total is not None else 0.0), grads if grads is not None else []
+        total, grads = self.loss_and_grads(logits, batches, n, params)
+        return self.scalar(total), grads
 
     def scalar(self, t: "torch.Tensor") -> float:
         """A one-element device tensor as a host float."""
@@ -369,7 +359,7 @@ class Compute:
             if params:
                 step = torch.autograd.grad(loss, list(params))
                 grads = list(step) if grads is None else [g.add_(s) for g, s in zip(grads, step)]
-            part = loss.detach().double()
+            part = loss.detach().double()  # summed in float64, as a host float sum of the chunks would be
             total = part if total is None else total + part
         return (total if total is not None else torch.zeros((), dtype=torch.float64)), grads or []
 

@@ -14,9 +14,10 @@ none at a few hundred samples; with thousands, a second thread gained up to 14% 
 depending on the load on a 2-core machine.
 
 On a device whose kind says so (``DeviceKind.head_on_device``: a CUDA GPU, not the CPU) PFLEGO's tau-1 head
-steps run in torch on the device instead (:func:`device_gradient_steps`, the same closed form), so the cached
-features cross to the device once per round rather than each step's products running on the host;
-:func:`steps_for` picks by that rule and ``scripts/bench_head_steps.py`` measures both on a device.
+steps run in torch on the device instead (:class:`DeviceHead`, the same closed form): features computed on the
+device stay there (their bias column appended there), host features cross once per round, and the head crosses
+once and stays a device tensor through the joint gradient; :func:`steps_for` picks by that rule and
+``scripts/bench_head_steps.py`` measures both on a device.
 """
 
 from __future__ import annotations
@@ -132,28 +133,83 @@ def _gradient_steps(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, l
     return head
 
 
+def torch_gradient_steps(w, feats_b, labels, lr: float, steps: int):
+    """``steps`` head steps in torch on tensors where they lie (the same closed form as :func:`gradient_steps`):
+    ``w`` (K, M+1) updated in place and returned, ``feats_b`` (N, M+1) and integer ``labels`` (N,) alongside it.
+    Nothing is read back."""
+    import torch
+
+    onehot = torch.zeros((feats_b.shape[0], w.shape[0]), dtype=feats_b.dtype, device=feats_b.device)
+    onehot.scatter_(1, labels.unsqueeze(1), 1.0)
+    scale = float(lr) / feats_b.shape[0]
+    with torch.no_grad():
+        for _ in range(steps):
+            residual = torch.softmax(feats_b @ w.T, dim=1).sub_(onehot)
+            w.sub_(residual.T @ feats_b, alpha=scale)
+    return w
+
+
+class HostHead:
+    """PFLEGO's head steps in numpy on the host (:func:`gradient_steps`): features and head are host arrays."""
+
+    on_device = False
+
+    def cache(self, features: np.ndarray) -> np.ndarray:
+        """The bias-augmented features the steps run on."""
+        return with_bias(features)
+
+    def steps(self, head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float, steps: int) -> np.ndarray:
+        return gradient_steps(head, feats_b, labels, lr, steps)
+
+    def host(self, head: np.ndarray) -> np.ndarray:
+        """The stepped head as a host array."""
+        return head
+
+
+class DeviceHead:
+    """PFLEGO's head steps in torch on ``compute``'s device (:func:`torch_gradient_steps`).
+
+    Features that are already a device tensor get their bias column there (no round trip through the host);
+    host features cross once, with theirs. The head crosses to the device once and stays there as a tensor
+    until :meth:`host` (the joint gradient uses that tensor as it is).
+    """
+
+    on_device = True
+
+    def __init__(self, compute) -> None:
+        self.compute = compute
+
+    def cache(self, features):
+        import torch
+
+        if isinstance(features, torch.Tensor):
+            return torch.cat([features, features.new_ones((features.shape[0], 1))], dim=1)
+        return self.compute.tensor(with_bias(features))
+
+    def steps(self, head: np.ndarray, feats_b, labels: np.ndarray, lr: float, steps: int):
+        w = self.compute.tensor(head, requires_grad=True).detach()  # a copy of its own, updated in place
+        return torch_gradient_steps(w, feats_b, self.compute.labels(labels), lr, steps)
+
+    def host(self, head) -> np.ndarray:
+        return self.compute.host(head)
+
+
+#: the host rule's head steps (no state)
+HOST_HEAD = HostHead()
+
+
 def device_gradient_steps(compute, head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float,
                           steps: int) -> np.ndarray:
     """:func:`gradient_steps` in torch on ``compute``'s device (same closed-form gradient); a new host array."""
-    import torch
-
-    w = compute.tensor(head, requires_grad=True).detach()  # a copy of its own, updated in place below
-    f = compute.tensor(feats_b)
-    onehot = torch.zeros((f.shape[0], w.shape[0]), dtype=f.dtype, device=f.device)
-    onehot.scatter_(1, compute.labels(labels).unsqueeze(1), 1.0)
-    scale = float(lr) / f.shape[0]
-    with torch.no_grad():
-        for _ in range(steps):
-            residual = torch.softmax(f @ w.T, dim=1).sub_(onehot)
-            w.sub_(residual.T @ f, alpha=scale)
-    return compute.host(w)
+    on_device = DeviceHead(compute)
+    return on_device.host(on_device.steps(head, compute.tensor(feats_b), labels, lr, steps))
 
 
 def steps_for(compute):
-    """The head-steps function of ``compute``'s device kind: numpy on the host, or torch on the device."""
+    """The head steps of ``compute``'s device kind: :data:`HOST_HEAD` (numpy), or :class:`DeviceHead`."""
     if not getattr(compute.kind, "head_on_device", False):
-        return gradient_steps
-    return functools.partial(device_gradient_steps, compute)
+        return HOST_HEAD
+    return DeviceHead(compute)
 
 
 def predict(head: np.ndarray, feats_b: np.ndarray) -> np.ndarray:
