@@ -202,6 +202,10 @@ class Profiler:
         self._rss = rss if rss is not None else PeakRss()
         self._flagged: dict[str, tuple[int, str]] = {}  # per domain: readings flagged implausible, latest reason
         self._windows = None  # the engine, made on first use
+        #: each domain's meter's update period: what a span must last for its joules to be resolved
+        self.domain_periods_s = {d.name: m.update_period_s for m in meters.meters for d in m.domains()}
+        #: each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)
+        self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
         self._slow = meters.slow_meters()
         self._direct = tuple(m for m in meters.meters if m not in self._slow)
         self.series: Optional[CounterSeries] = None
@@ -213,16 +217,6 @@ class Profiler:
     def device_kind(self) -> str:
         """``cpu``, ``cuda``, ... of :attr:`device` (``""`` without one)."""
         return "" if self.device is None else str(self.device.device).partition(":")[0]
-
-    @property
-    def domain_periods_s(self) -> dict[str, float]:
-        """Each domain's meter's update period: what a span must last for its joules to be resolved."""
-        return {d.name: m.update_period_s for m in self.meters.meters for d in m.domains()}
-
-    @property
-    def domain_limits_w(self) -> dict[str, float]:
-        """Each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)."""
-        return {k: v for m in self.meters.meters for k, v in m.power_limits_w().items()}
 
     def sync(self) -> None:
         """Wait for the device's queued work (the compute seam's sync; nothing without a device)."""
