@@ -522,6 +522,99 @@ def floor_s(backbone: str, device: str, samples: int, repeats: int = 5) -> tuple
     return forward, both
 
 
+# ---------------------------------------------------------------------------------------------------- pace
+
+#: the side of the measured float32 GEMM (n x n @ n x n) on a GPU and, in a dry run, on the CPU
+GEMM_N = {"gpu": 8192, "cpu": 512}
+#: the tau whose round the head steps' share is read at (the sweep's largest where 100 is not swept)
+HEAD_SHARE_TAU = 100
+
+
+def measured_gemm(device: str, repeats: int = 5) -> dict:
+    """A large float32 ``torch.mm`` on the device under the run's numerics (FP32), best of ``repeats``,
+    synchronised: the matmul ceiling this device reaches, beside its datasheet peak."""
+    import numpy as np
+    import torch
+
+    from edgeprof.nn.backbones import build_backbone
+    from edgeprof.nn.compute import resolve
+
+    compute = resolve(device, "contiguous:all", build_backbone("mlp"), None)
+    n = GEMM_N["gpu" if compute.tensor(np.zeros(1, dtype=np.float32)).is_cuda else "cpu"]  # where it really runs
+    a, b = (compute.tensor(np.random.default_rng(i).random((n, n), dtype=np.float32)) for i in (0, 1))
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first one warms cuBLAS up
+        compute.sync()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        compute.sync()
+        best = min(best, time.perf_counter() - start)
+    return {"n": n, "seconds": best, "tflops": 2.0 * n**3 / best / 1e12}
+
+
+def fp32_peak(device: str) -> dict:
+    """The device's datasheet FP32 peak (:mod:`edgeprof.hardware.peak`), TFLOP/s, and how it was obtained."""
+    import torch
+
+    from edgeprof.hardware import peak as peaklib
+
+    estimate = (peaklib.cpu_fp32_peak() if device == "cpu"
+                else peaklib.gpu_fp32_peak(torch.cuda.get_device_properties(torch.device(device))))
+    return {"tflops": estimate.gflops / 1e3, "how": peaklib.describe(estimate)}
+
+
+def pass_flops(backbone: str, samples: int, classes: int) -> dict:
+    """FLOPs (:mod:`edgeprof.hardware.flops`) of one forward (F) and one forward+backward (F+B) of the backbone over
+    ``samples`` images, and of one head step (two products of N x K x (M+1))."""
+    from edgeprof.hardware.flops import count_flops
+    from edgeprof.nn.backbones import build_backbone, input_shape_for
+
+    module = build_backbone(backbone, input_shape_for(backbone, "synthetic"))
+    count = count_flops(module, module.input_shape, samples)
+    return {"forward": count.forward, "forward_backward": count.train,
+            "head_step": 2 * 2 * samples * classes * (module.feature_dim + 1)}
+
+
+def pace(fig: dict, flops: dict, gemm: dict | None, peak: dict | None) -> dict:
+    """Each timed pass's TFLOP/s and share of the FP32 peak and of the measured GEMM; the unprofiled PFLEGO round
+    against its floor (one forward + one forward+backward); the ratio's limit by FLOPs,
+    tau*(F+B) / (F + F+B + (tau-1) head steps), beside the measured FedAvg/PFLEGO ratio."""
+    tau, cost = fig["tau_for_ratio"], fig.get("profiler_cost") or {}
+    f, fb, head = flops["forward"], flops["forward_backward"], flops["head_step"]
+    timed = {"forward": (f, fig.get("floor_forward_s")), "forward+backward": (fb, fig.get("floor_forward_backward_s"))}
+    if cost:
+        timed[f"PFLEGO round at tau={tau}"] = (f + fb + (tau - 1) * head, cost["pflego"]["unprofiled_wall_s"])
+        timed[f"FedAvg round at tau={tau}"] = (tau * fb, cost["fedavg"]["unprofiled_wall_s"])
+    passes = {}
+    for name, (count, seconds) in timed.items():
+        if seconds:
+            rate = count / seconds / 1e12
+            passes[name] = {"flops": count, "seconds": seconds, "tflops": rate,
+                            "of_peak": rate / peak["tflops"] if peak and peak["tflops"] else None,
+                            "of_gemm": rate / gemm["tflops"] if gemm else None}
+    floor = (fig.get("floor_forward_s") or 0) + (fig.get("floor_forward_backward_s") or 0)
+    return {"tau": tau, "passes": passes, "flops": flops,
+            "round_over_floor": cost["pflego"]["unprofiled_wall_s"] / floor if cost and floor else None,
+            "ratio_limit": tau * fb / (f + fb + (tau - 1) * head),
+            "ratio_measured": (fig["ratio"].get("wall_s") or {}).get("value"), "head_share": fig.get("head_share")}
+
+
+def pace_lines(p: dict) -> list[tuple[str, str]]:
+    """(what, figure) pairs of :func:`pace`."""
+    lines = [(f"pace: {name}", f"{_f(a['tflops'], '{:.3g}')} TFLOP/s ({_f(a['flops'] / 1e9, '{:.3g}')} GFLOP in "
+                               f"{_f(a['seconds'], '{:.4g}')} s), {_f(a['of_peak'], '{:.1%}')} of FP32 peak, "
+                               f"{_f(a['of_gemm'], '{:.1%}')} of the measured GEMM")
+             for name, a in p["passes"].items()]
+    lines.append(("pace: PFLEGO round unprofiled / floor (forward + forward+backward)",
+                  f"{_f(p['round_over_floor'], '{:.2f}')}x"))
+    share = p.get("head_share") or {}
+    lines.append((f"pace: head steps' share of the PFLEGO round at tau={share.get('tau', '-')}",
+                  f"{_f(share.get('share'), '{:.2%}')} (target under 5%)"))
+    lines.append((f"pace: FedAvg/PFLEGO at tau={p['tau']}, limit by FLOPs tau*(F+B)/(F + F+B + head) / measured",
+                  f"{_f(p['ratio_limit'], '{:.3g}')}x / {_f(p['ratio_measured'], '{:.3g}')}x"))
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------- figures
 
 
@@ -570,6 +663,10 @@ def figures(csv_path: Path, sampler, taus) -> dict:
             out["claim"][metric] = {"shown": not problems, "problems": problems}
     out["phases"] = {algo: {p: _median(by.get((algo, tau), []), f"{p}_s") for p in phases}
                      for algo, phases in (("pflego", PFLEGO_PHASES), ("fedavg", ("local_steps",)))}
+    top = HEAD_SHARE_TAU if HEAD_SHARE_TAU in taus else max(taus)
+    cell = by.get(("pflego", top), [])
+    out["head_share"] = {"tau": top, "share": _median(cell, "head_steps_s") / _median(cell, "wall_s") if cell
+                         else None}
     out["gpu_method"] = sorted({r.get("gpu_method", "") for r in rows} - {""})
     out["energy_method"] = sorted({r.get("energy_method", "") for r in rows} - {""})
     out["short_windows"] = sum(is_short(r) for r in rows)
@@ -681,6 +778,8 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
                          f"{_f(s['integral_j'], '{:.1f}')} J integral over {_f(s['seconds'], '{:.1f}')} s)")
             lines.append((f"NVML energy counter / integral of its {name} power", text))
     lines.append(("short windows (under NVML's update period)", str(fig["short_windows"])))
+    if fig.get("pace"):
+        lines += pace_lines(fig["pace"])
     held = fig.get("sustained")
     if held:
         what = f"sustained: rounds back to back at tau={held['tau']} for {held['seconds']:g} s, one counter reading"
@@ -859,6 +958,13 @@ def main(argv=None) -> int:
         for row in rule.get("rows", []):
             print(f"  N={row['n']}: numpy {row['numpy_s']:.4f} s, torch {row['torch_s']:.4f} s "
                   f"({row['torch_over_numpy']:.2f}x); the rule: {rule['rule']}")
+        print(f"3b. the pace's ceilings on {device}: the FP32 peak and a float32 GEMM")
+        peak = result["fp32_peak"] = steps.run("fp32 peak", fp32_peak, device)
+        gemm = result["gemm"] = steps.run("gemm", measured_gemm, device)
+        if peak and gemm:
+            share = gemm["tflops"] / peak["tflops"] if peak["tflops"] else None
+            print(f"  {peak['how']}\n  GEMM {gemm['n']}x{gemm['n']} float32: {gemm['tflops']:.3g} TFLOP/s "
+                  f"({_f(share, '{:.1%}')} of the peak)")
         reports = []
         for backbone in BACKBONES:
             print(f"4. sweep on {backbone} ({args.samples} images, taus {','.join(map(str, args.taus))}, "
@@ -886,6 +992,10 @@ def main(argv=None) -> int:
                                                         device)
                 if cost and cost["enforced"]:
                     steps.run(f"profiler within {PROFILER_LIMIT:.0%} {backbone}", check_profiler_cost, cost)
+            flops = steps.run(f"flops {backbone}", pass_flops, backbone, args.samples,
+                              sweep_config(backbone, args, device).base.synthetic_classes)
+            if flops is not None:
+                fig["pace"] = steps.run(f"pace {backbone}", pace, fig, flops, gemm, peak)
             if args.sustain_seconds:
                 fig["sustained"] = steps.run(f"sustained rounds {backbone}", sustained, backbone, args, device, nvml,
                                              handle)

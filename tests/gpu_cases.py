@@ -15,14 +15,19 @@ import numpy as np
 from tolerances import float32_atol
 
 
-def _federation(algo: str, device: str, backbone: str = "mlp"):
+def _run_config(algo: str, device: str, backbone: str = "mlp"):
     from edgeprof.config import RunConfig
+
+    return RunConfig(algo=algo, dataset="synthetic", synthetic_samples=120, synthetic_classes=3, clients=2,
+                     participation=1.0, backbone=backbone, tau=3, threads=1, device=device,
+                     execution="contiguous:all").resolved()
+
+
+def _federation(algo: str, device: str, backbone: str = "mlp"):
     from edgeprof.rounds.federation import Federation
     from edgeprof.rounds.simulate import load_clients
 
-    cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=120, synthetic_classes=3, clients=2,
-                    participation=1.0, backbone=backbone, tau=3, threads=1, device=device,
-                    execution="contiguous:all").resolved()
+    cfg = _run_config(algo, device, backbone)
     return Federation(cfg, load_clients(cfg))
 
 
@@ -156,6 +161,111 @@ def check_tf32_is_on_only_when_asked() -> None:
     assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
 
 
+def _head_inputs(n: int, m: int = 64, k: int = 5, seed: int = 0):
+    from edgeprof.nn import head as headlib
+
+    rng = np.random.default_rng(seed)
+    return (headlib.with_bias(rng.normal(size=(n, m)).astype(np.float32)), rng.integers(0, k, n),
+            rng.normal(scale=0.1, size=(k, m + 1)).astype(np.float32))
+
+
+def _cuda_compute():
+    from edgeprof.nn.backbones import build_backbone
+    from edgeprof.nn.compute import resolve
+
+    return resolve("cuda", "contiguous:all", build_backbone("mlp"), None)
+
+
+def check_the_captured_head_steps_replay_equals_eager_and_the_host_head() -> None:
+    """The head steps captured as a CUDA graph and replayed give the eager program's head (the same kernels) and the
+    numpy head's to float32 (or TF32) rounding; a changed lr replays the same graph."""
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.head_program import HeadPrograms
+
+    compute = _cuda_compute()
+    feats_b, labels, w0 = _head_inputs(600)
+    f, y = compute.tensor(feats_b), compute.labels(labels)
+    graphs, eager = HeadPrograms(compute), HeadPrograms(compute)
+    graphs.prepare(600, 5, 65, 9)
+    for lr in (0.2, 0.05):
+        replayed = compute.host(graphs.run(w0, f, y, lr, 9))
+        eagerly = compute.host(eager.run(w0, f, y, lr, 9))
+        host = headlib.gradient_steps(w0, feats_b, labels, lr, 9)
+        np.testing.assert_allclose(replayed, eagerly, rtol=0,
+                                   atol=_tf32_ratio() * float32_atol(host, fan_in=600, depth=3 * 9 + 1))
+        np.testing.assert_allclose(replayed, host, rtol=0,
+                                   atol=_tf32_ratio() * float32_atol(host, fan_in=600, depth=3 * 9 + 1))
+    assert (graphs.captures, graphs.replays, graphs.eager_runs, eager.eager_runs) == (1, 2, 0, 2)
+
+
+def check_a_new_tau_or_n_recaptures_the_head_steps() -> None:
+    """One capture per (steps, N): the same shapes again capture nothing; each replay gives the numpy head."""
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.head_program import HeadPrograms
+
+    compute = _cuda_compute()
+    programs = HeadPrograms(compute)
+    for n, steps, captures in ((600, 9, 1), (600, 19, 2), (300, 19, 3), (600, 9, 3)):
+        programs.prepare(n, 5, 65, steps)
+        feats_b, labels, w0 = _head_inputs(n)
+        got = compute.host(programs.run(w0, compute.tensor(feats_b), compute.labels(labels), 0.2, steps))
+        host = headlib.gradient_steps(w0, feats_b, labels, 0.2, steps)
+        np.testing.assert_allclose(got, host, rtol=0,
+                                   atol=_tf32_ratio() * float32_atol(host, fan_in=n, depth=3 * steps + 1))
+        assert programs.captures == captures, (n, steps, programs.captures)
+    assert programs.eager_runs == 0 and programs.builds == 3
+
+
+def check_the_replayed_head_steps_are_not_slower_than_eager() -> None:
+    """tau=100 (99 steps, N=600, M=64, K=5): the replayed graph against the same steps launched eagerly, best of 20
+    each, synchronised; printed, and checked loosely (a replay at most 1.5x eager: it should be several times faster)."""
+    import time
+
+    from edgeprof.nn.head_program import HeadPrograms
+
+    compute = _cuda_compute()
+    feats_b, labels, w0 = _head_inputs(600)
+    f, y = compute.tensor(feats_b), compute.labels(labels)
+    graphs, eager = HeadPrograms(compute), HeadPrograms(compute)
+    graphs.prepare(600, 5, 65, 99)
+
+    def best(programs) -> float:
+        times = []
+        for _ in range(21):
+            compute.sync()
+            start = time.perf_counter()
+            programs.run(w0, f, y, 0.2, 99)
+            compute.sync()
+            times.append(time.perf_counter() - start)
+        return min(times[1:])
+
+    eagerly, replayed = best(eager), best(graphs)
+    print(f"  head steps at tau=100 (N=600): eager {eagerly * 1e3:.3f} ms, captured graph {replayed * 1e3:.3f} ms "
+          f"({eagerly / replayed:.1f}x); capture set-up {graphs.describe()['capture_setup_s'] * 1e3:.1f} ms")
+    assert replayed <= 1.5 * eagerly, (replayed, eagerly)
+
+
+def check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned() -> None:
+    """build_federation captures PFLEGO's head steps before any round; the round replays them (no eager run), its
+    reply equals the CPU round's, and the flat read-back lands in pinned host memory."""
+    import torch
+
+    from edgeprof.rounds.simulate import build_federation, load_clients
+
+    cfg = _run_config("pflego", "cuda")
+    gpu, cpu = build_federation(cfg, load_clients(cfg)), _federation("pflego", "cpu")
+    on_gpu, on_cpu = gpu.client_round(0), cpu.client_round(0)
+    programs = gpu.runtime.compute.describe()["programs"]["head_steps"]
+    assert programs["captures"] >= 1 and programs["replays"] == 1 and programs["eager_runs"] == 0, programs
+    for a, b in zip(on_gpu.payload, on_cpu.payload):
+        np.testing.assert_allclose(a, b, rtol=0, atol=_atol(cpu.runtime.backbone, b, 3 * 3 + 2) + 1e-7)
+    flat = gpu.runtime.compute.kind.read_back(torch.arange(10, dtype=torch.float32, device="cuda"))
+    assert torch.from_numpy(flat).is_pinned() and np.array_equal(flat, np.arange(10, dtype=np.float32))
+
+
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
           check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
-          check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked]
+          check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
+          check_the_captured_head_steps_replay_equals_eager_and_the_host_head,
+          check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
+          check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned]

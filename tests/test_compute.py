@@ -8,6 +8,7 @@ back to the host through the seam.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
@@ -385,3 +386,111 @@ def test_the_cuda_kind_names_its_gpu_and_plans_the_whole_set_in_its_free_memory(
     assert kind.identity("cuda:1") == "cuda NVIDIA H200" and asked[0] == torch.device("cuda", 1)
     assert plan.memory_format == "contiguous" and len(plan.split(torch.zeros(2400, 1, 16, 16))) == 1
     assert plan.source.startswith("whole set on cuda:1 (cuda NVIDIA H200)") and "140.0 GiB free" in plan.source
+
+
+# ------------------------------------------------------------------------------- captured device programs
+
+
+def _open_window() -> tuple:
+    from edgeprof.measure.windows import current_window
+
+    win = current_window()
+    return (win.name, win.open_phase) if win else (None, None)
+
+
+class CapturingKind(RecordingKind):
+    """A recording kind that captures as the CUDA kind does, in host memory: :meth:`capture` warms the program up
+    (one run) and returns a replay that runs it again; every capture and replay is logged with the profiler window
+    and phase open at that moment."""
+
+    name = "capfake"
+    head_on_device = True
+
+    def can_capture(self, device):
+        return True
+
+    def capture(self, run, device):
+        self.log.append(("capture", _open_window()))
+        run()
+
+        def replay():
+            self.log.append(("replay", _open_window()))
+            run()
+        return replay
+
+    def at(self, event: str) -> list:
+        return [e[1] for e in self.log if e[0] == event]
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    kind = CapturingKind()
+    monkeypatch.setitem(computelib.KINDS, "capfake", kind)
+    return kind
+
+
+def test_a_run_captures_the_head_steps_in_set_up_and_replays_them_in_every_window(capturing, tmp_path):
+    """A whole measure run of PFLEGO on a kind that captures: every capture happens before any window opens, every
+    client window's head_steps phase replays, nothing runs eagerly, and the sidecar says so."""
+    import json
+
+    from edgeprof.rounds.simulate import run
+
+    cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=3,
+                    participation=1.0, backbone="mlp", tau=4, rounds=2, threads=1, device="capfake:0",
+                    progress=False, out=tmp_path, run_name="captured")
+
+    result = run(cfg)
+
+    sidecar = json.loads(result.sidecar_path.read_text())
+    programs = sidecar["numerics"]["compute"]["programs"]["head_steps"]
+    keys = {(k["n"], k["classes"]) for k in programs["keys"]}
+    assert capturing.at("capture") == [(None, None)] * len(keys)  # set-up: one per shape, no window open
+    assert capturing.at("replay") == [("client", "head_steps")] * (2 * 3)
+    assert {k["steps"] for k in programs["keys"]} == {3}
+    assert (programs["head_steps"], programs["captures"], programs["programs_built"], programs["replays"],
+            programs["eager_runs"]) == ("captured device graph, replayed", len(keys), len(keys), 6, 0)
+
+
+def _one_client_federation(tau: int, samples: int = 60):
+    from edgeprof.rounds.simulate import build_federation, load_clients
+
+    cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=samples, synthetic_classes=3, clients=1,
+                    participation=1.0, backbone="mlp", tau=tau, threads=1, device="capfake:0").resolved()
+    return cfg, build_federation(cfg, load_clients(cfg))
+
+
+@pytest.mark.parametrize("change", ["tau", "samples", "lr"])
+def test_the_head_program_is_built_once_per_shape_and_rebuilt_for_a_new_tau_or_n(capturing, change):
+    """Rounds of the same shapes replay one captured program; a new tau or local set size (N) builds and captures
+    another, in set-up; a new learning rate replays the same one (lr is a tensor of the program, not in its key)."""
+    cfg, federation = _one_client_federation(tau=3)
+    registry = federation.runtime.compute.programs("head_steps", None)
+    for _ in range(3):
+        federation.client_round(0)
+    changed = {"tau": dict(tau=7), "lr": dict(beta=cfg.beta * 3), "samples": {}}[change]
+    new = dataclasses.replace(cfg, **changed)
+    if change == "samples":  # the same client with fewer samples: another N
+        client = federation.clients[0]
+        federation.clients[0] = dataclasses.replace(client, x_train=client.x_train[:-5], y_train=client.y_train[:-5])
+    captured_before = len(capturing.at("capture"))
+
+    federation.prepare(federation.settings_for(new))
+    federation.client_round(0, settings=federation.settings_for(new))
+
+    rebuilt = change != "lr"
+    assert captured_before == 1 and registry.builds == 1 + rebuilt and registry.captures == 1 + rebuilt
+    assert len(capturing.at("capture")) == 1 + rebuilt
+    assert registry.replays == 4 and registry.eager_runs == 0
+
+
+def test_a_round_whose_shapes_were_not_prepared_runs_eagerly_and_captures_nothing(capturing):
+    """A tau the driver did not prepare: the round runs the same program eagerly; no capture inside the round."""
+    cfg, federation = _one_client_federation(tau=3)
+    registry = federation.runtime.compute.programs("head_steps", None)
+    settings = federation.settings_for(dataclasses.replace(cfg, tau=5))
+
+    update = federation.client_round(0, settings=settings)
+
+    assert len(capturing.at("capture")) == 1 and registry.eager_runs == 1 and registry.replays == 0
+    assert np.isfinite(update.loss) and registry.describe()["eager_runs"] == 1

@@ -427,3 +427,44 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
         assert "NVML joules (counter)" in readme
     assert "NVML energy counter / integral of its instant power" in readme
     assert "| sustained: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme
+
+
+@pytest.mark.parametrize("tau", [1, 5, 100])
+def test_the_pace_figures_follow_from_the_flops_and_the_times(tau):
+    """Each pass's TFLOP/s is its FLOPs over its seconds, as a share of the peak and of the measured GEMM; the
+    ratio's limit is tau*(F+B) / (F + F+B + (tau-1) head steps); the round is set against forward + forward+backward;
+    the printed lines carry those figures."""
+    check = _module()
+    flops = {"forward": 2e12, "forward_backward": 6e12, "head_step": 1e9}
+    fig = {"tau_for_ratio": tau, "floor_forward_s": 0.5, "floor_forward_backward_s": 1.5,
+           "ratio": {"wall_s": {"value": 3.5}}, "head_share": {"tau": 100, "share": 0.04},
+           "profiler_cost": {"pflego": {"unprofiled_wall_s": 2.5}, "fedavg": {"unprofiled_wall_s": 1.2 * tau}}}
+
+    got = check.pace(fig, flops, gemm={"tflops": 8.0}, peak={"tflops": 16.0, "how": "datasheet"})
+
+    forward = got["passes"]["forward"]
+    assert (forward["tflops"], forward["of_peak"], forward["of_gemm"]) == pytest.approx((4.0, 0.25, 0.5))
+    assert got["passes"]["forward+backward"]["tflops"] == pytest.approx(4.0)
+    pflego = got["passes"][f"PFLEGO round at tau={tau}"]
+    assert pflego["flops"] == pytest.approx(8e12 + (tau - 1) * 1e9) and pflego["seconds"] == 2.5
+    assert got["passes"][f"FedAvg round at tau={tau}"]["tflops"] == pytest.approx(6.0 / 1.2)
+    assert got["ratio_limit"] == pytest.approx(tau * 6e12 / (8e12 + (tau - 1) * 1e9))
+    assert got["round_over_floor"] == pytest.approx(2.5 / 2.0)
+    lines = dict(check.pace_lines(got))
+    assert lines["pace: forward"].startswith("4 TFLOP/s") and "25.0% of FP32 peak, 50.0% of the measured GEMM" in \
+        lines["pace: forward"]
+    assert lines["pace: head steps' share of the PFLEGO round at tau=100"] == "4.00% (target under 5%)"
+    limit = lines[f"pace: FedAvg/PFLEGO at tau={tau}, limit by FLOPs tau*(F+B)/(F + F+B + head) / measured"]
+    assert limit == f"{got['ratio_limit']:.3g}x / 3.5x"
+
+
+def test_the_measured_gemm_and_the_peak_come_from_the_device(monkeypatch):
+    """On the CPU (the dry run): the GEMM is timed on a GEMM_N['cpu'] matrix and its rate is 2 n^3 / seconds; the
+    peak is edgeprof.hardware.peak's, with how it was obtained."""
+    check = _module()
+    monkeypatch.setitem(check.GEMM_N, "cpu", 64)
+
+    gemm, peak = check.measured_gemm("cpu", repeats=2), check.fp32_peak("cpu")
+
+    assert gemm["n"] == 64 and gemm["tflops"] == pytest.approx(2 * 64**3 / gemm["seconds"] / 1e12)
+    assert peak["tflops"] > 0 and "FP32 peak" in peak["how"]

@@ -117,3 +117,54 @@ def test_device_head_steps_on_device_features_equal_the_numpy_head(rng):
     assert isinstance(w, torch.Tensor) and np.array_equal(w0, w0.copy())
     np.testing.assert_allclose(on_device.host(w), want, rtol=0,
                                atol=float32_atol(want, fan_in=max(n, m + 1), depth=2 * steps + 1))
+
+
+def _head_problem(rng, n: int, m: int, k: int):
+    feats_b = headlib.with_bias(rng.normal(size=(n, m)).astype(np.float32))
+    labels = rng.integers(0, k, size=n)
+    return feats_b, labels, rng.normal(scale=0.1, size=(k, m + 1)).astype(np.float32)
+
+
+def _program_atol(want: np.ndarray, n: int, m: int, steps: int) -> float:
+    """Each step chains three float32 roundings the numpy head rounds otherwise (the logits' dot of length M+1,
+    the residual scaled by lr/N, the update's dot of length N); one more for the last subtraction."""
+    from tolerances import float32_atol
+
+    return float32_atol(want, fan_in=max(n, m + 1), depth=3 * steps + 1)
+
+
+@pytest.mark.parametrize("tau,n,k", [(2, 1, 2), (5, 37, 3), (20, 120, 5), (100, 60, 10)])
+def test_the_head_program_run_eagerly_equals_the_numpy_head(rng, tau, n, k):
+    """The head-steps program (a captured graph on a GPU; the CPU kind runs the same body eagerly) gives the numpy
+    head's tau-1 steps to the float32 floor."""
+    from edgeprof.nn.compute import Compute
+    from edgeprof.nn.head_program import HeadPrograms
+
+    m = 16
+    feats_b, labels, w0 = _head_problem(rng, n, m, k)
+    programs = HeadPrograms(Compute())
+
+    got = programs.run(w0, torch.from_numpy(feats_b), torch.from_numpy(labels), 0.3, tau - 1)
+
+    want = headlib.gradient_steps(w0, feats_b, labels, 0.3, tau - 1)
+    assert (programs.eager_runs, programs.captures, programs.builds) == (1, 0, 1)
+    assert not np.allclose(want, w0), "the steps moved the head"
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=_program_atol(want, n, m, tau - 1))
+
+
+@pytest.mark.parametrize("lrs", [(0.3, 0.05), (0.1, 0.1, 0.8)])
+def test_a_new_learning_rate_reuses_the_program_and_steps_with_it(rng, lrs):
+    """lr is a tensor the program reads, not part of its key: one program, each run at its own lr."""
+    from edgeprof.nn.compute import Compute
+    from edgeprof.nn.head_program import HeadPrograms
+
+    n, m, k, steps = 30, 8, 4, 6
+    feats_b, labels, w0 = _head_problem(rng, n, m, k)
+    programs = HeadPrograms(Compute())
+
+    got = [programs.run(w0, torch.from_numpy(feats_b), torch.from_numpy(labels), lr, steps).numpy() for lr in lrs]
+
+    assert programs.builds == 1 and programs.eager_runs == len(lrs)
+    for lr, out in zip(lrs, got):
+        want = headlib.gradient_steps(w0, feats_b, labels, lr, steps)
+        np.testing.assert_allclose(out, want, rtol=0, atol=_program_atol(want, n, m, steps))

@@ -131,7 +131,9 @@ class AlgorithmSpec:
     ``hyperparams`` names the row of the paper's tables it takes (its own or the one it borrows), or
     gives its defaults directly. ``personal`` says in words what the client keeps (``""``: nothing);
     ``init_personal`` builds it (None when nothing is personal). ``cost`` is a prior (a + b*tau forward
-    passes per round) for progress bars only.
+    passes per round) for progress bars only. ``prepare(rt, data, settings)``, where declared, is a client's
+    set-up at the settings' tau that a round would otherwise do inside its window (PFLEGO captures its head steps
+    as a device graph); the drivers call it before any window (:meth:`~edgeprof.rounds.federation.Federation.prepare`).
     """
 
     name: str
@@ -147,6 +149,7 @@ class AlgorithmSpec:
     engines: tuple[str, ...] = ("torch",)
     personal: str = ""
     init_personal: Optional[Callable[["Runtime", Any, Arrays], Arrays]] = None
+    prepare: Optional[Callable[["Runtime", Any, RoundSettings], None]] = None
     cost: tuple[float, float] = (0.0, 3.0)
 
     def __post_init__(self) -> None:

@@ -5,7 +5,8 @@ Implements Algorithm 1 and equations (3)-(4) of Georgatos et al. (shared/papers/
 client i, round t, theta_{t-1} frozen:
   1. ``cache_forward``: phi = phi(X_i; theta_{t-1}) once over the whole local training set (ONNX Runtime)
   2. ``head_steps``: tau-1 steps W_i <- W_i - beta * grad_W l_i(W_i, theta_{t-1}) on the cached
-     features, closed-form softmax cross-entropy gradient in numpy (:mod:`edgeprof.nn.head`)
+     features, closed-form softmax cross-entropy gradient in numpy (:mod:`edgeprof.nn.head`), or on a GPU as one
+     captured device program (:mod:`edgeprof.nn.head_program`, captured by :func:`prepare` before any window)
   3. ``joint_grad``: one forward+backward in torch for (grad_W l_i, grad_theta l_i); then
      W_i <- W_i - rho * (I/r) * grad_W l_i (equation (3)) and g_i = grad_theta l_i is returned.
 server: theta_t = opt(theta_{t-1}, (I/r) * sum_{i in I_t} alpha_i g_i) with alpha_i = N_i / sum_j N_j
@@ -208,6 +209,13 @@ def client(rt: Runtime, theta: list[np.ndarray], personal: list[np.ndarray], dat
     return ClientResult(res.theta_grad, [res.head], res.loss, res.n_samples)
 
 
+def prepare(rt: Runtime, data, s: RoundSettings) -> None:
+    """Set-up before any window: the client's tau-1 head steps built as one device program for its shapes (N_i,
+    K_i, M+1) and, where the device kind captures graphs, captured (:mod:`edgeprof.nn.head_program`); numpy on the
+    host builds nothing."""
+    headlib.steps_for(rt.compute).prepare(len(data.y_train), data.num_classes, rt.feature_dim + 1, s.tau - 1)
+
+
 def server(rt: Runtime, state: ServerState, replies: Sequence[Reply], s: RoundSettings) -> ServerState:
     """The server program: equation (4) with the server optimizer."""
     theta = server_step(state.arrays, [r.arrays for r in replies], [r.alpha for r in replies], s.scale,
@@ -235,4 +243,5 @@ SPEC = AlgorithmSpec(
                                                           rt.feature_dim)],
     evaluation="each client's head on the global theta's features, after the server step",
     cost=(4.0, 0.0),
+    prepare=prepare,
 )

@@ -118,6 +118,20 @@ class DeviceKind:
     def describe(self, device: str) -> dict:
         return {"kind": self.name, "device": device}
 
+    def can_capture(self, device: str) -> bool:
+        """Whether repeated work can be captured once as one device program and replayed (a CUDA graph); where
+        not (the CPU, the test kinds) the same program runs eagerly (:mod:`edgeprof.nn.head_program`)."""
+        return False
+
+    def capture(self, run, device: str):
+        """``run()`` warmed up, then captured as one device program; returns the callable that replays it (only
+        where :meth:`can_capture`)."""
+        raise NotImplementedError(f"the {self.name} kind captures no device programs")
+
+    def read_back(self, flat: "torch.Tensor") -> np.ndarray:
+        """A flat device tensor's values in one host buffer (the tensor's own memory on the CPU)."""
+        return self.to_host(flat).numpy()
+
 
 #: torch's float32 matmul precision by default (FP32) and with ``--tf32`` (TF32 where the device has it)
 FP32_PRECISION, TF32_PRECISION = "highest", "high"
@@ -181,6 +195,8 @@ class Compute:
     tf32: bool = False
     #: data already on the device, by the identity of its host arrays (kinds that keep data only)
     _kept: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the run's device programs by name (:meth:`programs`), described in the sidecar
+    _programs: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -188,7 +204,7 @@ class Compute:
 
     def with_plan(self, plan: ExecutionPlan) -> "Compute":
         """The same device and threads with another plan."""
-        return dataclasses.replace(self, plan=plan, _kept={})
+        return dataclasses.replace(self, plan=plan, _kept={}, _programs={})
 
     # ---------------------------------------------------------------------------------------- host -> device
 
@@ -341,8 +357,28 @@ class Compute:
 
     def describe(self) -> dict:
         """What the sidecar records: the device, the plan (and how it was chosen), the threads, the numerics."""
-        return {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads,
-                "numerics": self.numerics()}
+        out = {**self.kind.describe(self.device), "execution": self.plan.describe(), "threads": self.threads,
+               "numerics": self.numerics()}
+        if self._programs:
+            out["programs"] = {name: registry.describe() for name, registry in self._programs.items()}
+        return out
+
+    # ------------------------------------------------------------------ device programs (captured graphs)
+
+    def programs(self, name: str, build):
+        """The run's registry of device programs called ``name``, built by ``build(self)`` on first use (e.g.
+        :class:`edgeprof.nn.head_program.HeadPrograms`); its ``describe()`` goes to the sidecar."""
+        if name not in self._programs:
+            self._programs[name] = build(self)
+        return self._programs[name]
+
+    def can_capture(self) -> bool:
+        """Whether this device captures repeated work as one program (:meth:`DeviceKind.can_capture`)."""
+        return self.kind.can_capture(self.device)
+
+    def capture(self, run):
+        """``run`` captured as one device program; the callable that replays it (:meth:`DeviceKind.capture`)."""
+        return self.kind.capture(run, self.device)
 
     # ------------------------------------------------------------------ a round's work queued, read back once
 
@@ -371,7 +407,7 @@ class Compute:
         if not ts:
             return []
         flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in ts])
-        buffer = self.kind.to_host(flat).numpy()
+        buffer = self.kind.read_back(flat)
         out, start = [], 0
         for t in ts:
             out.append(buffer[start:start + t.numel()].reshape(tuple(t.shape)))

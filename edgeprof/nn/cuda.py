@@ -9,6 +9,8 @@ What it does differently from the host CPU (:class:`~edgeprof.nn.compute.DeviceK
 * ONNX Runtime runs on the GPU when the installed build offers a GPU execution provider (onnxruntime-gpu, or
   NVIDIA's build on a Jetson): TensorRT first, then CUDA, each pinned to this device's index, with the CPU
   provider last for the operators they lack (:func:`gpu_providers`);
+* repeated small work is captured once as a CUDA graph and replayed (:meth:`CudaKind.capture`: PFLEGO's head steps,
+  :mod:`edgeprof.nn.head_program`), and flat read-backs land in pinned host memory (:meth:`CudaKind.read_back`);
 * peak GPU memory per window: ``torch.cuda.max_memory_allocated``, reset at each window's start;
 * ``--execution auto`` without a stored calibration runs the whole local set at once, unless the GPU's free memory
   says otherwise (:meth:`CudaKind.default_plan`, :func:`edgeprof.nn.execution.whole_set_plan`), never the CPU's
@@ -98,6 +100,37 @@ class CudaKind(DeviceKind):
 
     def to_host(self, t):
         return t.cpu()
+
+    def read_back(self, flat):
+        """One copy into pinned (page-locked) host memory, queued with ``non_blocking`` and waited for once: the
+        DMA goes straight to the buffer, with no staging copy. A tensor already on the host is read as it is."""
+        import torch
+
+        if not flat.is_cuda:
+            return flat.numpy()
+        buffer = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        buffer.copy_(flat, non_blocking=True)
+        torch.cuda.current_stream(flat.device).synchronize()
+        return buffer.numpy()
+
+    def can_capture(self, device: str) -> bool:
+        """CUDA graphs, where the device is a CUDA one (a host-backed stand-in of this kind captures nothing)."""
+        return self.torch_device(device).type == "cuda"
+
+    def capture(self, run, device: str):
+        """``run`` once on a side stream (warm-up: cuBLAS handles and workspaces are made outside the graph), then
+        captured as one CUDA graph; its ``replay`` runs every kernel of ``run`` with one launch."""
+        import torch
+
+        side, main = torch.cuda.Stream(self.torch_device(device)), torch.cuda.current_stream(self.torch_device(device))
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            run()
+        main.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        return graph.replay
 
     def place_module(self, module, device: str):
         return module.to(self.torch_device(device))

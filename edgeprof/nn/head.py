@@ -17,7 +17,8 @@ On a device whose kind says so (``DeviceKind.head_on_device``: a CUDA GPU, not t
 steps run in torch on the device instead (:class:`DeviceHead`, the same closed form): features computed on the
 device stay there (their bias column appended there), host features cross once per round, and the head crosses
 once and stays a device tensor through the joint gradient; :func:`steps_for` picks by that rule and
-``scripts/bench_head_steps.py`` measures both on a device.
+``scripts/bench_head_steps.py`` measures both on a device. There the steps are one program per shape
+(:mod:`edgeprof.nn.head_program`): captured once as a CUDA graph before any window and replayed each round.
 """
 
 from __future__ import annotations
@@ -133,22 +134,6 @@ def _gradient_steps(head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, l
     return head
 
 
-def torch_gradient_steps(w, feats_b, labels, lr: float, steps: int):
-    """``steps`` head steps in torch on tensors where they lie (the same closed form as :func:`gradient_steps`):
-    ``w`` (K, M+1) updated in place and returned, ``feats_b`` (N, M+1) and integer ``labels`` (N,) alongside it.
-    Nothing is read back."""
-    import torch
-
-    onehot = torch.zeros((feats_b.shape[0], w.shape[0]), dtype=feats_b.dtype, device=feats_b.device)
-    onehot.scatter_(1, labels.unsqueeze(1), 1.0)
-    scale = float(lr) / feats_b.shape[0]
-    with torch.no_grad():
-        for _ in range(steps):
-            residual = torch.softmax(feats_b @ w.T, dim=1).sub_(onehot)
-            w.sub_(residual.T @ feats_b, alpha=scale)
-    return w
-
-
 class HostHead:
     """PFLEGO's head steps in numpy on the host (:func:`gradient_steps`): features and head are host arrays."""
 
@@ -161,13 +146,18 @@ class HostHead:
     def steps(self, head: np.ndarray, feats_b: np.ndarray, labels: np.ndarray, lr: float, steps: int) -> np.ndarray:
         return gradient_steps(head, feats_b, labels, lr, steps)
 
+    def prepare(self, n: int, classes: int, width: int, steps: int) -> None:
+        """Nothing to set up: numpy builds nothing ahead."""
+
     def host(self, head: np.ndarray) -> np.ndarray:
         """The stepped head as a host array."""
         return head
 
 
 class DeviceHead:
-    """PFLEGO's head steps in torch on ``compute``'s device (:func:`torch_gradient_steps`).
+    """PFLEGO's head steps in torch on ``compute``'s device, as one program per shape
+    (:class:`~edgeprof.nn.head_program.HeadPrograms`, kept on the compute for the run: a captured CUDA graph
+    replayed where the kind captures, else the same steps eagerly).
 
     Features that are already a device tensor get their bias column there (no round trip through the host);
     host features cross once, with theirs. The head crosses to the device once and stays there as a tensor
@@ -177,7 +167,10 @@ class DeviceHead:
     on_device = True
 
     def __init__(self, compute) -> None:
+        from edgeprof.nn.head_program import HeadPrograms
+
         self.compute = compute
+        self.programs = compute.programs("head_steps", HeadPrograms)
 
     def cache(self, features):
         import torch
@@ -187,8 +180,13 @@ class DeviceHead:
         return self.compute.tensor(with_bias(features))
 
     def steps(self, head: np.ndarray, feats_b, labels: np.ndarray, lr: float, steps: int):
-        w = self.compute.tensor(head, requires_grad=True).detach()  # a copy of its own, updated in place
-        return torch_gradient_steps(w, feats_b, self.compute.labels(labels), lr, steps)
+        if steps == 0:
+            return self.compute.tensor(head, requires_grad=True).detach()  # a copy of its own
+        return self.programs.run(head, feats_b, self.compute.labels(labels), lr, steps)
+
+    def prepare(self, n: int, classes: int, width: int, steps: int) -> None:
+        """Set-up before any window: the program of these shapes built and, where the kind captures, captured."""
+        self.programs.prepare(n, classes, width, steps)
 
     def host(self, head) -> np.ndarray:
         return self.compute.host(head)

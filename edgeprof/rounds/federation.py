@@ -62,6 +62,13 @@ class Federation:
         """The round settings of ``cfg`` (another tau or learning rate) with this federation's scale."""
         return RoundSettings.of(cfg.resolved(), scale=self.scale)
 
+    def prepare(self, settings: Optional[RoundSettings] = None) -> None:
+        """The algorithm's set-up for every client at ``settings``' tau (the federation's own when None), before any
+        window: what its rounds would otherwise build inside theirs (:attr:`AlgorithmSpec.prepare`)."""
+        if self.spec.prepare is not None:
+            for data in self.clients:
+                self.spec.prepare(self.runtime, data, settings or self.settings)
+
     def client_round(self, client_id: int, phase: Phase = no_phase,
                      settings: Optional[RoundSettings] = None) -> ClientUpdate:
         """Run the client program for one participant; its personal state is replaced by the new one."""

@@ -57,10 +57,11 @@ def build_federation(cfg: RunConfig, clients) -> Federation:
     """The in-process federation of ``cfg`` over ``clients``, with a freshly seeded backbone.
 
     With the ``onnx`` engine the backbone is exported and its ONNX Runtime session opened here, before any
-    profiler window, as set-up.
+    profiler window, as set-up; so is the algorithm's own set-up at ``cfg``'s tau (:meth:`Federation.prepare`).
     """
     federation = Federation(cfg, clients)
     federation.runtime.prepare()
+    federation.prepare()  # the algorithm's own set-up at cfg's tau, before any window
     return federation
 
 

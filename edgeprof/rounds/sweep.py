@@ -247,6 +247,8 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
         for v in cfg.variants():
             stage(f"building {v.label} on the {cfg.base.backbone} backbone")
             federations[v] = build_federation(cfg.run_config(v, cfg.taus_for(v)[0]), clients)
+            for tau in cfg.taus_for(v)[1:]:  # the algorithm's set-up at every swept tau, before any window
+                federations[v].prepare(federations[v].settings_for(cfg.run_config(v, tau)))
         stage("opening the energy meters")
         phases = phases_of(dict.fromkeys(v.algo for v in cfg.variants()))
         finish = functools.partial(_sweep_sections, cfg, cells)

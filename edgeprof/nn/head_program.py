@@ -1,0 +1,154 @@
+"""PFLEGO's tau-1 head steps as one device program: built once per shape, captured once as a CUDA graph, replayed.
+
+Eagerly, each head step is four small kernels (the logits' product, the softmax, the scaled residual, the update's
+product) and on a GPU each costs its launch: ~50 us a step on an H200, so the steps grew a round by +12..28% over
+tau 5..100. A :class:`HeadProgram` owns static device tensors (the head ``W``, the bias-augmented features, the
+labels, the one-hot targets and the step size ``lr / N``) and runs the steps on them; where the device kind says it
+captures graphs (:meth:`~edgeprof.nn.compute.DeviceKind.can_capture`: a CUDA GPU) the whole run of steps is
+captured once (``torch.cuda.CUDAGraph``) and each round copies its inputs into the static tensors and replays the
+graph: one launch. The CPU and the test kinds run the same program eagerly.
+
+A program is keyed by :class:`ProgramKey` (steps, N, K, M+1, dtype, device): a new tau, local set size, class count
+or feature width builds (and captures) a new one. The learning rate is *not* in the key: it is a device tensor the
+program reads (``scale = lr / N``, written before each run), so a changed lr replays the same graph.
+
+Capture (and the warm-up run it needs) is set-up: :meth:`HeadPrograms.prepare` does it before any profiler window
+(PFLEGO's ``prepare`` hook, called by the driver); a round never captures. A round whose key was not prepared runs
+the program eagerly and counts it (``eager_runs``), so a window holds either a replay or the eager steps, never a
+capture. :meth:`HeadPrograms.describe` goes to the sidecar (``numerics.compute.programs.head_steps``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+
+@dataclass(frozen=True)
+class ProgramKey:
+    """What a head program's shapes and capture depend on (never the learning rate)."""
+
+    steps: int
+    n: int
+    classes: int
+    width: int  # M+1: the features with their bias column
+    dtype: str
+    device: str
+
+
+def scaled_steps(w, feats_b, neg_target, scale, steps: int):
+    """``steps`` head steps on tensors where they lie, in place on ``w`` (K, M+1): ``neg_target`` is
+    ``-scale * onehot(y)`` (N, K) and ``scale`` a 0-d tensor ``lr / N``. Each step is
+    ``W <- W - (scale * softmax(phi_b W^T) - scale * onehot).T @ phi_b``, the closed form of
+    :func:`edgeprof.nn.head.gradient_steps`. Four kernels a step; nothing is read back."""
+    import torch
+
+    for _ in range(steps):
+        residual = torch.addcmul(neg_target, torch.softmax(feats_b @ w.T, dim=1), scale)
+        w.addmm_(residual.T, feats_b, alpha=-1.0)
+    return w
+
+
+class HeadProgram:
+    """The head steps of one :class:`ProgramKey` on static device tensors, run eagerly or as a captured graph.
+
+    :meth:`run` copies a round's head, features and labels into the static tensors and writes the step size; the
+    targets are made from the labels inside the program. The result is a fresh tensor (a copy of the static head),
+    so a later run does not overwrite a head a round still holds.
+    """
+
+    def __init__(self, compute, key: ProgramKey, like) -> None:
+        """``like``: any tensor on the device; the static tensors are allocated beside it (no host copy)."""
+        import torch
+
+        self.compute, self.key = compute, key
+        zeros = lambda *shape: like.new_zeros(shape, dtype=getattr(torch, key.dtype))  # noqa: E731
+        self.w, self.feats_b = zeros(key.classes, key.width), zeros(key.n, key.width)
+        self.neg_target, self.scale = zeros(key.n, key.classes), zeros()
+        self.labels = like.new_zeros((key.n,), dtype=torch.int64)
+        self._replay: Optional[Callable[[], Any]] = None
+        self.setup_s = 0.0
+
+    @property
+    def captured(self) -> bool:
+        return self._replay is not None
+
+    def _body(self) -> None:
+        """The program: targets from the labels, then the steps (what a capture records)."""
+        self.neg_target.zero_().scatter_(1, self.labels.unsqueeze(1), 1.0).mul_(-self.scale)
+        scaled_steps(self.w, self.feats_b, self.neg_target, self.scale, self.key.steps)
+
+    def capture(self) -> None:
+        """Capture the body as one device program (the kind warms it up first); its wall time is set-up."""
+        start = time.perf_counter()
+        self._replay = self.compute.capture(self._body)
+        self.compute.sync()
+        self.setup_s = time.perf_counter() - start
+
+    def run(self, w, feats_b, labels, lr: float):
+        """The steps from head ``w`` (a device tensor or host array) on ``feats_b`` and device ``labels``; a new
+        device tensor. Replays the graph where one was captured, else runs the body eagerly."""
+        import torch
+
+        with torch.no_grad():
+            self.w.copy_(w if isinstance(w, torch.Tensor) else self.compute.tensor(w))
+            self.feats_b.copy_(feats_b)
+            self.labels.copy_(labels)
+            self.scale.fill_(float(lr) / self.key.n)
+            (self._replay or self._body)()
+            return self.w.clone()
+
+
+class HeadPrograms:
+    """A run's head programs by key, with what was built, captured, replayed and run eagerly (for the sidecar)."""
+
+    def __init__(self, compute) -> None:
+        self.compute = compute
+        self._programs: dict[ProgramKey, HeadProgram] = {}
+        self.builds = self.captures = self.replays = self.eager_runs = 0
+
+    def key(self, n: int, classes: int, width: int, steps: int) -> ProgramKey:
+        return ProgramKey(int(steps), int(n), int(classes), int(width), "float32", str(self.compute.device))
+
+    def _get(self, key: ProgramKey, like=None) -> HeadProgram:
+        program = self._programs.get(key)
+        if program is None:
+            if like is None:  # set-up: one element placed on the device to allocate beside
+                import numpy as np
+
+                like = self.compute.tensor(np.zeros(1, dtype=np.float32))
+            program = self._programs[key] = HeadProgram(self.compute, key, like)
+            self.builds += 1
+        return program
+
+    def prepare(self, n: int, classes: int, width: int, steps: int) -> HeadProgram:
+        """Set-up, outside any window: the program of these shapes built and, where the kind captures graphs,
+        captured (once per key)."""
+        program = self._get(self.key(n, classes, width, steps))
+        if not program.captured and steps > 0 and self.compute.can_capture():
+            program.capture()
+            self.captures += 1
+        return program
+
+    def run(self, w, feats_b, labels, lr: float, steps: int):
+        """A round's head steps: the prepared program of these shapes replayed, or the program run eagerly (built
+        here where none was prepared; a round never captures)."""
+        key = self.key(feats_b.shape[0], w.shape[0], w.shape[1], steps)
+        program = self._get(key, feats_b)
+        if program.captured:
+            self.replays += 1
+        else:
+            self.eager_runs += 1
+        return program.run(w, feats_b, labels, lr)
+
+    def describe(self) -> dict:
+        """How the head steps ran: captured graphs replayed, or eagerly; the set-up each capture took."""
+        captured = [p for p in self._programs.values() if p.captured]
+        how = "captured device graph, replayed" if captured else "eager torch on the device"
+        if captured and self.eager_runs:
+            how += f"; {self.eager_runs} round(s) eagerly, their shapes not prepared before the windows"
+        return {"head_steps": how, "programs_built": self.builds, "captures": self.captures,
+                "replays": self.replays, "eager_runs": self.eager_runs, "lr_in_key": False,
+                "capture_setup_s": round(sum(p.setup_s for p in captured), 6),
+                "keys": [asdict(p.key) for p in self._programs.values()]}
