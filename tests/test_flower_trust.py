@@ -8,6 +8,8 @@ here), whatever the run config says. Refusals are one ConfigError line (the Clie
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -32,13 +34,82 @@ def _run_config(**kw) -> dict:
     return to_run_config(cfg, FlowerSettings())
 
 
+@pytest.fixture
+def code(tmp_path, monkeypatch):
+    """A node's backbone code on disk: the allowed folder ``srv/nets`` (``good.py``, ``inner.py`` a link to it,
+    ``out.py`` a link out of it, ``loop.py`` a link loop, ``sub/deep.py`` below it), ``evil/evil.py`` outside
+    it, a link ``srv/alias`` to the folder, and a module ``mynets`` on sys.path that imports names it does not
+    define. Every file but ``good.py`` writes its path to ``ran`` when its code runs; the test's folder is the
+    current one."""
+    nets, evil = tmp_path / "srv" / "nets", tmp_path / "evil"
+    (nets / "sub").mkdir(parents=True)
+    evil.mkdir()
+    hostile = f"open({str(tmp_path / 'ran')!r}, 'a').write(__file__ + '\\n')\ndef f(shape):\n    return None\n"
+    for path in (evil / "evil.py", nets / "sub" / "deep.py"):
+        path.write_text(hostile)
+    (nets / "good.py").write_text("def build(shape):\n    return None\n")
+    (nets / "inner.py").symlink_to(nets / "good.py")
+    (nets / "out.py").symlink_to(evil / "evil.py")
+    (tmp_path / "srv" / "alias").symlink_to(nets, target_is_directory=True)
+    (nets / "loop.py").symlink_to(nets / "loop2.py")
+    (nets / "loop2.py").symlink_to(nets / "loop.py")
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "mynets.py").write_text(
+        "import os\nfrom os import getcwd\n\n\ndef small(shape):\n    return None\n\n\n"
+        "def make_tiny(shape):\n    return None\n\n\nclass Tiny:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    sys.modules.pop("mynets", None)  # each test's own module
+
+
+def _check(root, backbone: str, allow: str) -> None:
+    """check_trust for ``backbone`` on a node whose ``allow-backbones`` is ``allow`` ({root}: the test's folder)."""
+    check_trust(RunConfig(backbone=backbone.format(root=root), progress=False),
+                {"allow-backbones": allow.format(root=root)})
+
+
+@pytest.mark.parametrize("backbone,allow,reason", [
+    ("{root}/srv/nets/../../evil/evil.py:f", "{root}/srv/nets/*.py:*", "allows it with"),  # '..' out of the folder
+    ("srv/nets/sub/../../../evil/evil.py:f", "srv/nets/*.py:*", "allows it with"),  # the same, relative
+    ("{root}/srv/nets/out.py:f", "{root}/srv/nets/*.py:*", "allows it with"),  # a link out of the folder
+    ("{root}/srv/nets/sub/deep.py:f", "{root}/srv/nets/*.py:*", "allows it with"),  # '*' across a '/'
+    ("{root}/srv/nets/sub/deep.py:f", "{root}/srv/*:*", "allows it with"),  # a '*' is one name
+    ("{root}/srv/nets/loop.py:f", "{root}/srv/nets/*.py:*", "allows it with"),  # a link loop resolves nowhere
+    ("{root}/srv/nets/a\nb.py:f", "{root}/srv/nets/*.py:*", "allows it with"),  # a line break, still one line
+    ("mynets:os.getcwd", "mynets:*", "never a dotted path"),  # through what the module imported
+    ("mynets:getcwd", "mynets:*", "not defined in mynets"),  # a name it imported (os.abort's way in)
+    ("mynets:__class__", "mynets:*", "not defined in mynets"),  # the module object's own attributes
+    ("mynets.os:getcwd", "mynets:*", "allows it with"),  # a '*' in a module pattern crosses no '.'
+])
+def test_an_allow_list_admits_no_path_out_of_its_folder_and_no_name_a_module_imported(code, backbone, allow, reason):
+    # Execute
+    with pytest.raises(ConfigError, match="imports no backbone code a run config names|not defined in") as err:
+        _check(code, backbone, allow)
+    # Assert: one line, the reason, and no code of the file ran
+    assert "\n" not in str(err.value) and reason in str(err.value)
+    assert not (code / "ran").exists()
+
+
+@pytest.mark.parametrize("backbone,allow", [
+    ("{root}/srv/nets/good.py:build", "{root}/srv/nets/*.py:*"),
+    ("{root}/srv/nets/inner.py:build", "{root}/srv/nets/*.py:*"),  # a link that stays in the folder
+    ("{root}/srv/nets/good.py:build", "{root}/srv/alias/*.py:*"),  # the allowed folder named through a link
+    ("./srv/alias/good.py:build", "{root}/srv/nets/good.py:b*"),  # a relative spec, the file's real path
+    ("mynets:make_tiny", "other:*, mynets:make_*"),
+    ("mynets:Tiny", "mynets:*"),  # a class the module defines
+])
+def test_an_allow_list_admits_a_real_path_in_its_folder_and_a_modules_own_callables(code, backbone, allow):
+    _check(code, backbone, allow)  # Execute and Assert: no ConfigError
+
+
 @pytest.mark.parametrize("backbone,node,refused", [
     ("mynets:small", {}, True),
     ("nets/small.py:build", {"allow-backbones": "mynets:*"}, True),
     ("mynets:small", {"allow-backbones": "other:*, mynets:*"}, False),
     ("resnet18", {}, False),  # a torchvision name: library code the node installed, nothing the server ships
 ])
-def test_backbone_code_runs_only_where_the_node_allows_it(backbone, node, refused):
+def test_backbone_code_runs_only_where_the_node_allows_it(code, backbone, node, refused):
     cfg = RunConfig(backbone=backbone, progress=False)
     if refused:
         with pytest.raises(ConfigError, match="imports no backbone code a run config names") as err:
@@ -87,3 +158,26 @@ def test_a_node_without_data_of_its_own_refuses_the_servers_path_in_one_line(tmp
     with pytest.raises(ConfigError, match="reads no path a run config names") as err:
         node_cfg(context)
     assert "\n" not in str(err.value)
+
+
+def test_a_refusal_in_a_handler_is_one_logged_line_and_a_failed_reply(tmp_path, caplog, monkeypatch):
+    """The client app's first mod: a node that refuses the run config answers with a failed reply whose reason is
+    the refusal's one line (what the server logs for the node), and logs that line; nothing else is raised."""
+    from flwr.app import Message, Metadata, RecordDict
+    from flwr.app import MessageType
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from edgeprof.flower.client_app import refuse_in_one_line
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # what a SuperNode's process sets before a handler runs
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    query = Message(RecordDict(), metadata=Metadata(
+        run_id=1, message_id="q", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="",
+        created_at=0.0, ttl=60.0, message_type=MessageType.QUERY))
+    context = Context(_run_config(data_dir=tmp_path / "the-servers-path"), {"partition-id": 0, "num-partitions": 2})
+
+    reply = refuse_in_one_line(query, context, lambda msg, ctx: node_cfg(ctx))
+
+    assert reply.has_error() and "reads no path a run config names" in reply.error.reason
+    assert "\n" not in reply.error.reason
+    assert [r.getMessage() for r in caplog.records if "reads no path" in r.getMessage()] == [reply.error.reason]

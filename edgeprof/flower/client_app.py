@@ -21,6 +21,11 @@ num-examples (Flower's key for N_i), train-loss). :mod:`edgeprof.flower.mod` pro
 ``evaluate``, ``evaluate`` answers the server's EVALUATE messages (the ``global`` protocol: this client's
 declared evaluation under the new global arrays), and under the ``paper`` protocol the training reply also
 carries the evaluation of the model the client just trained, taken after the round's window.
+
+An edgeprof error in a handler (a run config this node's operator does not allow, a missing partition id, data
+that cannot be read) is one logged line on the node and a failed reply with that line as its reason
+(:func:`refuse_in_one_line`): the server records the node's failure and the federation goes on; any other
+exception is a bug and keeps Flower's own report with its traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (e
 
 import contextlib
 import functools
+import logging
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -188,10 +194,27 @@ def round_device(cfg_of, msg: Message, context: Context):
     return runtime_for(cfg_of(context), int(msg.content[CONFIG_KEY]["num-outputs"])).compute
 
 
+def refuse_in_one_line(msg: Message, context: Context, call_next) -> Message:
+    """A Flower mod: an :class:`~edgeprof.errors.EdgeprofError` raised while the node handles ``msg`` becomes one
+    line in the node's log and a failed reply carrying it (the server logs it as the node's reason), not a
+    traceback; the node keeps serving."""
+    from flwr.app import Error
+    from flwr.common.constant import ErrorCode
+
+    from edgeprof.errors import EdgeprofError
+
+    try:
+        return call_next(msg, context)
+    except EdgeprofError as err:
+        line = f"edgeprof: {type(err).__name__}: {err}"
+        logging.getLogger("flwr").error("%s", line)
+        return Message(error=Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=line), reply_to=msg)
+
+
 def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     """The ClientApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
     cfg_of = functools.partial(node_cfg, defaults=defaults)
-    app = ClientApp(mods=[make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of),
+    app = ClientApp(mods=[refuse_in_one_line, make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of),
                                            functools.partial(local_evaluation, cfg_of),
                                            functools.partial(round_device, cfg_of))])
 

@@ -150,19 +150,17 @@ TRUST_KEYS = ("allow-backbones", "data-root", "data-dir", "dataset")
 def check_trust(cfg: RunConfig, node_config: Mapping[str, Any]) -> None:
     """What a run config (whoever submitted the run) may make this device do: experiment settings only. A backbone
     that is code to import (``module:factory``, ``file.py:factory``) runs only where the node's
-    ``allow-backbones`` (comma-separated patterns, ``mynets:*``) matches it; a ``data-dir`` the run config names is
-    read only inside the node's ``data-root``, and never where the node has its own ``data-dir``. ConfigError with
-    one line, which the node logs and the server reports as this node's failed reply (the federation goes on)."""
-    import fnmatch
-
+    ``allow-backbones`` (comma-separated patterns, ``mynets:*``, ``/srv/nets/*.py:*``) matches it, and only as a
+    callable that module defines (:mod:`edgeprof.flower.trust`: the matched module is imported to look, nothing is
+    called); a ``data-dir`` the run config names is read only inside the node's ``data-root``, and never where the
+    node has its own ``data-dir``. ConfigError with one line, which the node logs and the server reports as this
+    node's failed reply (the federation goes on)."""
     from edgeprof.nn.names import factory_spec
 
     if factory_spec(cfg.backbone) is not None:
-        allowed = [p.strip() for p in str(node_config.get("allow-backbones", "")).split(",") if p.strip()]
-        if not any(fnmatch.fnmatchcase(cfg.backbone, p) for p in allowed):
-            module = factory_spec(cfg.backbone)[0]
-            raise ConfigError(f"this node imports no backbone code a run config names ({cfg.backbone}); its operator "
-                              f"allows it with --node-config \"allow-backbones='{module}:*'\"")
+        from edgeprof.flower.trust import check_allowed
+
+        check_allowed(cfg.backbone, node_config.get("allow-backbones", ""))
     if cfg.data_dir is not None and "data-dir" not in node_config:
         root = str(node_config.get("data-root", "") or "")
         inside = bool(root) and Path(cfg.data_dir).resolve().is_relative_to(Path(root).resolve())

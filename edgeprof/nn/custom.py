@@ -63,12 +63,18 @@ def build_custom(spec: str, input_shape: tuple[int, int, int], seed: int = 0) ->
         return wrap(spec, net, input_shape)
 
 
-def resolve_factory(spec: str) -> Callable[..., Any]:
-    """The callable a ``package.module:factory`` or ``path/to/file.py:factory`` spec names."""
+def resolve_factory(spec: str, own: bool = False) -> Callable[..., Any]:
+    """The callable a ``package.module:factory`` or ``path/to/file.py:factory`` spec names (not called).
+
+    With ``own`` (what a Flower node's allow-list permits): only a top-level callable defined in that module
+    (its ``__module__``), never a dotted path nor a name the module imported (``from os import abort``).
+    """
     parts = factory_spec(spec)
     if parts is None:
         raise ConfigError(f"unknown backbone {spec!r}: give a name or package.module:factory {SEE}")
     module_name, attr = parts
+    if own and not attr.isidentifier():
+        raise ConfigError(f"backbone {spec!r}: {attr!r} is a dotted path, not a top-level name of {module_name}")
     module = _load_file(module_name) if module_name.endswith(".py") or "/" in module_name else _import(module_name)
     target: Any = module
     for name in attr.split("."):
@@ -77,6 +83,10 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
         target = getattr(target, name)
     if not callable(target):
         raise ConfigError(f"backbone {spec!r}: {attr!r} is a {type(target).__name__}, not a callable factory")
+    defined_in = getattr(target, "__module__", None)
+    if own and defined_in != module.__name__:
+        raise ConfigError(f"backbone {spec!r}: {attr!r} is not defined in {module_name} (it comes from "
+                          f"{defined_in or 'elsewhere'}); a node calls only the allowed module's own callables")
     return target
 
 
@@ -98,8 +108,12 @@ def _import(name: str):
 
 def _load_file(path_text: str):
     """Load a backbone file as a module of its own (named after its resolved path, so loaded once)."""
-    path = Path(path_text).expanduser().resolve()
-    if not path.is_file():
+    try:
+        path = Path(path_text).expanduser().resolve()
+        found = path.is_file()
+    except (OSError, RuntimeError, ValueError) as err:  # a link loop, a NUL byte, a name too long, no such ~user
+        raise ConfigError(f"backbone file {path_text!r} cannot be resolved: {err}") from err
+    if not found:
         raise ConfigError(f"backbone file {path_text} does not exist")
     name = f"edgeprof_backbone_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
