@@ -136,6 +136,21 @@ class ProfiledStrategy(Strategy):
                             msg.metadata.src_node_id, err)
 
 
+def _count(value: Any) -> Optional[int]:
+    """A count a reply gave, as an int; None unless it is a finite whole number >= 0 (a node's numbers are
+    untrusted: ``inf`` or a list must not crash the reporter)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return int(value) if value == int(value) else None
+
+
+def _finite(value: Any) -> Optional[float]:
+    """A number a reply gave, as a float; None unless it is a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _metrics(msg: Message) -> Mapping[str, Any]:
     """The reply's MetricRecord when it has exactly one (as stock strategies require), else nothing."""
     records = msg.content.metric_records
@@ -201,12 +216,12 @@ class MonitorRows:
         if device:
             labels["device"] = device
         metrics = _metrics(msg)
-        n = metrics.get(getattr(self.inner, "weighted_by_key", "num-examples"))
-        if isinstance(n, (int, float)) and not isinstance(n, bool) and n == int(n) and n >= 0:
-            labels["n_samples"] = int(n)
-        loss = metrics.get("train_loss", metrics.get("train-loss"))
-        if kind == "client" and isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
-            labels["train_loss"] = float(loss)
+        n = _count(metrics.get(getattr(self.inner, "weighted_by_key", "num-examples")))
+        if n is not None:
+            labels["n_samples"] = n
+        loss = _finite(metrics.get("train_loss", metrics.get("train-loss")))
+        if kind == "client" and loss is not None:
+            labels["train_loss"] = loss
         self.running().record(window, profile, kind=kind, trace=trace, **labels)
 
     def server_window(self, server_round: int, replies: list[Message]):
@@ -244,10 +259,11 @@ class RunRows:
 
         metrics = msg.content[METRICS_KEY] if METRICS_KEY in msg.content else MetricRecord()
         pid = self.inner.directory.partition_of(msg.metadata.src_node_id)
+        loss = _finite(metrics.get("train-loss"))
         row = base_row(self.ctx, self.inner.cfg, server_round, kind, client=pid,
-                       n_samples=int(metrics.get(num_examples_key(metrics), 0)) or None,
+                       n_samples=_count(metrics.get(num_examples_key(metrics))) or None,
                        n_participants=len(self.inner.sampled.get(server_round, ())),
-                       train_loss=_fmt(float(metrics["train-loss"])) if "train-loss" in metrics else None)
+                       train_loss=None if loss is None else _fmt(loss))
         row = {k: "" if v is None else str(v) for k, v in row.items()}
         row.update(format_cells(profile, set(self.ctx.writer.columns)))
         self.ctx.write(row, trace, window)

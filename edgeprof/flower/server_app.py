@@ -8,8 +8,8 @@ round timeout of the run config; the final global arrays are saved next to the r
 ``<run_id>.theta.npz`` (``arr_0``, ``arr_1``, ... in parameter order).
 
 The sidecar gets a ``flower`` section: which node served which partition on which device, alpha_i's
-denominator and where it came from, per round the partitions sampled, accepted and rejected (with the
-reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the
+denominator and where it came from, the nodes left out at the roll call (``alpha.refused``, with the reason),
+per round the partitions sampled, accepted and rejected (with the reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the
 same device) - the note that per-client energy is then attribution, not measurement.
 """
 
@@ -32,8 +32,8 @@ from flwr.serverapp import Grid, ServerApp
 from edgeprof.config import RunConfig
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ProfiledStrategy, RunRows
-from edgeprof.flower.strategy import (METRICS_KEY, Directory, EdgeprofStrategy, NodeInfo, make_strategy,
-                                      num_examples_key)
+from edgeprof.flower.node_checks import NodeLimits, RejectedReply, read_node_info
+from edgeprof.flower.strategy import Directory, EdgeprofStrategy, make_strategy
 from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
 from edgeprof.signals import stop_exception
 
@@ -55,17 +55,16 @@ def _forward_logs_to_flower() -> None:
         ours.propagate = False
 
 
-def _node_info(msg: Message) -> NodeInfo:
-    metrics = msg.content[METRICS_KEY]
-    device = msg.content["device"]["device"] if "device" in msg.content else ""
-    return NodeInfo(int(metrics["partition-id"]), msg.metadata.src_node_id, int(metrics[num_examples_key(metrics)]),
-                    int(metrics.get("num-classes", 0)), str(device))
-
-
 def roll_call(grid: Grid, cfg: RunConfig, settings: FlowerSettings, *, poll_s: float = 1.0) -> Directory:
     """Ask every connected node for its partition id, N_i, K_i and device, until all I partitions are
-    served or ``node-wait`` seconds have passed (then the missing partitions count as absent clients)."""
+    served or ``node-wait`` seconds have passed (then the missing partitions count as absent clients).
+
+    Each answer is checked (:func:`~edgeprof.flower.node_checks.read_node_info`, :meth:`Directory.add`); a node
+    whose answer fails is left out of the run with one logged line (``flower.alpha.refused`` in the sidecar)
+    and not asked again; with ``total-samples``, :meth:`Directory.enforce_total` then leaves out the largest
+    claims until the N_i fit."""
     directory = Directory(cfg.clients, settings.total_samples)
+    limits = NodeLimits.of(cfg, settings.total_samples)
     answered: set[int] = set()
     deadline = time.monotonic() + settings.node_wait_s
     while True:
@@ -73,24 +72,31 @@ def roll_call(grid: Grid, cfg: RunConfig, settings: FlowerSettings, *, poll_s: f
         if new:
             messages = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in new]
             for reply in grid.send_and_receive(messages, timeout=settings.round_timeout_s):
-                if reply.has_error():
-                    log.warning("node %d did not answer the roll call: %s", reply.metadata.src_node_id,
-                                reply.error.reason)
-                    continue
-                try:
-                    info = _node_info(reply)
-                except (KeyError, TypeError, ValueError) as err:
-                    log.warning("node %d sent an unreadable roll-call answer: %s", reply.metadata.src_node_id, err)
-                    continue
-                answered.add(info.node_id)
-                directory.add(info)
+                _answer(directory, limits, reply, answered)
         if len(directory.nodes) >= cfg.clients or time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
+    directory.enforce_total()
     missing = directory.describe()["missing_partitions"]
     log.info("roll call: %d of %d partitions served%s", len(directory.nodes), cfg.clients,
              f"; missing {missing}" if missing else "")
     return directory
+
+
+def _answer(directory: Directory, limits: NodeLimits, reply: Message, answered: set[int]) -> None:
+    """Take one roll-call answer: a node that did not answer is asked again; one that did is registered or
+    refused, and not asked again."""
+    node = reply.metadata.src_node_id
+    if reply.has_error():
+        log.warning("node %d did not answer the roll call: %s", node, reply.error.reason)
+        return
+    answered.add(node)
+    try:
+        info = read_node_info(reply, limits)
+    except RejectedReply as err:
+        directory.refuse(node, f"roll call: {err}")
+        return
+    directory.add(info)
 
 
 def initial_arrays(cfg: RunConfig, directory: Directory) -> list[np.ndarray]:

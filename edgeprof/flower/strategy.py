@@ -6,7 +6,8 @@ of the in-process loop (:func:`edgeprof.algorithms.participants.sample_participa
 their partition ids to Flower node ids through a :class:`Directory`, sends one TRAIN message per sampled
 client (with ``scale`` = I/r and ``num-outputs`` = max_i K_i in its ConfigRecord), rejects any reply that
 is malformed (missing records, wrong number or shape of arrays, non-float or non-finite values, a
-partition id that is not the sending node's) with a logged reason, and hands the valid replies, as
+partition id that is not the sending node's, a sample count other than the node's roll-call N_i, a loss that is
+not finite and >= 0: :mod:`edgeprof.flower.node_checks`) with a logged reason, and hands the valid replies, as
 :class:`~edgeprof.algorithms.contract.Reply` objects with alpha_i from the directory, to the algorithm's
 server program: the very function the in-process driver calls.
 
@@ -21,14 +22,17 @@ gradients; a device that always fails shrinks the effective step of theta by its
 
 How alpha_i = N_i / sum_j N_j is formed when the server does not know the data sizes in advance:
 before round 1 the server asks every node for its partition id and N_i (a QUERY message) and waits up
-to ``node-wait`` seconds for every partition to have a node; every training reply reports N_i again
-and the :class:`Directory` keeps the latest value per partition. The denominator is ``total-samples``
+to ``node-wait`` seconds for every partition to have a node. A roll-call answer whose values fail
+:func:`~edgeprof.flower.node_checks.read_node_info`, that names a partition another node serves, or that
+``total-samples`` cannot hold (:meth:`Directory.enforce_total`) leaves its node out of the run, logged and
+recorded. Every training reply reports N_i again; one that differs from the roll call's is rejected (a changed
+N_i would change every other client's alpha). The denominator is ``total-samples``
 from the run config when given (the exact sum_j N_j over all I clients, equation (1)), otherwise the
 sum over the clients known so far. When every client answered the query (the normal case, and the
 tests) this is exactly the paper's alpha_i. When some client never showed up, the sum over known
 clients is too small: every alpha_i and so the step of theta is inflated by sum_all / sum_known, and
 the objective silently becomes the weighted loss of the known clients only. Set ``total-samples`` to
-keep alpha_i exact (a late client then contributes its true share when it first replies).
+keep alpha_i exact.
 """
 
 from __future__ import annotations
@@ -46,46 +50,52 @@ from flwr.serverapp.strategy import Strategy
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
 from edgeprof.algorithms.participants import participant_rng, sample_participants
+from edgeprof.flower.node_checks import (METRICS_KEY, NUM_EXAMPLES, OLD_NUM_EXAMPLES, NodeInfo,  # noqa: F401
+                                         NodeLimits, RejectedReply, metrics_of, number, num_examples_key,
+                                         read_evaluation, whole_number)
 
 log = logging.getLogger("edgeprof.flower")
 
 ARRAYS_KEY = "arrays"
 CONFIG_KEY = "config"
-METRICS_KEY = "metrics"
-
-
-@dataclass
-class NodeInfo:
-    """What a node said about itself: its partition, data size, classes and device name."""
-
-    partition_id: int
-    node_id: int
-    n_train: int
-    num_classes: int = 0
-    device: str = ""
 
 
 class Directory:
-    """Partition id <-> node id, and the latest known N_i of every partition (alpha_i's numerators)."""
+    """Partition id <-> node id, the roll call's N_i of every partition (alpha_i's numerators), and the nodes
+    left out with the reason (``refused``: node id, reason)."""
 
     def __init__(self, num_partitions: int, total_samples: int = 0) -> None:
         self.num_partitions = num_partitions
         self.total_samples = total_samples
         self.nodes: dict[int, NodeInfo] = {}  # by partition id
+        self.refused: list[tuple[int, str]] = []
+
+    def refuse(self, node_id: int, reason: str) -> None:
+        """Leave a node out of the run: one logged line, recorded for the sidecar."""
+        log.warning("node %d left out of the federation: %s", node_id, reason)
+        self.refused.append((node_id, reason))
 
     def add(self, info: NodeInfo) -> bool:
-        """Register a node; False (and a warning) for a partition out of range or already taken."""
+        """Register a node; False (and the node refused) for a partition out of range or already taken."""
         if not 0 <= info.partition_id < self.num_partitions:
-            log.warning("node %d claims partition %d outside 0..%d; ignored", info.node_id, info.partition_id,
-                        self.num_partitions - 1)
+            self.refuse(info.node_id, f"partition {info.partition_id} outside 0..{self.num_partitions - 1}")
             return False
         known = self.nodes.get(info.partition_id)
         if known is not None and known.node_id != info.node_id:
-            log.warning("partition %d already served by node %d; node %d ignored", info.partition_id,
-                        known.node_id, info.node_id)
+            self.refuse(info.node_id, f"partition {info.partition_id} is already served by node {known.node_id}")
             return False
         self.nodes[info.partition_id] = info
         return True
+
+    def enforce_total(self) -> None:
+        """With ``total-samples``: while the nodes' N_i sum above it, leave out the largest claim (the highest
+        partition id among equals), so what is kept does not depend on the order the answers came in."""
+        while self.total_samples and sum(i.n_train for i in self.nodes.values()) > self.total_samples:
+            claimed = sum(i.n_train for i in self.nodes.values())
+            pid, info = max(self.nodes.items(), key=lambda kv: (kv[1].n_train, kv[0]))
+            del self.nodes[pid]
+            self.refuse(info.node_id, f"the nodes' num-examples sum to {claimed}, above total-samples "
+                                      f"{self.total_samples}; its claim ({info.n_train}, partition {pid}) is the largest")
 
     def node_of(self, partition_id: int) -> int | None:
         info = self.nodes.get(partition_id)
@@ -93,9 +103,6 @@ class Directory:
 
     def partition_of(self, node_id: int) -> int | None:
         return next((p for p, i in self.nodes.items() if i.node_id == node_id), None)
-
-    def update_n(self, partition_id: int, n_train: int) -> None:
-        self.nodes[partition_id].n_train = int(n_train)
 
     @property
     def total(self) -> float:
@@ -115,11 +122,8 @@ class Directory:
                 else "sum over the clients that answered", "missing_partitions":
                 [p for p in range(self.num_partitions) if p not in self.nodes],
                 "nodes": {str(p): {"node_id": i.node_id, "n_train": i.n_train, "device": i.device}
-                          for p, i in sorted(self.nodes.items())}}
-
-
-class RejectedReply(ValueError):
-    """A reply that is not averaged in; the message is the logged reason."""
+                          for p, i in sorted(self.nodes.items())},
+                "refused": [{"node_id": n, "reason": why} for n, why in self.refused]}
 
 
 @dataclass
@@ -131,27 +135,6 @@ class ClientReply:
     n_samples: int
     loss: float
     arrays: list[np.ndarray] = field(repr=False)
-
-
-#: Flower's own key for a client's number of training examples (stock strategies and metric aggregation
-#: read it); ``n-samples`` is what edgeprof replies used before, still read
-NUM_EXAMPLES = "num-examples"
-OLD_NUM_EXAMPLES = "n-samples"
-
-
-def num_examples_key(metrics) -> str:
-    """``num-examples``, or the old ``n-samples`` of a reply from an earlier edgeprof (a missing key is
-    reported under Flower's name)."""
-    return OLD_NUM_EXAMPLES if NUM_EXAMPLES not in metrics and OLD_NUM_EXAMPLES in metrics else NUM_EXAMPLES
-
-
-def _metric(metrics: MetricRecord, key: str) -> float:
-    if key not in metrics:
-        raise RejectedReply(f"metric {key!r} missing")
-    value = metrics[key]
-    if isinstance(value, list) or not math.isfinite(float(value)):
-        raise RejectedReply(f"metric {key!r} is not a finite number: {value!r}")
-    return float(value)
 
 
 def check_arrays(record: object, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
@@ -175,23 +158,20 @@ def check_arrays(record: object, shapes: Sequence[tuple[int, ...]]) -> list[np.n
 
 
 def parse_reply(msg: Message, shapes: Sequence[tuple[int, ...]], directory: Directory) -> ClientReply:
-    """Validate one training reply against the global model's shapes and the node's partition."""
-    if msg.has_error():
-        raise RejectedReply(f"client error: {msg.error.reason}")
-    content = msg.content
+    """Validate one training reply against the global model's shapes, the node's partition and its roll-call
+    N_i (the only N_i its alpha uses); a ``train-loss``, when given, must be finite and >= 0."""
+    metrics = metrics_of(msg)
     node = msg.metadata.src_node_id
-    metrics = content.get(METRICS_KEY) if METRICS_KEY in content else None
-    if not isinstance(metrics, MetricRecord):
-        raise RejectedReply(f"no MetricRecord under {METRICS_KEY!r}")
-    pid = int(_metric(metrics, "partition-id"))
+    pid = whole_number(metrics, "partition-id", 0, directory.num_partitions - 1,
+                       f"a partition id in 0..{directory.num_partitions - 1}")
     if directory.node_of(pid) != node:
         raise RejectedReply(f"node {node} replied for partition {pid}, which is node {directory.node_of(pid)}'s")
-    n = _metric(metrics, num_examples_key(metrics))
-    if n < 1 or n != int(n):
-        raise RejectedReply(f"num-examples must be a positive integer, got {n}")
-    arrays = check_arrays(content.get(ARRAYS_KEY) if ARRAYS_KEY in content else None, shapes)
-    loss = float(metrics["train-loss"]) if "train-loss" in metrics else float("nan")
-    return ClientReply(pid, node, int(n), loss, arrays)
+    known = directory.nodes[pid].n_train
+    n = whole_number(metrics, num_examples_key(metrics), known, known, f"{known}, this node's roll-call N_i")
+    arrays = check_arrays(msg.content.get(ARRAYS_KEY) if ARRAYS_KEY in msg.content else None, shapes)
+    loss = number(metrics, "train-loss", 0.0, math.inf, "a finite loss >= 0") if "train-loss" in metrics \
+        else float("nan")
+    return ClientReply(pid, node, n, loss, arrays)
 
 
 class EdgeprofStrategy(Strategy):
@@ -207,6 +187,7 @@ class EdgeprofStrategy(Strategy):
         self.cfg = cfg
         self.spec = ALGORITHMS[cfg.algo]
         self.directory = directory
+        self.limits = NodeLimits.of(cfg, directory.total_samples)
         self.rng = participant_rng(cfg)
         self.scale = cfg.clients / cfg.sampled_per_round  # I / r, r as sampled (never as replied)
         self.theta: list[np.ndarray] = []
@@ -262,17 +243,13 @@ class EdgeprofStrategy(Strategy):
             try:
                 reply = parse_reply(msg, shapes, self.directory)
             except RejectedReply as err:
-                who = f"node {msg.metadata.src_node_id}"
-                log.warning("round %d: rejected reply from %s: %s", server_round, who, err)
-                self.rejected[server_round].append((who, str(err)))
+                self.reject(server_round, f"node {msg.metadata.src_node_id}", str(err))
                 continue
             if reply.partition_id not in self.sampled.get(server_round, ()) or \
                     reply.partition_id in [g.partition_id for g in good]:
-                reason = f"partition {reply.partition_id} was not sampled or replied twice"
-                log.warning("round %d: rejected reply: %s", server_round, reason)
-                self.rejected[server_round].append((f"node {reply.node_id}", reason))
+                self.reject(server_round, f"node {reply.node_id}",
+                            f"partition {reply.partition_id} was not sampled or replied twice")
                 continue
-            self.directory.update_n(reply.partition_id, reply.n_samples)
             good.append(reply)
         good.sort(key=lambda g: g.partition_id)  # the in-process loop's order, so sums round alike
         self.accepted[server_round] = [g.partition_id for g in good]
@@ -319,7 +296,7 @@ class EdgeprofStrategy(Strategy):
         """The ``global`` protocol over the clients that answered (:func:`edgeprof.rounds.evaluation.global_score`)."""
         from edgeprof.rounds.evaluation import global_score
 
-        results = [r for r in (eval_result(m, self.directory) for m in replies) if r is not None]
+        results = self.scored(server_round, replies)
         self.evaluated[server_round] = results
         if not results:
             return None
@@ -330,10 +307,25 @@ class EdgeprofStrategy(Strategy):
         """The ``paper`` protocol over the round's accepted training replies (their local evaluation)."""
         from edgeprof.rounds.evaluation import paper_score
 
-        accepted = set(self.accepted.get(server_round, ()))
-        results = [r for r in (eval_result(m, self.directory) for m in replies)
-                   if r is not None and r.client_id in accepted]
+        accepted = {self.directory.node_of(p) for p in self.accepted.get(server_round, ())}
+        results = self.scored(server_round, [m for m in replies if m.metadata.src_node_id in accepted])
         return paper_score(results) if results else None
+
+    def scored(self, server_round: int, replies: Iterable[Message]) -> list:
+        """The EvalResults of ``replies``; every reply whose evaluation fails :func:`eval_result` is logged and
+        recorded among the round's rejections."""
+        results = []
+        for msg in replies:
+            try:
+                results.append(eval_result(msg, self.directory, self.limits))
+            except RejectedReply as err:
+                self.reject(server_round, f"node {msg.metadata.src_node_id}", f"evaluation: {err}")
+        return results
+
+    def reject(self, server_round: int, who: str, reason: str) -> None:
+        """Leave a reply out of the round: one logged line, recorded for the sidecar."""
+        log.warning("round %d: rejected reply from %s: %s", server_round, who, reason)
+        self.rejected.setdefault(server_round, []).append((who, reason))
 
     def summary(self) -> None:
         log.info("%s (%s): %d clients, participation %s (%s), scale I/r = %.6g", type(self).__name__,
@@ -344,24 +336,18 @@ class EdgeprofStrategy(Strategy):
 EVAL_KEYS = ("eval-train-loss", "eval-test-accuracy", "eval-n-train", "eval-n-test")
 
 
-def eval_result(msg: Message, directory: Directory):
-    """The EvalResult a reply carries, or None (an error, no evaluation metrics, not the node's partition)."""
+def eval_result(msg: Message, directory: Directory, limits: NodeLimits):
+    """The EvalResult a reply carries (:func:`~edgeprof.flower.node_checks.read_evaluation`); RejectedReply for
+    an error reply, missing or out-of-range values, or a partition that is not the node's."""
     from edgeprof.algorithms.contract import EvalResult
 
-    if msg.has_error() or METRICS_KEY not in msg.content:
-        return None
-    metrics = msg.content[METRICS_KEY]
-    if not isinstance(metrics, MetricRecord) or any(k not in metrics for k in (*EVAL_KEYS, "partition-id")):
-        return None
-    try:
-        values = [float(metrics[k]) for k in EVAL_KEYS]
-        pid = int(metrics["partition-id"])
-    except (TypeError, ValueError):
-        return None
-    if not all(math.isfinite(v) for v in values) or directory.node_of(pid) != msg.metadata.src_node_id:
-        return None
-    loss, accuracy, n_train, n_test = values
-    return EvalResult(pid, loss, accuracy, int(n_train), int(n_test))
+    metrics = metrics_of(msg)
+    pid = whole_number(metrics, "partition-id", 0, directory.num_partitions - 1,
+                       f"a partition id in 0..{directory.num_partitions - 1}")
+    if directory.node_of(pid) != msg.metadata.src_node_id:
+        raise RejectedReply(f"node {msg.metadata.src_node_id} evaluated partition {pid}, which is node "
+                            f"{directory.node_of(pid)}'s")
+    return EvalResult(pid, *read_evaluation(metrics, directory.nodes[pid].n_train, limits))
 
 
 def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:

@@ -1,0 +1,132 @@
+"""What a node sends, checked before the server uses it: its roll-call answer, a training reply's numbers, an
+evaluation's scores (issue 34: nothing a node sends can crash the server or steer the federation).
+
+Every value is untrusted: it must be a finite number of the right kind (a whole number where a count is meant),
+in range for the run (:class:`NodeLimits`), and consistent with what the node said before. A value that fails
+is a :class:`RejectedReply` whose message is the one line the server logs and records; the node (or its reply)
+is left out, and nothing another client contributed changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, MetricRecord
+
+METRICS_KEY = "metrics"
+#: Flower's own key for a client's number of training examples (stock strategies and metric aggregation
+#: read it); ``n-samples`` is what edgeprof replies used before, still read
+NUM_EXAMPLES = "num-examples"
+OLD_NUM_EXAMPLES = "n-samples"
+#: the longest device name a node may report (it becomes a report cell)
+MAX_DEVICE_CHARS = 200
+#: (classes, samples) of each file or bundled data set as its loader reads it whole (official train and test
+#: parts together); ``synthetic`` takes the run's own settings
+DATASET_LIMITS = {"digits": (10, 1_797), "mnist": (10, 70_000), "fashion-mnist": (10, 70_000),
+                  "emnist": (62, 814_255), "cifar10": (10, 60_000), "omniglot": (1_623, 32_460)}
+
+
+class RejectedReply(ValueError):
+    """A reply or roll-call answer that is not used; the message is the logged reason."""
+
+
+@dataclass
+class NodeInfo:
+    """What a node said about itself: its partition, data size, classes and device name."""
+
+    partition_id: int
+    node_id: int
+    n_train: int
+    num_classes: int = 0
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    """What a node may claim in a run: a partition id below ``num_partitions``, K_i up to ``max_classes``, N_i
+    (and a test set) up to ``max_samples``."""
+
+    num_partitions: int
+    max_classes: int
+    max_samples: int
+
+    @classmethod
+    def of(cls, cfg, total_samples: int = 0) -> "NodeLimits":
+        """The run's limits: I partitions; K_i and N_i at most the run's data set's class count and size (a
+        partition is part of it), N_i also at most ``total-samples`` when set."""
+        classes, samples = ((cfg.synthetic_classes, cfg.synthetic_samples) if cfg.dataset == "synthetic"
+                            else DATASET_LIMITS[cfg.dataset])
+        return cls(cfg.clients, classes, min(samples, total_samples) if total_samples else samples)
+
+
+def num_examples_key(metrics) -> str:
+    """``num-examples``, or the old ``n-samples`` of a reply from an earlier edgeprof (a missing key is
+    reported under Flower's name)."""
+    return OLD_NUM_EXAMPLES if NUM_EXAMPLES not in metrics and OLD_NUM_EXAMPLES in metrics else NUM_EXAMPLES
+
+
+def number(metrics: Any, key: str, low: float, high: float, what: str) -> float:
+    """``metrics[key]`` if it is a finite real number in [low, high]; RejectedReply saying ``what`` it must be."""
+    if key not in metrics:
+        raise RejectedReply(f"metric {key!r} missing")
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise RejectedReply(f"{key} must be {what}, got {value!r}")
+    return float(value)
+
+
+def whole_number(metrics: Any, key: str, low: int, high: int, what: str) -> int:
+    """``metrics[key]`` as an int if it is a whole number in low..high; RejectedReply saying ``what`` it must be."""
+    value = number(metrics, key, low, high, what)
+    if value != int(value):
+        raise RejectedReply(f"{key} must be {what}, got {metrics[key]!r}")
+    return int(value)
+
+
+def metrics_of(msg: Message) -> MetricRecord:
+    """The reply's MetricRecord under ``metrics``; RejectedReply for an error reply or any other content."""
+    if msg.has_error():
+        raise RejectedReply(f"client error: {msg.error.reason}")
+    metrics = msg.content.get(METRICS_KEY) if METRICS_KEY in msg.content else None
+    if not isinstance(metrics, MetricRecord):
+        raise RejectedReply(f"no MetricRecord under {METRICS_KEY!r}")
+    return metrics
+
+
+def read_node_info(msg: Message, limits: NodeLimits) -> NodeInfo:
+    """A roll-call answer as a NodeInfo, every value checked against ``limits``; RejectedReply if one fails.
+
+    ``num-classes`` may be absent (an earlier edgeprof's answer: 0); present, it is 1..max_classes."""
+    metrics = metrics_of(msg)
+    pid = whole_number(metrics, "partition-id", 0, limits.num_partitions - 1,
+                       f"a partition id in 0..{limits.num_partitions - 1}")
+    n = whole_number(metrics, num_examples_key(metrics), 1, limits.max_samples,
+                     f"a positive integer up to {limits.max_samples}")
+    k = 0 if "num-classes" not in metrics else whole_number(
+        metrics, "num-classes", 1, limits.max_classes, f"a class count in 1..{limits.max_classes} (the run's data set)")
+    return NodeInfo(pid, msg.metadata.src_node_id, n, k, device_of(msg))
+
+
+def device_of(msg: Message) -> str:
+    """The device name a roll-call answer carries ("" without one); RejectedReply unless it is short printable text."""
+    if "device" not in msg.content:
+        return ""
+    record = msg.content["device"]
+    device = record.get("device", "") if isinstance(record, ConfigRecord) else None
+    if not isinstance(device, str) or len(device) > MAX_DEVICE_CHARS or not device.isprintable():
+        raise RejectedReply(f"device must be printable text of at most {MAX_DEVICE_CHARS} characters")
+    return device
+
+
+def read_evaluation(metrics: MetricRecord, n_train: int, limits: NodeLimits) -> tuple[float, float, int, int]:
+    """(loss, accuracy, n_train, n_test) of a client's evaluation metrics; RejectedReply unless the loss is
+    finite and >= 0, the accuracy in [0, 1], n-train the node's N_i and n-test a positive integer."""
+    loss = number(metrics, "eval-train-loss", 0.0, math.inf, "a finite loss >= 0")
+    accuracy = number(metrics, "eval-test-accuracy", 0.0, 1.0, "an accuracy in [0, 1]")
+    n = whole_number(metrics, "eval-n-train", n_train, n_train, f"this node's num-examples ({n_train})")
+    n_test = whole_number(metrics, "eval-n-test", 1, limits.max_samples,
+                          f"a positive integer up to {limits.max_samples}")
+    return loss, accuracy, n, n_test
