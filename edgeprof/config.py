@@ -188,24 +188,34 @@ class RunConfig:
         return "floor" if self.split == "paper" else "round"
 
     def resolved(self) -> "RunConfig":
-        """A copy with every learning rate left at None filled from the paper's tables."""
+        """A copy with every learning rate the algorithm uses left at None filled from the paper's tables, and
+        the settings it does not use (:func:`~edgeprof.algorithms.hyperparams.used`) cleared: a rate to None, the
+        server optimizer to its default; so a run records only what it used."""
         from edgeprof.algorithms import ALGORITHMS
-        from edgeprof.algorithms.hyperparams import defaults
+        from edgeprof.algorithms.hyperparams import defaults, used
 
-        spec = ALGORITHMS[self.algo]
+        spec, uses = ALGORITHMS[self.algo], used(ALGORITHMS[self.algo])
         table = defaults(spec.hyperparams, self.dataset, self.degree)
-        changes = {k: table[k] for k in ("beta", "rho", "mu") if getattr(self, k) is None and k in table}
+        changes = {k: (table.get(k) if k in uses else None) for k in ("beta", "rho", "mu")
+                   if getattr(self, k) is None or k not in uses}
+        if "server_optimizer" not in uses:
+            changes["server_optimizer"] = SERVER_OPTIMIZERS[0]
         if self.engine is None:
             changes["engine"] = spec.engines[0]
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
+        """The settings as plain data (the sidecar's ``config``); a setting the algorithm does not use is None."""
+        from edgeprof.algorithms import ALGORITHMS
+        from edgeprof.algorithms.hyperparams import SETTINGS, used
+
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             out[f.name] = (str(value) if isinstance(value, Path) else value.to_dict()
                            if isinstance(value, EnergySettings) else value)
-        return out
+        unused = set(SETTINGS) - used(ALGORITHMS[self.algo])
+        return {k: None if k in unused else v for k, v in out.items()}
 
 
 def _check(condition: bool, message: str) -> None:
@@ -222,6 +232,23 @@ def check_positive(**values: Optional[float]) -> None:
     for name, value in values.items():
         _check(value is None or (value > 0 and math.isfinite(value)),
                f"{name.replace('_', '-')} must be positive, got {value}")
+
+
+def check_used(algos: Sequence[str], given: Sequence[str], form: str = "--{}", listed: str = "--{}") -> None:
+    """ConfigError with one line for a setting in ``given`` (beta, rho, mu, server_optimizer) that none of ``algos``
+    uses (:func:`edgeprof.algorithms.hyperparams.used`): a value given for nothing is refused, never recorded as if
+    it had been used. ``form`` spells the refused setting as the caller's user wrote it (``--{}``: ``--rho``),
+    ``listed`` the settings the algorithms take."""
+    from edgeprof.algorithms import ALGORITHMS
+    from edgeprof.algorithms.hyperparams import SETTINGS, used
+
+    taken = set().union(*(used(ALGORITHMS[a]) for a in algos))
+    unused = [n for n in given if n in SETTINGS and n not in taken]
+    if unused:
+        takes = ", ".join(listed.format(n.replace("_", "-")) for n in SETTINGS if n in taken)
+        whom = (f"does not apply to {algos[0]}, which takes only" if len(algos) == 1 else
+                f"applies to none of {', '.join(algos)}, which take only")
+        raise ConfigError(f"{form.format(unused[0].replace('_', '-'))} {whom} {takes}; leave it out")
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -252,14 +279,20 @@ BOUNDS = {
 MAX_IDLE_SECONDS = 3600.0
 #: the power trace's sampling rate, Hz, when on: each sample reads every meter (tens of microseconds of CPU)
 TRACE_HZ_BOUNDS = (1.0, 1000.0)
-#: what a run name (and so its report's file name) may be
+#: what a run name (and so its report's file name) may be; :data:`RUN_NAME_RULE` says it in words
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
+RUN_NAME_RULE = ("must start with an ASCII letter or digit, go on with ASCII letters, digits, '.', '_' and '-' only, "
+                 "and be at most 121 characters")
+#: the highest carbon intensity taken, gCO2e/kWh (the most carbon-intense grids are near 1,000)
+MAX_CARBON_INTENSITY = 10_000.0
 
 
 def check_energy_options(settings: "EnergySettings") -> None:
     """The meter, idle-baseline and carbon settings a run and a monitor share: ConfigError with one line for
     the first invalid one."""
     check_positive(carbon_intensity=settings.carbon_intensity)
+    _check(settings.carbon_intensity is None or settings.carbon_intensity <= MAX_CARBON_INTENSITY,
+           f"carbon-intensity must be at most {MAX_CARBON_INTENSITY:,.0f} gCO2e/kWh, got {settings.carbon_intensity}")
     check_meter_options(**dict(settings.meters))
     _check(isinstance(settings.idle_seconds, (int, float)) and math.isfinite(settings.idle_seconds)
            and 0 <= settings.idle_seconds <= MAX_IDLE_SECONDS,
@@ -319,13 +352,15 @@ def validate(cfg: RunConfig) -> None:
     from edgeprof.nn.compute import check_device
 
     check_device(cfg.device)
+    _check(str(cfg.device).partition(":")[0] != "cpu" or cfg.device == "cpu",
+           f"device {cfg.device!r}: the host CPU is one device and takes no index; use cpu (or cuda, cuda:N, auto)")
     _check(isinstance(cfg.tf32, bool), f"tf32 must be true or false, got {cfg.tf32!r}")
     if cfg.tf32 and str(cfg.device).partition(":")[0] == "cpu":
         from edgeprof.nn.compute import tf32_refused
 
         _check(False, tf32_refused(cfg.device))
-    _check(cfg.run_name is None or RUN_NAME.fullmatch(cfg.run_name) is not None,
-           f"run name {cfg.run_name!r} may use only letters, digits, '.', '_' and '-'")
+    _check(cfg.run_name is None or (isinstance(cfg.run_name, str) and RUN_NAME.fullmatch(cfg.run_name) is not None),
+           f"run name {cfg.run_name!r} {RUN_NAME_RULE}")
     _check(isinstance(cfg.hold_seconds, (int, float)) and 0 <= cfg.hold_seconds <= MAX_HOLD_S,
            f"hold seconds must be in 0..{MAX_HOLD_S:g}, got {cfg.hold_seconds}")
     _check(not (cfg.hold_seconds and cfg.evaluate),

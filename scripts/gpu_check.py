@@ -71,22 +71,45 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+#: the longest idle sampling and sustained run the script takes, seconds (a finite check is a finite wait)
+MAX_SECONDS = 3600.0
+
+
+def _finite(text: str) -> float:
+    """An option's number, refused (by argparse, in one line) unless finite: ``inf`` or ``nan`` seconds or hertz
+    would wait forever or compare false against every bound."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's refusals as this script's own one line and exit 2 (no usage block)."""
+
+    def error(self, message: str) -> None:
+        fail(message)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the reports, dashboard and figures")
     parser.add_argument("--device", default="cuda", help="the GPU to validate: cuda or cuda:N (default cuda)")
     parser.add_argument("--taus", default="5,25,50,100", help="local steps per round (default 5,25,50,100)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per (algorithm, tau) (default 3)")
     parser.add_argument("--samples", type=int, default=600, help="local training images (default 600)")
-    parser.add_argument("--idle-seconds", type=float, default=3.0, help="idle power sampling (default 3 s)")
-    parser.add_argument("--sample-hz", type=float, default=50.0, help="NVML sampling rate (default 50 Hz)")
-    parser.add_argument("--trace-hz", type=float, default=50.0,
+    parser.add_argument("--idle-seconds", type=_finite, default=3.0, help="idle power sampling (default 3 s)")
+    parser.add_argument("--sample-hz", type=_finite, default=50.0, help="NVML sampling rate (default 50 Hz)")
+    parser.add_argument("--trace-hz", type=_finite, default=50.0,
                         help="the sweeps' power trace rate (default 50 Hz; 0: no trace)")
-    parser.add_argument("--hold-seconds", type=float, default=2.0,
+    parser.add_argument("--hold-seconds", type=_finite, default=2.0,
                         help="the sweeps hold each client window this long (the round repeated inside it, the row "
                              "one round's mean), so that NVML's 100 ms counter resolves it to about 5%% "
                              "(default 2 s; 0: off)")
-    parser.add_argument("--sustain-seconds", type=float, default=5.0,
+    parser.add_argument("--sustain-seconds", type=_finite, default=5.0,
                         help="per algorithm, rounds back to back for this long inside one reading of NVML's energy "
                              "counter, at the ratio's tau (default 5 s; 0: skip)")
     parser.add_argument("--profiler-rounds", type=int, default=15,
@@ -107,6 +130,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.sustain_seconds, args.idle_seconds, args.profiler_rounds) < 0 or not 0 <= args.hold_seconds <= 600:
         fail("--sustain-seconds, --idle-seconds and --profiler-rounds must not be negative, --hold-seconds must be "
              "in 0..600")
+    if max(args.sustain_seconds, args.idle_seconds) > MAX_SECONDS:
+        fail(f"--sustain-seconds and --idle-seconds must be at most {MAX_SECONDS:g}")
     if args.trace_hz and not 1 <= args.trace_hz <= 1000:
         fail(f"--trace-hz must be in 1..1000 (0: no trace), got {args.trace_hz:g}")
     if args.archive is not None and not args.archive.name.endswith(".tar.gz"):

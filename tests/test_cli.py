@@ -377,8 +377,8 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
     return {"progress": False}
 
 
-#: options that refuse each other: the second is given in a run of its own
-APART = {"hold_seconds": "evaluate", "tf32": "device"}
+#: options that refuse each other: the second is given in a run of its own (no algorithm takes both rho and mu)
+APART = {"hold_seconds": "evaluate", "tf32": "device", "rho": "mu", "server_optimizer": "mu"}
 
 
 @pytest.mark.parametrize("command,apart", [*[(c, False) for c in ("measure", "train", "sweep", "flower-app-dir",

@@ -32,6 +32,42 @@ def test_explicit_rates_win_and_engine_defaults_per_algorithm():
         RunConfig(algo="fedavg", engine="onnx")
 
 
+#: which of beta, rho, mu and the server optimizer each paper's update reads (Tables 6-7 and the algorithms' papers)
+USED = {"pflego": {"beta", "rho", "server_optimizer"}, "fedrecon": {"beta", "rho", "server_optimizer"},
+        "fedprox": {"beta", "mu"}, "ditto": {"beta", "mu"}, "fedavg": {"beta"}, "fedper": {"beta"},
+        "fedrep": {"beta"}, "fedbabu": {"beta"}, "fedsim": {"beta"}, "fedalt": {"beta"}}
+
+
+@pytest.mark.parametrize("algo", sorted(USED))
+def test_a_resolved_config_holds_only_the_settings_its_algorithm_uses(algo):
+    """The declaration says what an algorithm uses; the rest is cleared (None, or the default optimizer) and the
+    sidecar's config says None for it, so a report never shows a rate its run did not use."""
+    from edgeprof.algorithms import ALGORITHMS
+    from edgeprof.algorithms.hyperparams import used
+
+    cfg = RunConfig(algo=algo, beta=0.5, rho=0.25, mu=0.125, server_optimizer="sgd").resolved()
+    recorded = cfg.to_dict()
+
+    assert used(ALGORITHMS[algo]) == USED[algo]
+    assert {k for k in ("beta", "rho", "mu") if getattr(cfg, k) is not None} == USED[algo] - {"server_optimizer"}
+    assert cfg.server_optimizer == ("sgd" if "server_optimizer" in USED[algo] else "adam")
+    assert {k for k in ("beta", "rho", "mu", "server_optimizer") if recorded[k] is not None} == USED[algo]
+
+
+@pytest.mark.parametrize("algos,given,expected", [
+    (["fedavg"], ["rho"], "--rho does not apply to fedavg, which takes only --beta; leave it out"),
+    (["fedavg", "fedprox"], ["server_optimizer"], "--server-optimizer applies to none of fedavg, fedprox"),
+])
+def test_a_setting_no_algorithm_uses_is_refused_and_one_that_any_uses_is_not(algos, given, expected):
+    from edgeprof.config import check_used
+
+    with pytest.raises(ConfigError) as err:
+        check_used(algos, given)
+
+    assert str(err.value).startswith(expected)
+    check_used([*algos, "pflego"], given)  # pflego uses rho and a server optimizer: no error
+
+
 @pytest.mark.parametrize("clients,pi,r", [(10, 0.2, 2), (100, 0.2, 20), (3, 0.1, 1), (5, 1.0, 5)])
 def test_fixed_participation_samples_r_distinct_clients(clients, pi, r):
     rng = np.random.default_rng(0)

@@ -247,9 +247,9 @@ def test_run_config_round_trip():
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("round-timeout", float("nan"), "round-timeout must be a number of seconds above 0, got nan"),
+    ("round-timeout", float("nan"), "round-timeout must be a number of seconds above 0 and at most 86400, got nan"),
     ("round-timeout", 0.0, "round-timeout must be a number of seconds above 0"),
-    ("node-wait", float("inf"), "node-wait must be a number of seconds >= 0, got inf"),
+    ("node-wait", float("inf"), "node-wait must be a number of seconds >= 0, at most 86400, got inf"),
     ("node-wait", -1.0, "node-wait must be a number of seconds >= 0"),
     ("total-samples", -5, "total-samples must be >= 0"),
 ])

@@ -41,7 +41,12 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--taus", "5,x"], "--taus must be"), (["--repeats", "0"], "positive"),
     (["--trace-hz", "5000"], "--trace-hz must be in 1..1000"), (["--archive", "out.zip"], "must name a .tar.gz"),
-    (["--sustain-seconds", "-1"], "must not be negative"), (["--profiler-rounds", "-1"], "must not be negative")])
+    (["--sustain-seconds", "-1"], "must not be negative"), (["--profiler-rounds", "-1"], "must not be negative"),
+    (["--sustain-seconds", "inf"], "argument --sustain-seconds: must be a finite number, got 'inf'"),
+    (["--sustain-seconds", "nan"], "argument --sustain-seconds: must be a finite number, got 'nan'"),
+    (["--idle-seconds", "nan"], "argument --idle-seconds: must be a finite number, got 'nan'"),
+    (["--sample-hz", "inf"], "argument --sample-hz: must be a finite number"),
+    (["--idle-seconds", "1e9"], "must be at most 3600"), (["--repeats", "x"], "invalid int value: 'x'")])
 def test_bad_options_are_one_line(tmp_path, args, message):
     done = _run("--out", str(tmp_path), *args, cwd=tmp_path)
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]

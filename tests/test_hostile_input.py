@@ -31,6 +31,11 @@ FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-cla
     ("--synthetic-samples", "99999999999999", "synthetic samples must be an integer in"),
     ("--clients", str(10**12), "clients must be an integer in"),
     ("--tau", str(10**9), "tau must be an integer in"),
+    ("--cpu-watts", "1e308", "cpu-watts must be at most 1000 W per busy core"),
+    ("--carbon-intensity", "1e308", "carbon-intensity must be at most 10,000"),
+    ("--device", "cpu:1", "the host CPU is one device and takes no index"),
+    ("--run-name", "-leading-dash", "must start with an ASCII letter or digit"),
+    ("--run-name", "r" * 122, "be at most 121 characters"),
 ])
 def test_a_number_outside_its_documented_bounds_is_refused(tmp_path, option, value, expected):
     out = tmp_path / "profiles"
@@ -41,6 +46,60 @@ def test_a_number_outside_its_documented_bounds_is_refused(tmp_path, option, val
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("edgeprof: error:") and expected in lines[0], result.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--trace", "--trace-hz", "0"], "--trace --trace-hz 0 would record no trace"),
+    (["--trace-hz", "5"], "--trace-hz 5 sets the rate of --trace, which was not given"),
+    (["--algo", "fedavg", "--rho", "5"], "--rho does not apply to fedavg, which takes only --beta;"),
+    (["--algo", "fedavg", "--mu", "3"], "--mu does not apply to fedavg, which takes only --beta;"),
+    (["--algo", "fedavg", "--server-optimizer", "sgd"], "--server-optimizer does not apply to fedavg"),
+    (["--algo", "fedprox", "--server-optimizer", "adam"], "--server-optimizer does not apply to fedprox, which "
+                                                          "takes only --beta, --mu;"),
+    (["--algo", "pflego", "--mu", "0.1"], "--mu does not apply to pflego, which takes only --beta, --rho, "
+                                          "--server-optimizer;"),
+])
+def test_an_option_that_would_be_ignored_is_refused(tmp_path, argv, expected):
+    """A value the run would not use (a trace rate with no trace, a rate the algorithm does not have) is refused in
+    one line, never silently dropped or recorded as if used."""
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, *argv, "--out", str(out)])
+
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("edgeprof: error:") and expected in lines[0], result.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_rate_no_trained_algorithm_uses_is_refused(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--algos", "fedavg,fedprox", "--rho", "1", *FAST,
+                                      "--out", str(tmp_path)])
+
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == ("edgeprof: error: --rho applies to none of fedavg, fedprox, which take only "
+                                     "--beta, --mu; leave it out")
+
+
+@pytest.mark.parametrize("argv,recorded", [
+    (["measure", "--algo", "fedavg", "--run-name", "r"],
+     {"r": {"beta": 0.007, "rho": None, "mu": None, "server_optimizer": None}}),
+    (["train", "--algos", "pflego,fedprox", "--rho", "0.01", "--mu", "0.5", "--server-optimizer", "sgd",
+      "--run-name", "r"],
+     {"r-pflego": {"beta": 0.189, "rho": 0.01, "mu": None, "server_optimizer": "sgd"},
+      "r-fedprox": {"beta": 0.007, "rho": None, "mu": 0.5, "server_optimizer": None}}),
+])
+def test_the_sidecar_records_only_the_settings_each_algorithm_used(tmp_path, argv, recorded):
+    """Defaults are never refused; a rate given for several algorithms reaches those that use it, and each report's
+    config holds None for what its algorithm does not use (MNIST column of Table 6 for the rest)."""
+    import json
+
+    result = CliRunner().invoke(app, [*argv, *FAST, "--out", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    for name, want in recorded.items():
+        config = json.loads((tmp_path / f"{name}.json").read_text())["config"]
+        assert {k: config[k] for k in want} == want
 
 
 def test_an_engine_no_swept_algorithm_has_is_refused(tmp_path):

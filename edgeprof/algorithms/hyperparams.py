@@ -98,3 +98,21 @@ def defaults(row, dataset: str, degree: str = "high") -> dict[str, float]:
         row = TABLE6[family].get(algo)
         cell = row[column] if row else {}
     return {**FALLBACK, **cell}
+
+
+#: the run settings an algorithm may or may not use, as :func:`used` answers for it
+SETTINGS = ("beta", "rho", "mu", "server_optimizer")
+
+
+def used(spec) -> frozenset[str]:
+    """The settings among :data:`SETTINGS` that the algorithm ``spec`` (an ``AlgorithmSpec``) uses, read from its
+    declaration: ``beta`` always (every client steps); ``rho`` and ``server_optimizer`` where its server step feeds a
+    server optimizer (``has_optimizer``); and the rates of its row wherever Tables 6-7 give it one, or the keys of
+    its own defaults. A row no table holds gets every rate (:data:`FALLBACK`), so none of them is called unused."""
+    out = {"beta"} | ({"rho", "server_optimizer"} if spec.has_optimizer else set())
+    row = spec.hyperparams
+    if not isinstance(row, str):
+        return frozenset(out | (set(row) & {"rho", "mu"}))
+    cells = [TABLE7.get(row, {})] + [cell for table in TABLE6.values() for cell in table.get(row, ())]
+    rates = {k for cell in cells for k in cell}
+    return frozenset(out | (rates & {"rho", "mu"} if rates else {"rho", "mu"}))

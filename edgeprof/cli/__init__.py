@@ -152,7 +152,7 @@ def measure(
 ) -> None:
     """Run federated rounds in-process and write a CSV energy report with a JSON sidecar."""
     with guard():
-        _measure_and_report(o.run_config(ctx.params))
+        _measure_and_report(o.run_config(ctx.params, given=o.given_options(ctx)))
 
 
 @app.command()
@@ -235,7 +235,8 @@ def train(
 
         if not 0.0 < target_accuracy <= 1.0:
             raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
-        _train_and_report(o.run_config(ctx.params, algo=algos[0], evaluate=True), algos, target_accuracy)
+        base = o.run_config(ctx.params, given=o.given_options(ctx), algos=algos, algo=algos[0], evaluate=True)
+        _train_and_report(base, algos, target_accuracy)  # each algorithm's run keeps only the rates it uses
 
 
 def _train_and_report(base, names, target: float) -> None:
@@ -288,7 +289,7 @@ def sweep(
         from edgeprof.errors import ConfigError
         from edgeprof.rounds.sweep import SweepConfig
 
-        cfg = SweepConfig(base=o.run_config(ctx.params, participation=1.0), algos=algos,
+        cfg = SweepConfig(base=o.run_config(ctx.params, given=o.given_options(ctx), participation=1.0), algos=algos,
                           engines=_csv_list(engines, str, "engines"), taus=_csv_list(taus, int, "taus"),
                           repeats=repeats, samples_per_client=samples_per_client or None,
                           max_baseline_tau=max_baseline_tau, warmup=warmup)
@@ -403,7 +404,7 @@ def flower_app_dir(
 
         if not 1 <= port <= 65535:
             raise ConfigError(f"port must be in 1..65535, got {port}")
-        cfg = o.run_config(ctx.params, out=out.resolve(), progress=False)
+        cfg = o.run_config(ctx.params, given=o.given_options(ctx), out=out.resolve(), progress=False)
         path = write_app_dir(folder, to_run_config(cfg, FlowerSettings(round_timeout, node_wait, total_samples)))
         typer.echo(f"1. wrote {path}\n{flower_commands(folder, clients, port)}")
 
@@ -426,7 +427,7 @@ def flower_simulate(
         from edgeprof.flower.config import FlowerSettings
         from edgeprof.flower.simulation import simulate
 
-        folder = simulate(o.run_config(ctx.params, out=out.resolve(), progress=False),
+        folder = simulate(o.run_config(ctx.params, given=o.given_options(ctx), out=out.resolve(), progress=False),
                           FlowerSettings(round_timeout_s=round_timeout, simulation=True),
                           client_cpus=client_cpus, client_gpus=client_gpus)
         typer.echo(f"reports in {folder}")

@@ -288,21 +288,51 @@ ClientGpus = Annotated[Optional[float], _opt(panel=FLOWER, help="GPUs (fractions
                                            "(default: 1 for rounds on CUDA, else 0; docs: GPUs).")]
 
 
-def run_config(params: Mapping[str, Any], **fixed: Any):
+def given_options(ctx: Any) -> tuple[str, ...]:
+    """The parameters of a command that its user gave (on the command line or through the environment), not
+    left at their defaults: ``ctx`` is the command's click context."""
+    from click.core import ParameterSource
+
+    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return tuple(name for name in ctx.params if ctx.get_parameter_source(name) in typed)
+
+
+def run_config(params: Mapping[str, Any], *, given: Sequence[str] = (), algos: Optional[Sequence[str]] = None,
+               **fixed: Any):
     """The RunConfig of a command: each parsed option named like a RunConfig field, then ``fixed`` over them.
 
     ``params`` is the command's ``ctx.params``; options that are not run settings (``--port``, ``--check``)
     are left out. ConfigError (exit 2) for the first invalid setting, as :func:`edgeprof.config.validate` says.
+    ``given`` names the options the user gave (:func:`given_options`): one that none of ``algos`` (default: the
+    config's algorithm) uses is refused (:func:`edgeprof.config.check_used`), and so is ``--trace-hz`` without
+    ``--trace`` and ``--trace`` at 0 Hz (the rate counts only with ``--trace``).
     """
-    from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, parse_meter_settings
+    from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, check_used, parse_meter_settings
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    given = {**params, **fixed}
-    given["trace_hz"] = given.get("trace_hz") if given.pop("trace", False) else None  # the rate counts with --trace
-    energy = {k: given[k] for k in ENERGY_NAMES if given.get(k) is not None}
-    meters = parse_meter_settings(given.get("meter_setting") or ())
-    return RunConfig(**{k: v for k, v in given.items() if k in fields},
-                     energy=EnergySettings.of(meter_settings=meters, **energy))
+    values = {**params, **fixed}
+    trace = bool(values.pop("trace", False))
+    _check_trace(trace, values.get("trace_hz"), "trace_hz" in given)
+    values["trace_hz"] = values.get("trace_hz") if trace else None
+    energy = {k: values[k] for k in ENERGY_NAMES if values.get(k) is not None}
+    meters = parse_meter_settings(values.get("meter_setting") or ())
+    cfg = RunConfig(**{k: v for k, v in values.items() if k in fields},
+                    energy=EnergySettings.of(meter_settings=meters, **energy))
+    check_used(list(algos or (cfg.algo,)), given)
+    return cfg
+
+
+def _check_trace(trace: bool, hz: Optional[float], hz_given: bool) -> None:
+    """ConfigError with one line for a trace rate that would silently trace nothing: ``--trace-hz`` given
+    without ``--trace``, or ``--trace`` with a rate of 0."""
+    from edgeprof.errors import ConfigError
+
+    if hz_given and not trace:
+        raise ConfigError(f"--trace-hz {hz:g} sets the rate of --trace, which was not given; add --trace "
+                          "(or leave --trace-hz out)")
+    if trace and hz == 0:
+        raise ConfigError("--trace --trace-hz 0 would record no trace; give a rate in 1..1000 Hz "
+                          "(or leave --trace out)")
 
 
 # --- trace (one window of a report's power trace) ---------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Flower hands every ServerApp and ClientApp the run config (``[tool.flwr.app.config]`` of the app's
 ``pyproject.toml``, overridden by ``flwr run -c 'key=value'``). Its values are str, int, float or bool,
-never None, so an unset optional setting is written as ``""`` (strings) or ``0`` (numbers). Keys are
-the RunConfig field names with ``-`` for ``_`` plus a few Flower-only keys (:data:`FLOWER_DEFAULTS`).
+never None, so an unset optional setting is written as ``""`` (a 0 is a value, checked as the CLI checks it).
+Keys are the RunConfig field names with ``-`` for ``_`` plus a few Flower-only keys (:data:`FLOWER_DEFAULTS`).
+Every value goes through the same validation as the CLI's (:mod:`edgeprof.config`), and a learning rate or server
+optimizer the algorithm does not use is refused (:func:`edgeprof.config.check_used`).
 
 This module imports nothing from flwr, so it can be unit-tested and used by the CLI without Flower.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgeprof.config import EnergySettings, RunConfig, parse_meter_settings
+from edgeprof.config import EnergySettings, RunConfig, check_used, parse_meter_settings
 from edgeprof.errors import ConfigError
 
 #: RunConfig fields that are not meaningful in a federation (each node profiles itself; the
@@ -26,10 +28,9 @@ _SKIPPED = ("progress", "energy")
 _ENERGY_KEYS = ("cpu_watts", "jetson_hz", "country", "region", "carbon_intensity", "trace_hz")
 #: the node-config key of the torch device a node's rounds run on (``device`` is the node's name in the report)
 COMPUTE_DEVICE_KEY = "compute-device"
-#: optional numeric fields, written as 0 when unset
-_OPTIONAL_NUMBERS = ("threads", "beta", "rho", "cpu_watts", "carbon_intensity")
-#: optional numeric fields for which 0 is a setting (a proximal mu = 0), written as "" when unset
-_BLANK_NUMBERS = ("mu",)
+#: optional numeric fields, written as "" when unset: a 0 is a value, checked as the CLI checks it (a proximal
+#: mu = 0 is a setting; beta = 0 or carbon-intensity = 0 is refused, never replaced by a default)
+_BLANK_NUMBERS = ("threads", "beta", "rho", "mu", "cpu_watts", "carbon_intensity")
 #: optional string/path fields, written as "" when unset
 _OPTIONAL_STRINGS = ("data_dir", "run_name", "engine", "country", "region")
 
@@ -44,16 +45,24 @@ class FlowerSettings:
     simulation: bool = False  # set by `edgeprof flower-simulate`: clients share one machine
 
     def __post_init__(self) -> None:
-        """ConfigError with one line for a setting no server could wait by (NaN, infinite, negative)."""
-        import math
+        """ConfigError with one line for a setting no server could wait by (NaN, negative, past its documented
+        bound: :data:`MAX_WAIT_S`, :data:`MAX_TOTAL_SAMPLES`)."""
+        if not 0 < self.round_timeout_s <= MAX_WAIT_S:
+            raise ConfigError(f"round-timeout must be a number of seconds above 0 and at most {MAX_WAIT_S:g}, "
+                              f"got {self.round_timeout_s}")
+        if not 0 <= self.node_wait_s <= MAX_WAIT_S:
+            raise ConfigError(f"node-wait must be a number of seconds >= 0, at most {MAX_WAIT_S:g}, "
+                              f"got {self.node_wait_s}")
+        if isinstance(self.total_samples, bool) or not isinstance(self.total_samples, int) or not (
+                0 <= self.total_samples <= MAX_TOTAL_SAMPLES):
+            raise ConfigError(f"total-samples must be >= 0, a whole number at most {MAX_TOTAL_SAMPLES:,}, "
+                              f"got {self.total_samples}")
 
-        if not 0 < self.round_timeout_s < math.inf:
-            raise ConfigError(f"round-timeout must be a number of seconds above 0, got {self.round_timeout_s}")
-        if not 0 <= self.node_wait_s < math.inf:
-            raise ConfigError(f"node-wait must be a number of seconds >= 0, got {self.node_wait_s}")
-        if not self.total_samples >= 0:
-            raise ConfigError(f"total-samples must be >= 0, got {self.total_samples}")
 
+#: the longest a server waits for a round's replies or for its nodes (``round-timeout``, ``node-wait``): a day
+MAX_WAIT_S = 86_400.0
+#: the largest ``total-samples`` (sum_j N_j of a federation)
+MAX_TOTAL_SAMPLES = 10**9
 
 FLOWER_DEFAULTS = {"round-timeout": 60.0, "node-wait": 120.0, "total-samples": 0, "simulation": False}
 
@@ -70,13 +79,13 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
             continue
         value = getattr(cfg, f.name)
         if value is None:
-            value = 0 if f.name in _OPTIONAL_NUMBERS else ""  # _BLANK_NUMBERS and strings: ""
+            value = ""  # _BLANK_NUMBERS and _OPTIONAL_STRINGS
         elif isinstance(value, Path):
             value = str(value)
         out[_key(f.name)] = value
     for name in _ENERGY_KEYS:
         value = getattr(cfg.energy, name)
-        out[_key(name)] = (0 if name in _OPTIONAL_NUMBERS else "") if value is None else value
+        out[_key(name)] = "" if value is None else value
     others = {k: v for k, v in cfg.energy.meter_settings.items() if k not in _ENERGY_KEYS}
     out["meter-settings"] = ",".join(f"{k}={v}" for k, v in others.items())
     out.update({"round-timeout": float(settings.round_timeout_s), "node-wait": float(settings.node_wait_s),
@@ -99,8 +108,6 @@ def _from_value(name: str, value: Any, default: Any) -> Any:
     """A run-config value as the setting ``name`` takes it, strictly: ConfigError with one line naming the key and
     what it accepts (a TOML or ``flwr run -c`` value of another type is never coerced)."""
     key = _key(name)
-    if name in _OPTIONAL_NUMBERS and value in (0, 0.0, "") and not isinstance(value, bool):
-        return None
     if name in _OPTIONAL_STRINGS + _BLANK_NUMBERS and value == "":
         return None
     if isinstance(default, bool) or name == "simulation":
@@ -136,7 +143,10 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
         raise ConfigError(f"unknown edgeprof run-config key(s): {', '.join(unknown)}")
     kwargs = {name: _from_value(name, merged[key], getattr(base, name)) for key, name in known.items()
               if key in merged}
-    cfg = RunConfig(progress=False, energy=energy_from(merged), **kwargs).resolved()
+    cfg = RunConfig(progress=False, energy=energy_from(merged), **kwargs)
+    check_used([cfg.algo], [n for n, v in kwargs.items() if v is not None and v != getattr(base, n)],
+               form="run-config key {}", listed="{}")
+    cfg = cfg.resolved()
     flower = {k: _from_value(k.replace("-", "_"), merged.get(k, v), v) for k, v in FLOWER_DEFAULTS.items()}
     settings = FlowerSettings(flower["round-timeout"], flower["node-wait"], flower["total-samples"],
                               flower["simulation"])

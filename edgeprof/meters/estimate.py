@@ -32,6 +32,8 @@ from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag, usable_c
 
 #: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
 DEFAULT_WATTS_PER_CORE = 10.0
+#: the most ``--cpu-watts`` takes, per busy core (a whole server CPU draws a few hundred watts)
+MAX_WATTS_PER_CORE = 1000.0
 
 #: (regex searched in the CPU model, watts per busy core, where the figure comes from); first match wins
 KNOWN_CPUS: tuple[tuple[str, float, str], ...] = (
@@ -163,10 +165,13 @@ def _open(ctx: MeterContext) -> CpuTimeEstimateMeter:
 
 #: discovery's view of the estimate: always available, opened only when nothing measures the CPU
 def check_settings(given) -> str | None:
-    """``cpu_watts``, when given, must be a positive finite number; ``cpu_clock_lag_s`` one in 0..MAX_LAG_S."""
+    """``cpu_watts``, when given, must be a number in (0, MAX_WATTS_PER_CORE]; ``cpu_clock_lag_s`` one in
+    0..MAX_LAG_S."""
     watts, lag = given.get("cpu_watts"), given.get("cpu_clock_lag_s")
     if watts is not None and not (_is_number(watts) and math.isfinite(watts) and watts > 0):
         return f"cpu-watts must be positive, got {watts}"
+    if watts is not None and watts > MAX_WATTS_PER_CORE:
+        return f"cpu-watts must be at most {MAX_WATTS_PER_CORE:g} W per busy core, got {watts:g}"
     if lag is not None and not (_is_number(lag) and 0 <= lag <= MAX_LAG_S):
         return f"cpu_clock_lag_s must be in 0..{MAX_LAG_S:g} s, got {lag}"
     return None
