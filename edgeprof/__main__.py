@@ -1,31 +1,41 @@
 """The ``edgeprof`` console script and ``python -m edgeprof``: a Ctrl-C at any moment ends in one line.
 
-This module imports nothing heavy, so the script's stop signals are in edgeprof's hands from its first
-milliseconds: a Ctrl-C (or SIGTERM, SIGHUP) while the command line interface itself is being imported ends
-the process with 128 + the signal number and one line, never a traceback (docs: Measuring, exit codes); from then
-on :func:`edgeprof.cli.main` handles them.
+The module's first statements take over the stop signals (Ctrl-C, SIGTERM, SIGHUP), before anything is imported
+but ``_signal`` and ``os`` (built into the interpreter or frozen in it, and loaded by its own start): a stop while
+edgeprof and its command line interface are imported ends the process at once (nothing is written before the
+command runs) with 128 + the signal number and one line, never a traceback (docs: Measuring, exit codes).
+:func:`main` then hands them to :func:`edgeprof.signals.stop_once`, and :func:`edgeprof.cli.main` handles them
+from there. Only the interpreter's own start, before this module runs, is Python's. Importing this module sets
+those handlers: only the entry points import it.
 """
 
-from __future__ import annotations
+import _signal
+import os
 
-import sys
+#: the stop signals by number, as the one line names them
+_NAMES = {_signal.SIGINT: "SIGINT", _signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
 
-from edgeprof.host import prefer_passive_openmp
-from edgeprof.signals import exit_code, stop_once, stops_unwrapped
+
+def _stopped_while_starting(signum, _frame) -> None:
+    """One line and exit 128 + ``signum`` now: the command has not run, so there is nothing to close."""
+    os.write(2, f"edgeprof: interrupted ({_NAMES[signum]}) while starting; nothing was written\n".encode())
+    os._exit(128 + signum)
+
+
+for _signum in _NAMES:
+    _signal.signal(_signum, _stopped_while_starting)
 
 
 def main() -> None:
-    """Take over the stop signals (:func:`edgeprof.signals.stop_once`), set OpenMP's passive wait before torch
-    loads (:func:`edgeprof.host.prefer_passive_openmp`), import the CLI, run it."""
-    stop_once()
+    """Set OpenMP's passive wait before torch loads (:func:`edgeprof.host.prefer_passive_openmp`), import the CLI,
+    hand the stop signals to :func:`edgeprof.signals.stop_once`, run the CLI."""
+    from edgeprof.host import prefer_passive_openmp
+
     prefer_passive_openmp()
-    try:
-        with stops_unwrapped():  # a Ctrl-C while a class of the CLI's modules is created comes wrapped (3.11)
-            from edgeprof.cli import main as run
-    except KeyboardInterrupt as err:
-        print(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} while starting; nothing was written",
-              file=sys.stderr, flush=True)
-        raise SystemExit(exit_code(err)) from None
+    from edgeprof.cli import main as run
+    from edgeprof.signals import stop_once
+
+    stop_once()
     run()
 
 

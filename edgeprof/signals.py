@@ -5,15 +5,21 @@ Under ``timeout``, ``docker stop`` or systemd a run gets SIGTERM, and a closed t
 place that already finishes or drops the current window on Ctrl-C does the same for them; the CLI then
 exits with 128 + the signal number (130, 143, 129). :func:`signals_held` defers these signals around the
 final sidecar write, so a second Ctrl-C takes effect after it, never in the middle. :func:`stops_unwrapped`
-gives back a stop that Python wrapped in another exception on its way up.
+gives back a stop that Python wrapped in another exception on its way up. In a program of the user's own (the
+monitor), :func:`handle_termination` takes only the signals the program left at their default, and a
+:class:`Terminated` that the program does not catch ends it with one line and 128 + the signal, as a command
+ends; :func:`end_on_stop` ends a process at once where nothing is left to close (the wait for threads that a
+command's own code left running).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 #: the signals a run treats as "stop now, keep what is finished"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -73,22 +79,61 @@ def exit_code(err: KeyboardInterrupt) -> int:
     return 128 + getattr(err, "signum", signal.SIGINT)
 
 
+def stop_raised() -> bool:
+    """Whether a stop signal was raised in this process (:func:`stop_exception`): the run is ending on request."""
+    return bool(_raised)
+
+
 def _raise_terminated(signum, _frame) -> None:
     raise stop_exception(signum)
 
 
+def _raise_in_program(signum, _frame) -> None:
+    """:func:`_raise_terminated` in a program of the user's own: uncaught, the stop ends it in one line."""
+    if not isinstance(sys.excepthook, _UncaughtStop):
+        sys.excepthook = _UncaughtStop(sys.excepthook)
+    raise stop_exception(signum)
+
+
+class _UncaughtStop:
+    """``sys.excepthook`` for a program whose SIGTERM or SIGHUP the monitor turned into :class:`Terminated`: left
+    uncaught, it ends the program with one line and 128 + the signal (143, 129), as the signal itself or an
+    ``edgeprof`` command would, instead of a traceback and exit 1; every other exception goes to the hook before.
+
+    The interpreter exits with the code of a SystemExit that its hook raises, after the exit handlers (a monitor
+    the program never stopped closes its report in one of them, interrupted by this signal)."""
+
+    def __init__(self, previous: Callable) -> None:
+        self.previous = previous
+
+    def __call__(self, kind, err, tb) -> None:
+        if not isinstance(err, Terminated):
+            self.previous(kind, err, tb)
+            return
+        report = getattr(err, "report", None)
+        kept = f"; the report keeps every window that finished ({report})" if report is not None else ""
+        print(f"edgeprof: {err.reason}{kept}", file=sys.stderr, flush=True)
+        raise SystemExit(exit_code(err))
+
+
 @contextlib.contextmanager
-def handle_termination() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only; else a no-op)."""
+def handle_termination(*, program: bool = False) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only; else a no-op).
+
+    ``program``: the block is a program of the user's own (:func:`edgeprof.monitor`): a signal whose handler the
+    program set (or ignores) is left to it, and a Terminated that the program does not catch ends it with one
+    line and 128 + the signal (:class:`_UncaughtStop`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    taken = [s for s in (signal.SIGTERM, signal.SIGHUP) if not program or signal.getsignal(s) == signal.SIG_DFL]
+    handler = _raise_in_program if program else _raise_terminated
+    previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for s, was in previous.items():
+            signal.signal(s, was)
 
 
 def stop_once() -> None:
@@ -109,6 +154,26 @@ def stop_once() -> None:
 
     for s in STOP_SIGNALS:
         signal.signal(s, first_stop)
+
+
+def end_on_stop(say: Callable[[str], str]) -> None:
+    """From now on a stop signal ends the process at once: the line ``say(reason)`` on stderr (``reason``:
+    ``interrupted (SIGTERM)``), then exit 128 + the signal without the interpreter's exit (main thread only).
+
+    For a process with nothing left to close but a wait it cannot end itself (threads that a command's own code
+    left running), where a raised stop would break the wait into a traceback and the exit code of the command."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def end(signum, _frame) -> None:
+        try:
+            sys.stderr.write(say(f"interrupted ({signal.Signals(signum).name})") + "\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, end)
 
 
 def ignore_stop_signals() -> None:

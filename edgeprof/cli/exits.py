@@ -171,11 +171,15 @@ def run(app: typer.Typer) -> None:
     returns), so once stdout and stderr are flushed and the exit handlers have run (:mod:`atexit`: logging's
     flush, multiprocessing's clean-up, temporary folders) the process ends with :func:`os._exit`. The normal exit
     is taken instead when anything could still be pending: a thread other than daemons still running, a flush
-    that fails, an exit status that is not a number, or an exception that is not an exit (a bug's traceback).
-    The exit codes are the command's own (docs: Measuring, exit codes). Only this entry point exits early: the tests'
-    CliRunner and a program that calls ``app`` get their SystemExit as before.
+    that fails, an exit status that is not a number, or an exception that is not an exit (a bug's traceback);
+    but a command that a stop signal ended exits early even while such a thread runs (the user's own code, say a
+    backbone factory, can leave one): the stop asked for the end, and its line is printed. The normal exit waits
+    for those threads; a stop signal during that wait ends the process at once with one line and 128 + the
+    signal (:func:`edgeprof.signals.end_on_stop`). The exit codes are the command's own (docs: Measuring, exit
+    codes). Only this entry point exits early: the tests' CliRunner and a program that calls ``app`` get their
+    SystemExit as before.
     """
-    from edgeprof.signals import exit_code, ignore_stop_signals, stops_unwrapped
+    from edgeprof.signals import end_on_stop, exit_code, ignore_stop_signals, stop_raised, stops_unwrapped
 
     try:
         with stops_unwrapped():
@@ -188,11 +192,12 @@ def run(app: typer.Typer) -> None:
                    "nothing was written", err=True)
         code = exit_code(err)
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if isinstance(code, int) and run_exit_handlers is not None and _alone() and _flushed():
+    if isinstance(code, int) and run_exit_handlers is not None and (_alone() or stop_raised()) and _flushed():
         ignore_stop_signals()  # the command is over: a late Ctrl-C must not break the exit handlers into a traceback
         run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
         if _flushed():
             os._exit(code)
+    end_on_stop(_after_the_end)
     sys.exit(code)
 
 
@@ -200,6 +205,14 @@ def _alone() -> bool:
     """No thread but this one and daemons is alive (the normal exit would wait for such a thread)."""
     me = threading.current_thread()
     return all(t is me or t.daemon or not t.is_alive() for t in threading.enumerate())
+
+
+def _after_the_end(reason: str) -> str:
+    """The line of a stop during the normal exit, naming the threads it waited for (alive, not daemons)."""
+    me = threading.current_thread()
+    names = ", ".join(t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive())
+    waiting = f", while waiting for the threads its code left running ({names})" if names else ""
+    return f"edgeprof: {reason} after the command ended{waiting}"
 
 
 def _flushed() -> bool:

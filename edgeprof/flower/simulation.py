@@ -12,7 +12,8 @@ the local SuperLink (docs/flower.md).
 GPUs: Ray shows each virtual client only the GPUs it reserves (``num_gpus``), numbered from 0, and hides
 every GPU from a client that reserves none. So the device is decided once, here (``auto`` resolved on this
 machine), and a run on CUDA reserves one GPU per client unless ``client_gpus`` says otherwise (a fraction
-such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break.
+such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break, and
+:func:`check_usable` a device this machine cannot run rounds on, both before Ray starts.
 """
 
 from __future__ import annotations
@@ -121,16 +122,24 @@ def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
     return 1.0 if client_gpus is None else float(client_gpus)
 
 
+def check_usable(device: str, tf32: bool) -> None:
+    """ConfigError with the one line ``edgeprof measure`` gives when this machine cannot run rounds on ``device``
+    (resolved: no CUDA GPU, no such index) or ``tf32`` is asked of a device without it: checked here, before Ray
+    starts, since every virtual client would fail on it and the simulation would wait for them."""
+    from edgeprof.nn.compute import kind_of, tf32_refused
+
+    kind = kind_of(device)
+    why = kind.unavailable(device) or (tf32_refused(device) if tf32 and not kind.cudnn else None)
+    if why:
+        raise ConfigError(why)
+
+
 def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, backend: str = "ray",
              client_cpus: float = 1.0, client_gpus: Optional[float] = None, total_cpus: Optional[int] = None) -> Path:
     """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder.
 
     ``client_gpus``: GPUs each client reserves (None: 1 for rounds on CUDA, else 0; :func:`client_gpus_for`).
     """
-    run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
-
-    from edgeprof.flower.client_app import make_client_app
-    from edgeprof.flower.server_app import StopRequest, make_server_app
     from edgeprof.nn.compute import resolve_device
 
     if not 0 < client_cpus < math.inf:
@@ -138,6 +147,12 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     # decided here, where every GPU is visible: a client sees only what it reserves
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
+    check_usable(cfg.device, cfg.tf32)
+    run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
+
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.server_app import StopRequest, make_server_app
+
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
     stop = StopRequest(Path(cfg.out))
     # Flower's notice that run_simulation is deprecated is about edgeprof's call, not the user's to change

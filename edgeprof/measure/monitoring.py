@@ -161,7 +161,9 @@ class Monitor:
         self._windows = self._session.ctx.profiler.windows
         from edgeprof.signals import handle_termination
 
-        stack.enter_context(handle_termination())  # SIGTERM and SIGHUP end the run as in measure (main thread)
+        # SIGTERM and SIGHUP end the run as in measure (main thread), unless the program handles them itself;
+        # one the program does not catch ends it with one line and 143 / 129 (edgeprof.signals)
+        stack.enter_context(handle_termination(program=True))
         atexit.register(self._at_exit)
         stack.callback(atexit.unregister, self._at_exit)
         self._stack, self._state = stack, "running"

@@ -44,10 +44,13 @@ H200, ``channels_last:64`` took 666 aten ops for one forward+backward of 600 ima
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,13 +228,18 @@ def resolve(spec: str, module, threads: Optional[int] = None, device: str = "cpu
 
         kind = kind_of(device)
     identity = kind.identity(device)
+    note = None
     if spec == "calibrate":
         plan = calibrate(module, threads, device=device, kind=kind)
-        _store(module, threads, identity, plan)
+        note = _store(module, threads, identity, plan)
     elif spec == "auto":
-        plan = _stored(module, threads, identity) or kind.default_plan(device, module)
+        plan, note = _stored(module, threads, identity)
+        plan = plan or kind.default_plan(device, module)
     else:
         plan = parse(spec)
+    if note:  # the run goes on; its sidecar and stderr say what became of the stored calibration
+        logging.getLogger("edgeprof").warning(note)
+        plan = dataclasses.replace(plan, source=f"{plan.source}; {note}")
     return dataclasses.replace(plan, requested=spec)
 
 
@@ -308,30 +316,76 @@ def _calibration_path(module, threads: Optional[int], identity: str) -> Optional
     return folder.parent / "execution" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 
-def _stored(module, threads: Optional[int], identity: str) -> Optional[ExecutionPlan]:
+def _stored(module, threads: Optional[int], identity: str) -> tuple[Optional[ExecutionPlan], Optional[str]]:
     """The calibration stored for this device, or None (none, damaged, or stored without this device's identity,
-    as an entry written before the key named the device was)."""
+    as an entry written before the key named the device was); and a note when the cache holds something that is
+    no calibration file (a FIFO, a device, a folder, a file too big), which is ignored without being read."""
     path = _calibration_path(module, threads, identity)
     if path is None:
+        return None, None
+    try:
+        text = _read_stored(path)
+    except _NotAFile as err:
+        return None, f"the stored calibration {path} is {err}; ignored (the device's default plan is used)"
+    except OSError:
+        return None, None
+    try:
+        data = json.loads(text) if text is not None else None
+        if data is None or data.get("device") != identity:
+            return None, None
+        plan = parse(data["spec"])
+        return dataclasses.replace(plan, source=f"{data['source']}; stored in {path}"), None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, ConfigError):  # damaged
+        return None, None
+
+
+class _NotAFile(OSError):
+    """What stands at a calibration's path is no regular file of a calibration's size (the message says what)."""
+
+
+def _read_stored(path: Path) -> Optional[str]:
+    """The text of the calibration file at ``path`` (None: there is none), opened without following a FIFO's wait
+    for a writer (``O_NONBLOCK``) and read only once it is known to be a regular file of at most
+    :data:`MAX_STORED_BYTES`; :class:`_NotAFile` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
         return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("device") != identity:
-            return None
-        plan = parse(data["spec"])
-        return dataclasses.replace(plan, source=f"{data['source']}; stored in {path}")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, ConfigError):  # damaged
-        return None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotAFile(_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
+        if info.st_size > MAX_STORED_BYTES:
+            raise _NotAFile(f"{info.st_size:,} bytes, more than a calibration's {MAX_STORED_BYTES:,}")
+        return os.read(fd, MAX_STORED_BYTES + 1).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
 
 
-def _store(module, threads: Optional[int], identity: str, plan: ExecutionPlan) -> None:
+#: what a path that is no regular file is, by its type (:func:`stat.S_IFMT`)
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+#: the most a stored calibration may hold (one is a few hundred bytes)
+MAX_STORED_BYTES = 64 * 1024
+
+
+def _store(module, threads: Optional[int], identity: str, plan: ExecutionPlan) -> Optional[str]:
+    """Store ``plan`` as this device's calibration (a whole file, renamed into place); None, or the note that says
+    why it could not be stored (a read-only folder, a full disk): the run goes on with it either way."""
     path = _calibration_path(module, threads, identity)
     if path is None:
-        return
+        return None
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"spec": plan.spec, "source": plan.source, "device": identity}))
+        tmp.unlink(missing_ok=True)  # a leftover, whatever it is, is removed unopened
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps({"spec": plan.spec, "source": plan.source, "device": identity}).encode())
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return (f"the calibration was not stored ({err.filename or path}: {err.strerror or err}); the next "
+                "--execution auto will not find it")
+    return None

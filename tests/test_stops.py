@@ -1,0 +1,284 @@
+"""How things end at the edges: a stop signal in the entry's first milliseconds, in a monitored program of the
+user's own and while threads of the user's code still run; a device this machine lacks under Flower's simulation;
+a calibration cache that is no file, or cannot be written.
+
+Signals are real signals sent to real processes (the installed ``edgeprof`` script, a program that imports
+edgeprof); the cache is a real folder holding a real FIFO; only the CUDA probe is faked (hardware).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from test_faults import _one_line
+
+SCRIPT = Path(sys.executable).parent / "edgeprof"
+FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--clients", "4",
+        "--tau", "1", "--no-progress"]
+STOPS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+
+
+def _ended(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """The process's stdout and stderr once it has ended; a test failure (the process killed) if it hangs."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {timeout:g} s:\n{err[-2000:]}")
+
+
+def _until(proc: subprocess.Popen, ready, timeout: float = 180) -> None:
+    """Wait until ``ready()`` (the process still running)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "never ready"
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------ a stop while the entry module loads
+
+#: the installed console script, run as it is, with one addition: the moment the interpreter starts executing
+#: edgeprof's entry module (its code already read) is written to stdout, so delays count from edgeprof's first
+#: statement and not from Python's own start, which no entry point can reach (site, its .pth files)
+GATED_SCRIPT = """
+import importlib.abc, importlib.util, os, sys
+
+class Marked(importlib.abc.Loader):
+    def __init__(self, real):
+        self.real = real
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        code = self.real.get_code(module.__name__)
+        os.write(1, b"entry\\n")
+        exec(code, module.__dict__)
+
+class Gate(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "edgeprof.__main__":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        spec.loader = Marked(spec.loader)
+        return spec
+
+sys.meta_path.insert(0, Gate())
+script = sys.argv[0] = sys.argv.pop(1)
+exec(compile(open(script).read(), script, "exec"), {"__name__": "__main__"})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", STOPS)
+def test_a_stop_in_the_entry_modules_first_milliseconds_ends_in_one_line(tmp_path, sig, code):
+    """Before edgeprof.__main__ took over the signals first, one that landed while it imported edgeprof.host (and
+    importlib.metadata, 10-40 ms) was Python's KeyboardInterrupt traceback. Outcomes only, whatever the load."""
+    if not SCRIPT.is_file():
+        pytest.skip(f"no installed console script at {SCRIPT} (pip install -e .)")
+    name = signal.Signals(sig).name
+    for delay in (0.001, 0.005, 0.01, 0.02, 0.04, 0.08):
+        proc = subprocess.Popen([sys.executable, "-c", GATED_SCRIPT, str(SCRIPT), "measure", *FAST, "--backbone",
+                                 "mlp", "--rounds", "2", "--out", str(tmp_path / f"d{delay}")], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "entry\n", proc.communicate()
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, stderr = _ended(proc)
+
+        assert proc.returncode == code, (delay, stderr)
+        assert _one_line(stderr).startswith(f"edgeprof: interrupted ({name})"), (delay, stderr)
+
+
+# ------------------------------------------------------------------------ a monitored program of the user's own
+
+PROGRAM = """
+import signal, sys, time
+import edgeprof
+
+out, mode = sys.argv[1], sys.argv[2]
+asked = []
+if mode == "own handler":
+    signal.signal(signal.SIGTERM, lambda signum, frame: asked.append(signum))
+mon = edgeprof.monitor(out=out, name="prog", cpu_watts=10.0)
+if mode == "never stopped":
+    mon.start()
+    while True:
+        with mon.window("step"):
+            time.sleep(0.01)
+with mon:
+    while not asked:
+        with mon.window("step"):
+            time.sleep(0.01)
+print("the program's own handler ended the loop")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, sig, code, line", [
+    ("with", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM); the report keeps every window that finished"),
+    ("with", signal.SIGHUP, 129, "edgeprof: interrupted (SIGHUP); the report keeps every window that finished"),
+    ("never stopped", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM)"),
+    ("own handler", signal.SIGTERM, 0, None),
+])
+def test_a_monitored_program_stopped_by_a_signal_ends_in_one_line_or_as_it_handles_it(tmp_path, mode, sig, code,
+                                                                                     line):
+    """Uncaught, the stop the monitor raised was a traceback and exit 1; a handler of the program's own was
+    replaced by the monitor's while it ran."""
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    out = tmp_path / "profiles"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    _until(proc, lambda: any(len(p.read_bytes().splitlines()) > 3 for p in out.glob("*.csv")))
+
+    proc.send_signal(sig)
+    stdout, stderr = _ended(proc)
+
+    assert proc.returncode == code, stderr
+    (csv_path,) = out.glob("*.csv")
+    sidecar = json.loads(csv_path.with_suffix(".json").read_text())
+    if line is None:  # the program's own handler: its loop ended, the monitor stopped as written
+        assert stderr == "" and stdout == "the program's own handler ended the loop\n"
+        assert sidecar["status"] == "complete"
+        return
+    assert _one_line(stderr) == (f"{line} ({csv_path})" if "keeps" in line else line)
+    assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({signal.Signals(sig).name})"
+
+
+# ------------------------------------------------------------------------ threads the user's code left running
+
+FACTORY = """
+import threading, time
+from torch import nn
+
+def threaded(input_shape):
+    threading.Thread(target=time.sleep, args=(600,), name="left-by-factory").start()
+    channels, height, width = input_shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, 6), nn.Tanh())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["mid-run", "after the run"])
+def test_a_sigterm_ends_a_command_whose_backbone_left_a_thread_in_one_line(tmp_path, when):
+    """Mid-run the stop's line came, then the process waited for the thread for ever; after the run, waiting for
+    it, the SIGTERM was a traceback and exit 0."""
+    if not SCRIPT.is_file():
+        pytest.skip(f"no installed console script at {SCRIPT} (pip install -e .)")
+    (tmp_path / "factory.py").write_text(FACTORY)
+    rounds, csv_path = ("100000" if when == "mid-run" else "1"), tmp_path / "out" / "t.csv"
+    proc = subprocess.Popen([str(SCRIPT), "measure", *FAST, "--backbone", f"{tmp_path / 'factory.py'}:threaded",
+                             "--rounds", rounds, "--run-name", "t", "--out", str(csv_path.parent)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if when == "mid-run":
+        _until(proc, lambda: csv_path.is_file() and len(csv_path.read_bytes().splitlines()) > 5)
+    else:
+        sidecar = csv_path.with_suffix(".json")
+        _until(proc, lambda: sidecar.is_file() and '"complete"' in sidecar.read_text())
+        time.sleep(0.5)  # the command returns; the interpreter's exit waits for the factory's thread
+
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = _ended(proc)
+
+    assert proc.returncode == 143, stderr
+    line = _one_line(stderr)
+    assert line.startswith("edgeprof: interrupted (SIGTERM)"), line
+    if "after the command ended" in line:
+        assert line.endswith("while waiting for the threads its code left running (left-by-factory)")
+
+
+# ------------------------------------------------------------------------ a device Flower's simulation cannot use
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--device", "cuda"], "--device cuda: no CUDA GPU here"),
+    (["--device", "cuda:0", "--client-gpus", "0.5"], "--device cuda:0: no CUDA GPU here"),
+])
+def test_a_device_this_machine_cannot_use_is_refused_before_ray_starts(tmp_path, monkeypatch, argv, expected):
+    """It started Ray, every virtual client failed on it (seven tracebacks) and the simulation waited."""
+    pytest.importorskip("flwr")
+    import flwr.simulation
+
+    from edgeprof.cli import app
+    from edgeprof.nn import compute
+
+    monkeypatch.setattr(compute.kind_of("cuda"), "unavailable", lambda device: f"--device {device}: no CUDA GPU here")
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: pytest.fail("Ray was started"))
+
+    result = CliRunner().invoke(app, ["flower-simulate", *argv, "--out", str(tmp_path / "out")])
+
+    assert result.exit_code == 2, result.output
+    assert _one_line(result.stderr).startswith(f"edgeprof: error: {expected}")
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------ the calibration cache
+
+
+def _calibrated(tmp_path: Path, monkeypatch) -> Path:
+    """``measure --execution calibrate`` once with the node cache in ``tmp_path``; the calibration file it stored."""
+    from edgeprof.cli import app
+
+    monkeypatch.setenv("EDGEPROF_CACHE_DIR", str(tmp_path / "cache"))
+    done = CliRunner().invoke(app, ["measure", *FAST, "--backbone", "mlp", "--rounds", "1", "--threads", "1",
+                                    "--execution", "calibrate", "--out", str(tmp_path / "first")])
+    assert done.exit_code == 0, done.output
+    (stored,) = (tmp_path / "cache" / "execution").glob("*.json")
+    return stored
+
+
+def _execution(report: Path) -> dict:
+    return json.loads(next(report.glob("*.json")).read_text())["numerics"]["compute"]["execution"]
+
+
+@pytest.mark.slow
+def test_a_calibration_cache_entry_that_is_a_fifo_is_ignored_unopened_with_one_note(tmp_path, monkeypatch):
+    """Read as a file, a FIFO waited for a writer for ever before anything was written."""
+    stored = _calibrated(tmp_path, monkeypatch)
+    stored.unlink()
+    os.mkfifo(stored)
+
+    proc = subprocess.Popen([sys.executable, "-m", "edgeprof", "measure", *FAST, "--backbone", "mlp", "--rounds", "1",
+                             "--threads", "1", "--execution", "auto", "--out", str(tmp_path / "auto")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "EDGEPROF_CACHE_DIR": str(tmp_path / "cache")})
+    _, stderr = _ended(proc, timeout=120)
+
+    assert proc.returncode == 0, stderr
+    note = f"the stored calibration {stored} is a FIFO; ignored (the device's default plan is used)"
+    assert _one_line(stderr) == f"edgeprof: note: {note}"
+    execution = _execution(tmp_path / "auto")
+    assert execution["source"].startswith("table") and execution["source"].endswith(note)
+
+
+@pytest.mark.slow
+def test_a_calibration_that_cannot_be_stored_says_so_and_the_run_goes_on(tmp_path, monkeypatch):
+    """It was dropped without a word, and every later ``auto`` run silently took the table instead."""
+    from edgeprof.cli import app
+
+    stored = _calibrated(tmp_path, monkeypatch)
+    folder = stored.parent
+    for entry in folder.iterdir():
+        entry.unlink()
+    folder.rmdir()
+    folder.write_text("")  # a file where the calibrations' folder goes: it cannot be created
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--backbone", "mlp", "--rounds", "1", "--threads", "1",
+                                      "--execution", "calibrate", "--out", str(tmp_path / "again")])
+
+    assert result.exit_code == 0, result.output
+    note = f"the calibration was not stored ({folder}: File exists); the next --execution auto will not find it"
+    assert _one_line(result.stderr) == f"edgeprof: note: {note}"
+    execution = _execution(tmp_path / "again")
+    assert execution["source"].startswith("calibrated on this machine") and execution["source"].endswith(note)
