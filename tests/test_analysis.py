@@ -198,8 +198,10 @@ def test_ratio_of_means_exact_and_with_interval():
     assert math.isnan(ratio_of_means([], [1.0]).value)
 
 
-def rows_for(costs: dict, repeats: int = 3, device: str = "dev", noise: float = 0.01, seed: int = 0) -> list[dict]:
-    """Client rows of a synthetic sweep: ``costs[(algo, engine)](tau)`` seconds, energy 10 W * wall."""
+def rows_for(costs: dict, repeats: int = 3, device: str = "dev", noise: float = 0.01, seed: int = 0,
+             method: str = "") -> list[dict]:
+    """Client rows of a synthetic sweep: ``costs[(algo, engine)](tau)`` seconds, energy 10 W * wall, obtained by
+    ``method`` (the ``energy_method`` column; left out when empty)."""
     rng = np.random.default_rng(seed)
     rows = []
     for (algo, engine), cost in costs.items():
@@ -207,7 +209,8 @@ def rows_for(costs: dict, repeats: int = 3, device: str = "dev", noise: float = 
             for _ in range(repeats):
                 wall = cost(tau) * (1 + rng.normal(0, noise))
                 rows.append(dict(device=device, algo=algo, engine=engine, tau=str(tau), kind="client",
-                                 wall_s=f"{wall:.6g}", cpu_s=f"{2 * wall:.6g}", energy_j=f"{10 * wall:.6g}"))
+                                 wall_s=f"{wall:.6g}", cpu_s=f"{2 * wall:.6g}", energy_j=f"{10 * wall:.6g}",
+                                 **({"energy_method": method} if method else {})))
     return rows
 
 
@@ -245,6 +248,39 @@ def test_check_claim_passes_and_fails_with_reasons():
     assert any("pflego" in p and "not flat" in p for p in problems)
     assert any("fedavg" in p and "not linear" in p for p in problems)
     assert any("no fedavg" in p for p in check_claim(analyze(rows_for({("pflego", "onnx"): lambda t: 1.0}))))
+
+
+CLAIM_FAILS = {("pflego", "onnx"): lambda t: 0.01 + 0.15 * t, ("fedavg", "torch"): lambda t: 0.2}
+
+
+@pytest.mark.parametrize("method,label", [
+    ("estimate", "energy_j (ESTIMATE)"),  # the CPU-time estimate, the only meter of a VM
+    ("counter+estimate", "energy_j (counter+estimate: in part an ESTIMATE)"),  # a GPU's counter and the CPU's estimate
+    ("counter", "energy_j (counter)"),  # RAPL alone: measured, no ESTIMATE anywhere
+    ("integrated", "energy_j (integrated)"),
+])
+def test_energy_fits_and_verdicts_name_their_method_and_an_estimate_says_estimate(method, label):
+    result = analyze(rows_for(CLAIM_FAILS, method=method))
+
+    problems = check_claim(result, "energy_j")
+
+    named = {f.label for f in result.fits if f.metric == "energy_j"} | {r.label for r in result.ratios
+                                                                       if r.metric == "energy_j"}
+    assert named == {label} and result.label_of("energy_j") == label
+    assert len(problems) == 2 and all(f"in {label} (" in p for p in problems), problems
+    assert ("ESTIMATE" in " ".join(problems)) == ("estimate" in method)
+    assert {f.label for f in result.fits if f.metric == "wall_s"} == {"wall_s"}  # seconds have no method
+
+
+def test_a_verdict_over_variants_of_different_methods_says_estimate_if_any_was():
+    rows = [r | {"energy_method": "counter" if r["algo"] == "fedavg" else "estimate"} for r in rows_for(CLAIM_FAILS)]
+
+    result = analyze(rows)
+
+    assert result.fit_for("dev", "fedavg", "energy_j").label == "energy_j (counter)"
+    assert result.fit_for("dev", "pflego", "energy_j").label == "energy_j (ESTIMATE)"
+    assert result.label_of("energy_j") == "energy_j (counter+estimate: in part an ESTIMATE)"
+    assert {r.label for r in result.ratios if r.metric == "energy_j"} == {result.label_of("energy_j")}
 
 
 def _short_below(rows: list[dict], seconds: float) -> list[dict]:

@@ -182,15 +182,17 @@ def test_no_import_cycle_spans_two_folders():
     assert spanning == [], spanning
 
 
-#: what each lower layer may import besides itself (errors and the host description are below everything)
+#: what each lower layer may import besides itself (errors, the host description and whole-or-absent writes are
+#: below everything)
 LOWER = {"data": {"data"}, "nn": {"nn", "data", "hardware"}, "meters": {"meters"}, "hardware": {"hardware"},
          "algorithms": {"algorithms", "nn", "data"}}
 
 
 def test_lower_layers_import_nothing_above_them():
     """data/, nn/, meters/, hardware/ and algorithms/ never import the config, the drivers, reports or the CLI."""
+    below = ("edgeprof", "edgeprof.atomic", "edgeprof.errors", "edgeprof.host")
     up = [(m, sorted(d for d in deps if _folder(d) not in LOWER[_folder(m)] | {""} or
-                     (_folder(d) == "" and d not in ("edgeprof", "edgeprof.errors", "edgeprof.host"))))
+                     (_folder(d) == "" and d not in below)))
           for m, deps in _import_graph().items() if _folder(m) in LOWER]
     assert [(m, d) for m, d in up if d] == []
 
@@ -270,11 +272,12 @@ def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, mon
 
 def test_the_top_level_holds_only_entry_points_and_what_every_layer_shares():
     """The flow is in packages (cli, data, nn, algorithms, rounds, measure, meters, hardware, report, flower); loose
-    at the top: the script, the public API, the config, the errors, the host and the stop signals."""
+    at the top: the script, the public API, the config, the errors, the host, the stop signals and whole-or-absent
+    file writes (atomic)."""
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
 
-    assert loose == ["__init__", "__main__", "api", "config", "errors", "host", "signals"]
+    assert loose == ["__init__", "__main__", "api", "atomic", "config", "errors", "host", "signals"]
     assert packages == ["algorithms", "cli", "data", "flower", "hardware", "measure", "meters", "nn", "report", "rounds"]
 
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.report.writer import read_report
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +190,102 @@ def test_a_diverged_run_is_a_result_every_rows_energy_kept_and_the_round_named(t
         again = CliRunner().invoke(app, argv)
         assert again.exit_code == 0 and "damaged" not in again.output, again.output
     assert f"│ fedavg │ client round  │ {len(clients)} │" in result.stdout  # every client round counted
+
+
+# --- issue 34, item 4: sidecars that break a JSON parser, spreadsheets' byte-order marks, negative joules, and
+# control codes: every reader survives them, and says what it did
+HOSTILE_SIDECARS = {
+    "nested 100,000 deep": (b'{"x":' * 100_000 + b"1" + b"}" * 100_000, "nested more than 32 deep"),
+    "nested 500 deep": (b'{"x":' * 500 + b"1" + b"}" * 500, "nested more than 32 deep"),
+    "an integer of 5,001 digits": (b'{"rows": ' + b"9" * 5001 + b"}", "a whole number of 5001 digits (at most 64)"),
+    "larger than 8 MiB": (b'{"notes": ["' + b"a" * (8 * 2**20) + b'"]}', "larger than 8 MiB"),
+}
+
+
+@pytest.mark.parametrize("command", ["summary", "dashboard", "read_report"])
+@pytest.mark.parametrize("case", list(HOSTILE_SIDECARS))
+def test_a_sidecar_no_json_reader_should_take_is_ignored_with_one_note(good, tmp_path, case, command):
+    sidecar, why = HOSTILE_SIDECARS[case]
+    path = _copy(good, tmp_path / "r", good.read_bytes(), sidecar)
+
+    if command == "read_report":
+        report = read_report(path)
+        assert report.sidecar == {} and report.sidecar_problem == f"ignoring sidecar {path.with_suffix('.json')}: {why}"
+        assert len(report.rows) == len(good.read_text().splitlines()) - 1
+        return
+    result = CliRunner().invoke(app, [command, str(path)] + (["--out", str(tmp_path / "p")] if command == "dashboard"
+                                                             else []))
+
+    assert result.exit_code == 0, result.output
+    assert _notes(result) == [f"edgeprof: note: ignoring sidecar {path.with_suffix('.json')}: {why}"]
+
+
+def _notes(result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.strip()]
+
+
+def test_a_csv_saved_with_a_byte_order_mark_reads_as_the_report(good, tmp_path):
+    path = _copy(good, tmp_path / "r", b"\xef\xbb\xbf" + good.read_bytes())
+
+    marked, plain = read_report(path), read_report(good)
+    shown = CliRunner().invoke(app, ["summary", str(path)])
+    page = CliRunner().invoke(app, ["dashboard", str(path), "--out", str(tmp_path / "p")])
+
+    assert marked.columns == plain.columns and marked.rows == plain.rows
+    assert shown.exit_code == 0 and page.exit_code == 0, shown.output + page.output
+    expected = CliRunner().invoke(app, ["summary", str(good)]).stdout
+    assert shown.stdout.replace(str(path), "R") == expected.replace(str(good), "R")
+
+
+#: a negative figure per column kind, and the cells the reader leaves empty and marks invalid
+NEGATIVE = {
+    "energy_j": ({"energy_j", "energy_net_j", "carbon_g"}, {"energy_method"}),
+    "cpu_estimate_j": ({"cpu_estimate_j"}, {"cpu_estimate_method"}),
+    "joint_grad_j": ({"joint_grad_j"}, set()),
+    "carbon_g": ({"carbon_g"}, set()),
+}
+
+
+@pytest.mark.parametrize("column", list(NEGATIVE))
+def test_negative_joules_are_read_as_invalid_marked_and_left_out_of_medians(good, tmp_path, column):
+    import csv
+    import statistics
+
+    emptied, marked = NEGATIVE[column]
+    path = _copy(good, tmp_path / "r", _set_cell(good, column, "-5"))
+    rows = list(csv.DictReader(good.open(newline="")))
+
+    report = read_report(path)
+    shown = CliRunner().invoke(app, ["summary", str(path)])
+
+    first = report.rows[0]
+    assert all(first[c] == "" for c in emptied) and all(first[c] == "invalid" for c in marked), first
+    assert _notes(shown) == [f"edgeprof: note: r.csv: read 1 negative figure(s) as invalid, no meter reads below "
+                             f"zero: their method says invalid, medians and totals leave them out (line 2: {column} "
+                             f"= '-5')"]
+    if column == "energy_j":  # the client rounds' median leaves the row out, and the summary counts it
+        median = statistics.median(float(r["energy_j"]) for r in rows[1:] if r["kind"] == "client")
+        client = next(ln for ln in shown.stdout.splitlines() if "│ client round" in ln).split("│")
+        assert client[6].strip() == f"{median:.4g}" and "energy: 1 of " in shown.stdout, shown.stdout
+    page = CliRunner().invoke(app, ["dashboard", str(path), "--out", str(tmp_path / "p")])
+    assert page.exit_code == 0 and "Traceback" not in page.output
+
+
+CONTROL = {"ESC colour": "pf\x1b[31mlego", "bell": "pflego\x07", "carriage return": "\rpflego",
+           "right-to-left override": "pf\u202elego", "markup and ESC": "[red]pf\x1b]8;;x\x07lego[/red]"}
+
+
+@pytest.mark.parametrize("label", list(CONTROL))
+def test_control_codes_from_a_file_are_printed_escaped(good, tmp_path, label):
+    value = CONTROL[label]
+    sidecar = json.loads(good.with_suffix(".json").read_text())
+    sidecar.setdefault("energy", {}).setdefault("carbon", {}).update(source=value)
+    path = _copy(good, tmp_path / "r", good.read_text().replace(",pflego,", f',"{value}",').encode(),
+                 json.dumps(sidecar).encode())
+
+    result = CliRunner().invoke(app, ["summary", str(path)])
+
+    assert result.exit_code == 0, result.output
+    escaped = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
+    assert escaped in result.stdout and f"({escaped})" in result.stdout  # the table and the carbon line
+    assert not any(not ch.isprintable() and ch != "\n" for ch in result.stdout), repr(result.stdout)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,11 +94,12 @@ def test_tiny_sweep_runs_end_to_end_and_writes_one_report(tmp_path):
     assert "report:" in result.stdout and "verdict" in result.stdout
 
 
-def _fake_sweep(monkeypatch, tmp_path: Path, costs: dict) -> None:
-    """Replace run_sweep by one that writes a report of synthetic rows (no timing in tests)."""
+def _fake_sweep(monkeypatch, tmp_path: Path, costs: dict, method: str = "") -> None:
+    """Replace run_sweep by one that writes a report of synthetic rows (no timing in tests), their energy obtained
+    by ``method``."""
     path = tmp_path / "fake.csv"
     with ReportWriter(path, columns_for(phases_of(["pflego", "fedavg"]))) as writer:
-        for row in rows_for(costs):
+        for row in rows_for(costs, method=method):
             writer.write(row)
 
     def fake(cfg, progress=None, stage=None):
@@ -121,6 +124,39 @@ def test_check_exit_code_follows_the_verdicts(monkeypatch, tmp_path, costs, code
         assert "not flat" in lines[0] and "not linear" in lines[0]
     else:
         assert "check: pflego is flat and fedavg linear" in result.stdout
+
+
+def _fit_rows(stdout: str, label: str) -> set[str]:
+    """The algorithms of the fit table's rows whose metric is ``label`` (the ratio table's rows have two names)."""
+    return {m.group(1) for m in re.finditer(rf"^│ (\S+)\s+│ {re.escape(label)}\s+│\s+\d", stdout, flags=re.M)}
+
+
+def test_a_sweep_on_the_cpu_estimate_says_its_energy_verdict_is_an_estimate(monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path / "sys"))  # no RAPL, no Jetson rails
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: as on this VM, the CPU-time estimate alone
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--algos", "pflego,fedavg", "--device", "cpu", "--check",
+                                      "--check-metric", "energy_j", "--out", str(out), "--run-name", "est"])
+
+    assert result.exit_code in (0, 8), result.output  # a tiny sweep on a busy machine may not show the claim
+    assert {r["energy_method"] for r in read_report(out / "est.csv").where(kind="client")} == {"estimate"}
+    verdicts = [ln for ln in (result.stdout + result.stderr).splitlines()
+                if ln.startswith(("check:", "edgeprof: error: claim not shown"))]
+    assert len(verdicts) == 1 and "in energy_j (ESTIMATE)" in verdicts[0], result.output
+    assert _fit_rows(result.stdout, "energy_j (ESTIMATE)") == {"pflego", "fedavg"}  # the judged metric is shown
+
+
+@pytest.mark.parametrize("method,label", [("counter", "energy_j (counter)"), ("estimate", "energy_j (ESTIMATE)")])
+def test_a_check_on_energy_names_how_the_joules_were_obtained(monkeypatch, tmp_path, method, label):
+    _fake_sweep(monkeypatch, tmp_path, CLAIM_HOLDS, method)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path), "--check", "--check-metric", "energy_j"])
+
+    assert result.exit_code == 0, result.output
+    assert f"check: pflego is flat and fedavg linear in tau ({label})" in result.stdout
+    assert _fit_rows(result.stdout, label) == {"pflego", "pflego[torch-reuse]", "fedavg"}
+    assert ("ESTIMATE" in result.output) == (method == "estimate")
 
 
 def test_check_without_fedavg_is_refused_before_running(tmp_path):

@@ -246,14 +246,23 @@ def app_pyproject(run_config: Mapping[str, Any], name: str = "edgeprof-flower") 
 
 
 def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
-    """Create (or refresh) the Flower app folder ``folder`` and return its pyproject path."""
+    """Create (or refresh) the Flower app folder ``folder`` and return its pyproject path; the pyproject is written
+    whole or not at all (:mod:`edgeprof.atomic`: a full disk leaves no empty one, and a previous one as it was); a
+    folder this call created is removed again when the pyproject cannot be written."""
+    import contextlib
+
+    from edgeprof.atomic import write_text
     from edgeprof.errors import OutputError
 
     folder = Path(folder)
+    created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "pyproject.toml"
-        path.write_text(app_pyproject(run_config), encoding="utf-8")
+        write_text(path, app_pyproject(run_config))
     except OSError as err:
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: nothing of anyone else's goes
         raise OutputError(f"cannot write the Flower app folder {folder}: {err.strerror or err}") from err
     return path

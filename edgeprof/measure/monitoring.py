@@ -58,6 +58,20 @@ if TYPE_CHECKING:
 
 __all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement", "phase"]
 
+
+def _split(labels: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """:func:`split_labels`, and MonitorError for labels whose report cell would be longer than the report's reader
+    takes (:data:`~edgeprof.report.writer.MAX_CELL_CHARS`): the report is never written with a row it rejects."""
+    from edgeprof.report.writer import MAX_CELL_CHARS
+
+    cells, other = split_labels(labels)
+    for column, cell in {**cells, "labels": labels_cell(other)}.items():
+        if len(cell) > MAX_CELL_CHARS:
+            key = column if column != "labels" else max(other, key=lambda k: len(labels_cell({k: other[k]})))
+            raise MonitorError(f"label {key!r} makes the report's {column} cell {len(cell)} characters, more than "
+                               f"the {MAX_CELL_CHARS} a report's reader takes; shorten it")
+    return cells, other
+
 #: cells a row measured elsewhere may bring (:meth:`Monitor.record`), besides domain and phase columns
 MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
                     "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
@@ -229,7 +243,7 @@ class Monitor:
     def _begin(self, name: str, kind: str, labels: Mapping[str, Any]) -> MonitorWindow:
         self._check(name, kind)
         merged = {**self.config.labels, **labels}
-        cells, other = split_labels(merged)
+        cells, other = _split(merged)
         return MonitorWindow(self._windows.begin(name), kind, merged, cells, other)
 
     def _end(self, mw: MonitorWindow) -> Measurement:
@@ -331,7 +345,7 @@ class Monitor:
             fn, name = None, fn
         if fn is not None and not callable(fn):
             raise MonitorError(f"mon.measure takes a function or a window name, got {fn!r}")
-        split_labels({**self.config.labels, **labels})  # a bad label fails here, not at the first call
+        _split({**self.config.labels, **labels})  # a bad label fails here, not at the first call
 
         def wrap(func: Callable) -> Callable:
             window_name = name or re.sub(r".*<locals>\.", "", func.__qualname__)
@@ -350,7 +364,7 @@ class Monitor:
         from edgeprof.report.schema import domain_columns, format_cells
 
         self._check(name, kind)
-        label_cells, other = split_labels({**self.config.labels, **labels})
+        label_cells, other = _split({**self.config.labels, **labels})
         allowed = set(MEASURED_COLUMNS) | set(domain_columns()) | _phase_columns(cells)
         row = self._base(name, kind, label_cells, other)
         row.update(format_cells(cells, allowed))

@@ -47,6 +47,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from edgeprof.atomic import write_bytes
 from edgeprof.errors import ConfigError, ModelError, OutputError
 from edgeprof.nn.backbones import Backbone, check_params, file_stem
 from edgeprof.nn.verify import check_export
@@ -67,8 +68,9 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
     """Write the backbone as an ONNX file with input ``x``, output ``features`` and a dynamic ``batch`` axis.
 
     The weights are stored as initializers. The export is checked against torch first
-    (:func:`edgeprof.nn.verify.check_export`). Creates the parent folder (:class:`OutputError` if it
-    cannot); an export failure or a mismatch is a :class:`ModelError`.
+    (:func:`edgeprof.nn.verify.check_export`). Creates the parent folder; the file is written whole or not at all
+    (:mod:`edgeprof.atomic`: a full disk leaves no truncated model, and a previous one as it was), else
+    :class:`OutputError`. An export failure or a mismatch is a :class:`ModelError`.
     """
     path = Path(path)
     data = _export_bytes(module, opset)
@@ -77,7 +79,7 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
     check_export(module, model, names, _RebuildFeed(model, names, threads=1).run)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_bytes(path, data)
     except OSError as err:
         raise OutputError(f"cannot write the ONNX model to {path}: {err.strerror or err}") from err
     return path
@@ -176,9 +178,7 @@ def _cached_export(module: torch.nn.Module, opset: int, fresh: bool = False) -> 
     data = _export_bytes(module, opset)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_bytes(path, data)
     except OSError:
         pass
     return data, True

@@ -29,6 +29,9 @@ device of a report is analysed on its own.
   the GPU's meter; ``gpu_j`` (the meter alone) and ``gpu_net_j`` (net of the GPU's idle power, derived from the
   sidecar by :mod:`edgeprof.report.gpu_energy`) get fits, verdicts and ratios of their own, labelled with their
   rows' method (:attr:`VariantFit.label`). A run without a GPU has neither column, so no fit of them.
+* **Estimates.** A fit, ratio or verdict of an energy metric names how its rows were obtained
+  (:func:`metric_label`), and says ESTIMATE where any of them is an estimate (``energy_j (ESTIMATE)`` on a machine
+  whose only meter is the CPU-time estimate): tables, ``sweep --check``'s lines and the dashboard alike.
 * **Short windows.** A row whose window was shorter than its meters' update period (``short_window``; NVML's
   counter moves about every 100 ms, a millisecond GPU round reads zero or one whole step) has joules the meters
   did not resolve: energy metrics (``*_j``) leave such rows out of fits and ratios, and the verdict says how many
@@ -48,6 +51,8 @@ from edgeprof.errors import EdgeprofError
 METRICS = ("wall_s", "cpu_s", "energy_j")
 #: the round GPU's joules by its own meter, and net of its idle power (:mod:`edgeprof.report.gpu_energy`)
 GPU_METRICS = ("gpu_j", "gpu_net_j")
+#: the metrics :func:`render` tables show unless told otherwise (``sweep --check`` adds the one it judges)
+TABLE_METRICS = ("wall_s", "cpu_s") + GPU_METRICS
 #: the column that says how an energy metric's rows were obtained
 METHOD_COLUMNS = {"energy_j": "energy_method", "gpu_j": "gpu_method", "gpu_net_j": "gpu_method"}
 CONFIDENCE = 0.95
@@ -268,11 +273,23 @@ class Ratio:
 
 
 def metric_label(metric: str, method: str) -> str:
-    """``gpu_j (counter)``, ``gpu_net_j (counter, net of idle)``; any other metric as it is (the dashboard marks an
-    estimated ``energy_j`` itself)."""
+    """The metric as tables and verdicts name it, with how its rows were obtained: ``gpu_j (counter)``, ``gpu_net_j
+    (counter, net of idle)``, ``energy_j (counter)``; seconds (no method) as they are.
+
+    Where any of the figures is an estimate the name says ESTIMATE: ``energy_j (ESTIMATE)`` (CPU time times watts
+    per core, the only meter of a machine without RAPL or NVML), ``energy_j (counter+estimate: in part an
+    ESTIMATE)`` (a GPU's counter plus the CPU's estimate), so that no fit, ratio or verdict on estimated joules
+    reads as one on measured joules.
+    """
     from edgeprof.report.gpu_energy import label
 
-    return label(metric, method) if metric in GPU_METRICS else metric
+    parts = {m for m in method.split("+") if m}
+    how = method
+    if "estimate" in parts:
+        how = "ESTIMATE" if parts == {"estimate"} else f"{method}: in part an ESTIMATE"
+    if metric in GPU_METRICS:
+        return label(metric, how)
+    return f"{metric} ({how})" if how else metric
 
 
 @dataclass
@@ -284,6 +301,12 @@ class Analysis:
 
     def fit_for(self, device: str, variant: str, metric: str) -> Optional[VariantFit]:
         return next((f for f in self.fits if (f.device, f.variant, f.metric) == (device, variant, metric)), None)
+
+    def label_of(self, metric: str) -> str:
+        """``metric`` named with the methods of all its fits (:func:`metric_label`): what a verdict on it rests on,
+        ``energy_j (ESTIMATE)`` where any of its rows was estimated."""
+        methods = {m for f in self.fits if f.metric == metric for m in f.method.split("+") if m}
+        return metric_label(metric, "+".join(sorted(methods)))
 
 
 def ratio_of_means(num: Sequence[float], den: Sequence[float]) -> Interval:
@@ -415,9 +438,10 @@ def _fmt_interval(iv: Optional[Interval], fmt: str = "{:.3g}") -> str:
     return f"{fmt.format(iv.value)} [{fmt.format(iv.lo)}, {fmt.format(iv.hi)}]"
 
 
-def render(analysis: Analysis, metrics: Sequence[str] = ("wall_s", "cpu_s") + GPU_METRICS):
-    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several); a
-    GPU metric is named with its method (``gpu_j (counter)``) and has rows only where the analysis has its fits."""
+def render(analysis: Analysis, metrics: Sequence[str] = TABLE_METRICS):
+    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several); an
+    energy metric is named with its method (:func:`metric_label`: ``gpu_j (counter)``, ``energy_j (ESTIMATE)``) and
+    has rows only where the analysis has its fits."""
     from rich.markup import escape
     from rich.table import Table
 

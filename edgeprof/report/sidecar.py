@@ -4,15 +4,15 @@ Readers (``summary``, ``dashboard``, the analysis) look into the sidecar's secti
 ``energy.carbon.source``, ``meters.meters[].name`` ...). A sidecar edited by hand, cut by a disk or written by
 something else can hold a string where a section belongs. :func:`usable_sidecar` validates each section
 against the pydantic models below, keeps every section that has its shape and leaves out each one that has
-not, and says which in one line (``why``); sections it does not know (a sweep's, a monitor's) are kept as
-they are.
+not, and says which in one line (``why``); sections it does not know (a sweep's) are kept as they are. The
+``trace`` section must name a file beside the report (a name, no folder) and a rate that is a number above zero.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class _Section(BaseModel):
@@ -48,6 +48,22 @@ class Monitor(_Section):
     notes: list[str] = Field(default_factory=list)
 
 
+class Trace(_Section):
+    """The power trace's section: ``file`` is a file name beside the report (``<run>.trace.parquet`` or
+    ``.trace.csv``), never a path elsewhere; ``hz`` a finite rate above zero."""
+
+    file: str = Field(pattern=r"^[^/\\]+\.trace\.(parquet|csv)$")
+    format: Optional[str] = None
+    hz: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @field_validator("file")
+    @classmethod
+    def _beside(cls, value: str) -> str:
+        if value.startswith(".") or any(not ch.isprintable() for ch in value):
+            raise ValueError("a trace file is a plain file name beside the report")
+        return value
+
+
 class Sidecar(_Section):
     """The sections readers use; every one optional (an older or a cut sidecar lacks some)."""
 
@@ -62,6 +78,7 @@ class Sidecar(_Section):
     meters: Optional[Meters] = None
     energy: Optional[Energy] = None
     monitor: Optional[Monitor] = None
+    trace: Optional[Trace] = None
     phases: Optional[list[str]] = None
     notes: Optional[list[str]] = None
 
@@ -88,8 +105,8 @@ def usable_sidecar(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
             for error in wrong:
                 key = str(error["loc"][0])
                 where = ".".join(str(p) for p in error["loc"])
-                bad.setdefault(key, f"{where} is {_shown(_at(data, error['loc']))} ({error['msg'][0].lower()}"
-                                    f"{error['msg'][1:]})")
+                what = "missing" if error["type"] == "missing" else _shown(_at(data, error["loc"]))
+                bad.setdefault(key, f"{where} is {what} ({error['msg'][0].lower()}{error['msg'][1:]})")
                 kept.pop(key, None)
     why = "" if not bad else "left out sidecar section(s) of the wrong shape: " + "; ".join(bad.values())
     return kept, why

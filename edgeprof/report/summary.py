@@ -102,13 +102,25 @@ def title(lines: Sequence[SummaryLine]) -> str:
             "median per window" if windows else "median per client round")
 
 
+def printable(text: object) -> str:
+    """``text`` with every character a terminal would act on (control codes such as ESC, BEL, CR; bidirectional
+    overrides) written as its Python escape (``\\x1b``): what a report or trace file holds is shown, never run."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
+def shown(text: object) -> str:
+    """``text`` as a rich table or title shows it literally: :func:`printable`, and rich markup escaped."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
+
 def _cell(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
 def render(lines: Sequence[SummaryLine]):
     """A rich Table of the summary lines."""
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title(lines))
@@ -116,8 +128,8 @@ def render(lines: Sequence[SummaryLine]):
         table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
                          no_wrap=name in ("algo", "part"))
     for ln in lines:
-        table.add_row(escape(ln.algo), escape(ln.part), str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s), _cell(ln.energy_j),
-                      _cell(ln.carbon_g, 3), escape(ln.method))
+        table.add_row(shown(ln.algo), shown(ln.part), str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s),
+                      _cell(ln.energy_j), _cell(ln.carbon_g, 3), shown(ln.method))
     return table
 
 
@@ -164,7 +176,6 @@ def gpu_lines(report: Report) -> list[GpuLine]:
 
 def render_gpu(lines: Sequence[GpuLine]):
     """A rich Table of the GPU lines: its own meter's joules, net of idle, and the rest of energy_j beside them."""
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="the round's GPU by its own meter: median per row, and totals",
@@ -179,9 +190,9 @@ def render_gpu(lines: Sequence[GpuLine]):
         sums = ln.totals
         share = "-" if sums.idle_share is None else f"{sums.idle_share:.0%}"
         count = f"{sums.rows} ({sums.short} short)" if sums.short else str(sums.rows)
-        table.add_row(escape(ln.algo), escape(ln.part), count, _cell(ln.gpu_j), _cell(ln.net_j), _cell(sums.gpu_j),
-                      _cell(sums.net_j), share, escape(sums.method or "-"), _cell(ln.rest_j),
-                      escape(sums.rest_method or "-"))
+        table.add_row(shown(ln.algo), shown(ln.part), count, _cell(ln.gpu_j), _cell(ln.net_j), _cell(sums.gpu_j),
+                      _cell(sums.net_j), share, shown(sums.method or "-"), _cell(ln.rest_j),
+                      shown(sums.rest_method or "-"))
     return table
 
 
@@ -200,7 +211,7 @@ def gpu_summary(report: Report) -> list:
     result = analysis.analyze(gpu_energy.with_net(report.rows, report.sidecar), analysis.GPU_METRICS)
     if any(len(f.taus) > 1 for f in result.fits) or result.ratios:
         parts += list(analysis.render(result, analysis.GPU_METRICS))
-    return parts + [Text(note) for note in gpu_energy.notes(report.rows, report.sidecar)]
+    return parts + [Text(printable(note)) for note in gpu_energy.notes(report.rows, report.sidecar)]
 
 
 def invalid_rows(report: Report) -> tuple[int, int]:

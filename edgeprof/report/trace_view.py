@@ -25,6 +25,7 @@ an estimate: ``(estimate)`` beside the domain in the table, a dashed line and ``
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,8 +34,11 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
 from edgeprof.meters.base import RESOLVED_PERIODS
-from edgeprof.report.trace import LABELS, read_trace, trace_file
+from edgeprof.report.summary import printable, shown
+from edgeprof.report.trace import LABELS, locate, read_trace, trace_hz
 from edgeprof.report.writer import Report, read_report
+
+_log = logging.getLogger("edgeprof")
 
 #: the label of the intervals outside any phase (the window's own bookkeeping between phases)
 OUTSIDE = "(no phase)"
@@ -43,7 +47,6 @@ ESTIMATE = "estimate"
 KINDS = ("client", "server", "window")
 #: the columns read here (a trace written before the ``window`` column was added reads too)
 USED = (*LABELS, "row", "phase", "t_s", "dt_s", "domain", "in_total", "w", "method", "short_phase")
-NO_TRACE = "was run without --trace: no power trace to show (run it again with --trace, e.g. edgeprof measure --trace)"
 #: the mark of a mean the meter cannot resolve (the mean power of the spans around the phase, not its own)
 UNRESOLVED = "~"
 #: the mark of a mean that holds intervals whose power the domain cannot have drawn (their ``flag``)
@@ -116,11 +119,13 @@ def update_periods(sidecar: Mapping) -> dict[str, float]:
 
 
 def load(report: Report) -> tuple[Path, list[Window]]:
-    """The trace file a report's sidecar names and the trace's windows (ReportError, exit 7: the report was run
-    without ``--trace``, or its trace is missing, damaged or empty)."""
-    path = trace_file(report.path, report.sidecar)
+    """The report's trace file (:func:`locate`; a note says why where its sidecar does not name it) and the
+    trace's windows (ReportError, exit 7: no trace, or a trace that is missing, damaged or empty)."""
+    path, why = locate(report)
     if path is None:
-        raise ReportError(f"{report.path} {NO_TRACE}")
+        raise ReportError(f"{report.path} {why}")
+    if why:
+        _log.warning(f"{report.path.name}: {why}")
     rows = read_trace(path)
     if not rows:
         raise ReportError(f"trace {path} has no rows")
@@ -325,7 +330,8 @@ class TraceView:
     """What ``edgeprof trace`` prints: the window, why it was chosen, and its phases."""
 
     trace_path: Path
-    hz: float
+    #: the sample rate, None where the sidecar does not say it (:func:`trace_hz`)
+    hz: Optional[float]
     window: Window
     why: str
     phases: list[PhaseStat]
@@ -343,8 +349,7 @@ def view(report_path: Path, round: Optional[int] = None, kind: str = "client",
     window, why = choose(found, round=round, kind=kind, client=client)
     row = report.rows[window.row] if window.row < len(report.rows) else {}
     held = int(float(row["held_rounds"])) if row.get("held_rounds") else None
-    return TraceView(path, float(report.sidecar["trace"].get("hz", math.nan)), window, why, phase_stats([window]),
-                     held)
+    return TraceView(path, trace_hz(report), window, why, phase_stats([window]), held)
 
 
 def _num(value: Optional[float]) -> str:
@@ -362,17 +367,17 @@ def table(v: TraceView):
     """The rich Table: one block of rows per phase in time order, one row per domain."""
     from rich.table import Table
 
-    out = Table(title=f"power per phase, in time order: {v.window.describe()}")
+    out = Table(title=f"power per phase, in time order: {shown(v.window.describe())}")
     for name in ("phase", "duration s", "domain", "mean W", "peak W", "method"):
         out.add_column(name, justify="right" if name.endswith(("s", "W")) and name != "phase" else "left",
                        no_wrap=name in ("phase", "domain"))
     for stat in v.phases:
         label = f"{stat.phase} (short)" if stat.short and stat.phase not in (OUTSIDE, WHOLE) else stat.phase
         for i, (domain, d) in enumerate(stat.domains.items()):
-            out.add_row(label if i == 0 else "", _num(stat.duration_s) if i == 0 else "",
-                        f"{domain} (estimate)" if d.estimate else domain,
+            out.add_row(shown(label) if i == 0 else "", _num(stat.duration_s) if i == 0 else "",
+                        shown(f"{domain} (estimate)" if d.estimate else domain),
                         _marked(d.mean_w, d.unresolved, bool(d.flags)), _marked(d.peak_w, d.unresolved_s > 0),
-                        "+".join(d.methods), end_section=i == len(stat.domains) - 1)
+                        shown("+".join(d.methods)), end_section=i == len(stat.domains) - 1)
     return out
 
 
@@ -403,7 +408,8 @@ def _flag_notes(v: TraceView) -> list[str]:
 
 
 def notes(v: TraceView) -> list[str]:
-    """The lines under the table: what was picked and how to pick another, what the marks mean, the file."""
+    """The lines under the table: what was picked and how to pick another, what the marks mean, the file (every
+    text from the files :func:`~edgeprof.report.summary.printable`)."""
     lines = [f"window: {v.window.describe()}, run {v.window.run_id}: {v.why} (--round, --kind, --client pick "
              f"another)",
              "mean W: the phase's energy over its duration; peak W: the highest mean over one resolved interval "
@@ -412,13 +418,15 @@ def notes(v: TraceView) -> list[str]:
         lines.append(f"held: the window repeated the client's round {v.held_rounds} times (--hold-seconds): the "
                      "durations and joules here are all of them; its report row is one round's mean")
     if any(s.short for s in v.phases):
-        lines.append(f"(short): the phase lasted less than two sample periods (2/{v.hz:g} Hz = {2 / v.hz:.3g} s): "
-                     "too few intervals for its peak to show a shape")
+        periods = f" (2/{v.hz:g} Hz = {2 / v.hz:.3g} s)" if v.hz else ""
+        lines.append(f"(short): the phase lasted less than two sample periods{periods}: too few intervals for its "
+                     "peak to show a shape")
     lines += _unresolved_note(v) + _flag_notes(v)
     methods = {m for s in v.phases for d in s.domains.values() for m in d.methods}
     if ESTIMATE in methods:
         lines.append("(estimate): process CPU seconds times watts per core, an ESTIMATE, not a measurement")
     if "invalid" in methods:
-        lines.append("invalid: an implausible reading in an interval (no watts); means and peaks leave it out")
-    lines.append(f"trace: {v.trace_path} ({v.hz:g} Hz)")
-    return lines
+        lines.append("invalid: an implausible reading in an interval, or watts in the file that are not a number or "
+                     "are below zero with no flag (no watts); means and peaks leave it out")
+    lines.append(f"trace: {v.trace_path} ({f'{v.hz:g} Hz' if v.hz else 'sample rate not recorded'})")
+    return [printable(line) for line in lines]

@@ -6,10 +6,10 @@ holding every finished round. Rows are whole or absent: each row is one ``os.wri
 file, and when the disk fills mid-row the file is truncated back to the last complete row before the
 :class:`OutputError` is raised; a report whose header cannot even be written is removed.
 
-The sidecar is replaced atomically (write a temporary file, then ``os.replace``), first with ``"status":
-"running"`` and finally with ``"complete"``, ``"interrupted"`` (a signal) or ``"failed"`` (an error, with its
-reason). The ``running`` sidecar is padded with spaces (valid JSON) so that, when the disk is full and no
-temporary file fits, the final sidecar can still be written in place over the space already held; a
+The sidecar is replaced atomically (:mod:`edgeprof.atomic`: a temporary file, fsync, ``os.replace``), first
+with ``"status": "running"`` and finally with ``"complete"``, ``"interrupted"`` (a signal) or ``"failed"`` (an
+error, with its reason). The ``running`` sidecar is padded with spaces (valid JSON) so that, when the disk is
+full and no temporary file fits, the final sidecar can still be written in place over the space already held; a
 temporary file is never left behind.
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from edgeprof.atomic import write_all as _write_all, write_bytes
 from edgeprof.errors import OutputError, ReportError
 from edgeprof.signals import signals_held
 
@@ -32,13 +33,14 @@ _log = logging.getLogger("edgeprof")
 
 #: spaces appended to a sidecar written with ``reserve=True``, for the final version to fit in place
 SIDECAR_RESERVE_BYTES = 16384
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+#: the longest cell :func:`read_report` reads (the ``csv`` module's field size limit it reads with): the writer
+#: refuses a longer one, so it never writes a row its reader rejects
+MAX_CELL_CHARS = 131072
+#: a sidecar larger than this, or nested deeper, is ignored by the readers (edgeprof's own are a few kB, 5 deep)
+MAX_SIDECAR_BYTES = 8 * 1024 * 1024
+MAX_SIDECAR_DEPTH = 32
+#: the most digits of a whole number a sidecar may hold (Python's own limit on converting one is 4300)
+MAX_SIDECAR_DIGITS = 64
 
 
 class ReportWriter:
@@ -65,11 +67,17 @@ class ReportWriter:
             raise
 
     def _line(self, row: Mapping[str, object]) -> bytes:
+        """One row as CSV bytes; OutputError for a cell longer than :data:`MAX_CELL_CHARS` (its reader's limit)."""
         unknown = set(row) - set(self.columns)
         if unknown:
             raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, sorted(unknown)))}")
+        cells = ["" if row.get(c) is None else str(row.get(c, "")) for c in self.columns]
+        for column, cell in zip(self.columns, cells):
+            if len(cell) > MAX_CELL_CHARS:
+                raise OutputError(f"the {column} cell of a row of {self.path.name} is {len(cell)} characters, more "
+                                  f"than the {MAX_CELL_CHARS} a report's reader takes; the row is not written")
         buffer = io.StringIO()
-        csv.writer(buffer).writerow(["" if row.get(c) is None else row.get(c, "") for c in self.columns])
+        csv.writer(buffer).writerow(cells)
         return buffer.getvalue().encode("utf-8")
 
     def _append(self, data: bytes) -> None:
@@ -134,7 +142,6 @@ class ReportWriter:
         if not new:
             return
         columns = self.columns + new
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             with open(self.path, "rb") as f:
                 old = f.read(self._good).decode("utf-8")
@@ -143,11 +150,8 @@ class ReportWriter:
             out.writerow(columns)
             out.writerows(r + [""] * len(new) for r in list(csv.reader(io.StringIO(old, newline="")))[1:])
             data = buffer.getvalue().encode("utf-8")
-            with open(tmp, "wb", buffering=0) as f:
-                _write_all(f.fileno(), data)
-            os.replace(tmp, self.path)
+            write_bytes(self.path, data)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
             raise OutputError(f"cannot add columns to report {self.path}: {err.strerror or err} (every complete "
                               f"row is kept)") from err
         self.close()
@@ -190,13 +194,9 @@ def write_sidecar(path: Path, data: Mapping, *, reserve: bool = False) -> None:
     path = Path(path)
     text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
     payload = (text + " " * (SIDECAR_RESERVE_BYTES if reserve else 0)).encode("utf-8")
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb", buffering=0) as f:
-            _write_all(f.fileno(), payload)
-        os.replace(tmp, path)
+        write_bytes(path, payload)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         if not _rewrite_in_place(path, text.encode("utf-8")):
             raise OutputError(f"cannot write sidecar {path}: {err.strerror or err}") from err
 
@@ -223,6 +223,9 @@ class Report:
     columns: tuple[str, ...]
     rows: list[dict[str, str]]
     sidecar: dict = field(default_factory=dict)
+    #: what was wrong with the sidecar, in one line ('' when it was read whole): missing, ignored (and why), or
+    #: sections of the wrong shape left out
+    sidecar_problem: str = ""
 
     def where(self, **equal: str) -> list[dict[str, str]]:
         """Rows whose columns equal the given values (compared as strings)."""
@@ -249,6 +252,31 @@ def _is_numeric_column(name: str) -> bool:
     return name not in _TEXT_COLUMNS and not name.endswith("_method")
 
 
+def _joule_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    """The columns of joules and carbon no meter reads below zero (``*_net_j``, net of idle power, can be)."""
+    return tuple(c for c in columns if c == "carbon_g" or c.endswith("_j") and not c.endswith("_net_j"))
+
+
+def _invalidate_negative(row: dict[str, str], columns: Sequence[str]) -> list[str]:
+    """Empty the joules and grams below zero in a row and mark them ``invalid``, as the writer marks an implausible
+    reading: ``<column>_method`` where the column has one (``energy_j``: ``energy_method``, and its
+    ``energy_net_j`` and ``carbon_g`` emptied too). The cells changed, as ``energy_j = '-5'``."""
+    from edgeprof.meters.base import INVALID
+
+    changed = []
+    for name in _joule_columns(columns):
+        if row.get(name, "") == "" or float(row[name]) >= 0:
+            continue
+        changed.append(f"{name} = {row[name]!r}")
+        row[name] = ""
+        if name == "energy_j":
+            row.update(energy_net_j="", carbon_g="")
+        method = name[:-2] + "_method" if name != "energy_j" else "energy_method"
+        if method in row:
+            row[method] = INVALID
+    return changed
+
+
 def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | None:
     """Why a row read back is unusable (None when it is fine)."""
     if None in row or any(v is None for v in row.values()):
@@ -271,24 +299,68 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
     return None
 
 
-def _read_sidecar(path: Path) -> dict:
-    """The sidecar as a dict; a missing one is empty, a damaged one is ignored with a note."""
-    if not path.is_file():
-        return {}
+class _TooLong(ValueError):
+    """A whole number in a sidecar with more digits than :data:`MAX_SIDECAR_DIGITS`."""
+
+
+def _whole_number(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_SIDECAR_DIGITS:
+        raise _TooLong(f"a whole number of {len(text.lstrip('-'))} digits (at most {MAX_SIDECAR_DIGITS})")
+    return int(text)
+
+
+def _depth(data: object) -> int:
+    """How deep lists and objects nest in ``data`` (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_SIDECAR_DEPTH:
+                todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _parse_sidecar(path: Path) -> object:
+    """The JSON of a sidecar; ValueError (or OSError) saying in a few words why it cannot be used."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SIDECAR_BYTES + 1)
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise ValueError(f"larger than {MAX_SIDECAR_BYTES // 2**20} MiB")
+    too_deep = ValueError(f"nested more than {MAX_SIDECAR_DEPTH} deep")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        _log.warning(f"ignoring sidecar {path}: {getattr(err, 'msg', None) or err}")
-        return {}
+        parsed = json.loads(data.decode("utf-8"), parse_int=_whole_number)
+    except RecursionError:
+        raise too_deep from None
+    except json.JSONDecodeError as err:
+        raise ValueError(err.msg) from err
+    if _depth(parsed) > MAX_SIDECAR_DEPTH:
+        raise too_deep
+    return parsed
+
+
+def _read_sidecar(path: Path) -> tuple[dict, str]:
+    """The sidecar as a dict and what was wrong with it ('' when nothing was); a missing one is empty, a damaged
+    one (not JSON, not an object, too large, nested too deep, a number too long to convert) is ignored, and
+    sections of the wrong shape are left out (:func:`edgeprof.report.sidecar.usable_sidecar`), each with a note."""
+    if not path.is_file():
+        return {}, f"there is no sidecar {path.name}"
+    try:
+        data = _parse_sidecar(path)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        why = f"ignoring sidecar {path}: {(err.strerror if isinstance(err, OSError) else None) or err}"
+        _log.warning(why)
+        return {}, why
     if not isinstance(data, dict):
-        _log.warning(f"ignoring sidecar {path}: a JSON {type(data).__name__}, not an object")
-        return {}
+        why = f"ignoring sidecar {path}: a JSON {type(data).__name__}, not an object"
+        _log.warning(why)
+        return {}, why
     from edgeprof.report.sidecar import usable_sidecar
 
     data, why = usable_sidecar(data)
     if why:
         _log.warning(f"{path.name}: {why}")
-    return data
+    return data, why
 
 
 def read_report(path: str | Path) -> Report:
@@ -296,7 +368,9 @@ def read_report(path: str | Path) -> Report:
 
     Damaged rows (a torn last line, cells that are not numbers where numbers belong, bytes that are not
     UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
-    or when the file is not an edgeprof report at all.
+    or when the file is not an edgeprof report at all. Joules (and grams CO2e) below zero, which no meter reads,
+    are read as invalid (:func:`_invalidate_negative`) and counted in one note. A UTF-8 byte-order mark (a CSV
+    saved by a spreadsheet) is skipped. The sidecar is read as :func:`_read_sidecar` says.
     """
     path = Path(path)
     if path.suffix == ".json":
@@ -307,6 +381,7 @@ def read_report(path: str | Path) -> Report:
         text = path.read_bytes().decode("utf-8", errors="surrogateescape")
     except OSError as err:
         raise ReportError(f"cannot read {path}: {err.strerror or err}") from err
+    text = text.removeprefix("\ufeff")
     if "\x00" in text:
         raise ReportError(f"{path} is not an edgeprof report (binary data)")
     try:
@@ -314,6 +389,9 @@ def read_report(path: str | Path) -> Report:
         fieldnames = tuple(reader.fieldnames or ())
         raw = list(reader)
     except csv.Error as err:
+        if "field larger than field limit" in str(err):
+            raise ReportError(f"{path} is not an edgeprof report (a cell longer than {MAX_CELL_CHARS} characters)"
+                              ) from err
         raise ReportError(f"{path} is not an edgeprof report (not a CSV: {err})") from err
     missing = [c for c in REQUIRED_COLUMNS if c not in fieldnames]
     if missing:
@@ -321,12 +399,13 @@ def read_report(path: str | Path) -> Report:
     from edgeprof.report.schema import CORE_COLUMNS
 
     blank = {c: "" for c in CORE_COLUMNS if c not in fieldnames}  # a report with only some columns
-    rows, bad = [], []
+    rows, bad, negative = [], [], []
     for line, row in enumerate(raw, start=2):
         problem = _row_problem(row, fieldnames)
         if problem is None:
             whole = {c: str(int(float(row[c]))) for c in INTEGER_COLUMNS if row.get(c, "") != ""}
             rows.append({**row, **blank, **whole})
+            negative += [f"line {line}: {cell}" for cell in _invalidate_negative(rows[-1], fieldnames)]
         else:
             bad.append(f"line {line}: {problem}")
     if not rows:  # one line for one failure: the error names the first damage itself
@@ -335,4 +414,8 @@ def read_report(path: str | Path) -> Report:
     if bad:
         _log.warning(f"{path.name}: skipped {len(bad)} damaged row(s) of {len(raw)} ({bad[0]}"
                      f"{'; ...' if len(bad) > 1 else ''})")
-    return Report(path, fieldnames, rows, _read_sidecar(path.with_suffix(".json")))
+    if negative:
+        _log.warning(f"{path.name}: read {len(negative)} negative figure(s) as invalid, no meter reads below zero: "
+                     f"their method says invalid, medians and totals leave them out ({negative[0]}"
+                     f"{'; ...' if len(negative) > 1 else ''})")
+    return Report(path, fieldnames, rows, *_read_sidecar(path.with_suffix(".json")))

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
 from edgeprof.report.dashboard import claim, runs, windows
@@ -74,13 +75,14 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
 def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str = "edgeprof report", *,
                     trace_round: Optional[int] = None, trace_client: Optional[int] = None) -> Path:
     """Read the reports at ``paths`` and write the page to ``output`` (ReportError / OutputError; ConfigError
-    for a ``trace_round`` / ``trace_client`` with no traced client window)."""
+    for a ``trace_round`` / ``trace_client`` with no traced client window). The page is written whole or not at
+    all (:mod:`edgeprof.atomic`): a failed write leaves a previous page at ``output`` as it was."""
     reports = [read_report(p) for p in paths]
     text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client)
     output = Path(output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        write_text(output, text)  # whole or absent: a full disk leaves no part of a page, and an old page as it was
     except OSError as err:
         raise OutputError(f"cannot write the dashboard to {output}: {err.strerror or err}") from err
     return output

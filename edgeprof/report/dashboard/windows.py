@@ -17,6 +17,7 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, device_of, energy_note, esc, grid,
                                             listing, marked, median, methods_of, num_text, phase_names, table)
+from edgeprof.report.trace import NO_TRACE, locate, trace_hz
 from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
                                         phase_stats, report_row, segments)
 from edgeprof.report.writer import Report
@@ -216,8 +217,13 @@ def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[
     read)."""
     traced, notes, untraced = [], [], []
     for rep in reports:
-        if not rep.sidecar.get("trace"):
+        path, why = locate(rep)
+        if path is None and why == NO_TRACE:
             untraced.append(rep.path.stem)
+            continue
+        if why:  # read from beside the report (a run that did not finish, a damaged sidecar), or none to read
+            notes.append(f"{rep.path.stem}: {why}")
+        if path is None:
             continue
         try:
             traced.append((rep, load(rep)[1]))
@@ -310,7 +316,7 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
                        'window</code> shows the traced windows of your own code).</p>' if traced else "")
     names = dict.fromkeys(r["phase"] for ws in groups.values() for w in ws for r in w.rows if r["phase"])
     bands = {name: PHASE_COLORS[i % len(PHASE_COLORS)] for i, name in enumerate(names)}
-    rates = sorted({f"{float(rep.sidecar['trace'].get('hz') or 0):g} Hz" for rep, _ in traced})
+    rates = sorted({f"{trace_hz(rep):g} Hz" if trace_hz(rep) else "an unrecorded rate" for rep, _ in traced})
     estimate = ('<p class="estimate"><strong>Power here is an ESTIMATE</strong> wherever its method is estimate '
                 "(process CPU time times watts per core; dashed lines, dotted where not resolved, hatched bars), not a "
                 "measurement.</p>"

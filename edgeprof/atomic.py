@@ -1,0 +1,57 @@
+"""Whole-or-absent file writes: a file edgeprof writes is all there, or (after a failure) as it was before.
+
+A low-level module with no edgeprof imports, so that every layer (``nn/``, ``report/``, ``flower/``) may use it.
+:func:`write_bytes` writes to a temporary file beside the target (the same folder, so the same file system and an
+atomic rename), flushes it to the disk with ``fsync``, and renames it over the target with :func:`os.replace`: a
+reader sees the old file or the new one, never a part of either. On any failure (a full disk, a folder that cannot
+be written) the temporary file is removed and the :class:`OSError` raised for the caller to turn into its own
+error; the target, new or previous, is left as it was. The file gets the permissions a plain ``open`` would give
+it (0o666 less the umask).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["temporary_name", "write_all", "write_bytes", "write_text"]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to the file descriptor ``fd`` (``os.write`` may write only a part)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def temporary_name(path: Path) -> Path:
+    """The temporary file :func:`write_bytes` uses for ``path``: beside it, named for this process and thread, so
+    two writers of one target never share one."""
+    return path.with_name(f"{path.name}.{os.getpid()}-{threading.get_native_id()}.tmp")
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Put ``data`` at ``path`` whole or not at all (module docstring); OSError on failure, nothing left behind."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # an OSError, or a stop signal between the write and the rename
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """:func:`write_bytes` of ``text`` encoded in ``encoding``."""
+    return write_bytes(path, text.encode(encoding))

@@ -1,0 +1,61 @@
+"""Every file edgeprof writes is whole or absent: a full disk leaves no part of a page, a model or a Flower app.
+
+The disk is a real, small tmpfs filled to its last block (root only; skipped elsewhere, as in test_faults.py);
+each command runs for real through the CLI and must end in one line and exit 4 (OutputError), leaving neither a
+part of its file nor a temporary file, and a previous file at the same path as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgeprof.cli import app
+
+from test_faults import _fill, _one_line, small_disk  # noqa: F401 - small_disk is a fixture used by name
+
+FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp",
+        "--clients", "4", "--rounds", "1", "--tau", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    """A real report of a one-round run, on an ordinary disk."""
+    out = tmp_path_factory.mktemp("profiles")
+    result = CliRunner().invoke(app, ["measure", *FAST, "--run-name", "r", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out / "r.csv"
+
+
+#: each command as (its arguments given the full disk and the report, the file it writes there)
+COMMANDS = {
+    "dashboard": (lambda disk, rep: ["dashboard", str(rep), "--out", str(disk), "--name", "page"],
+                  Path("page.html")),
+    "export": (lambda disk, rep: ["export", "--backbone", "mlp", "--dataset", "synthetic", "--out", str(disk)],
+               Path("mlp.onnx")),
+    "flower-app-dir": (lambda disk, rep: ["flower-app-dir", str(disk / "app"), "--backbone", "mlp"],
+                       Path("app/pyproject.toml")),
+}
+
+
+@pytest.mark.parametrize("previous", [None, b"a previous good file\n"], ids=["new", "over-a-previous-one"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_full_disk_leaves_no_part_of_a_file_and_exits_4(small_disk, report, command, previous):
+    argv, name = COMMANDS[command]
+    target = small_disk / name
+    if previous is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(previous)
+    _fill(small_disk)
+
+    result = CliRunner().invoke(app, argv(small_disk, report))
+
+    assert result.exit_code == 4, result.output
+    line = _one_line(result.stderr)
+    assert line.startswith("edgeprof: error: cannot write") and "No space left on device" in line, line
+    assert (target.read_bytes() if target.exists() else None) == previous  # as it was: absent, or the old one
+    assert not list(small_disk.rglob("*.tmp"))
+    assert previous is not None or not (small_disk / "app").exists()  # no empty app folder either
+
