@@ -482,3 +482,18 @@ def test_the_idle_power_of_a_gpu_column_of_several_gpus_is_their_sum_as_measure_
 
     assert found.power_w == pytest.approx(80.0, rel=1e-12) and found.domains == ("gpu_0", "gpu_1")
     assert gpu_energy.net_j(row, found) == pytest.approx(100 - 80.0 * 0.5, rel=1e-12)
+
+
+def test_a_fit_whose_rows_were_all_short_still_says_its_joules_are_an_estimate():
+    """Every window of fedavg shorter than the estimate's update period: its energy fit has no rows left, yet its
+    label (the table's metric cell) says how the joules it left out were obtained."""
+    rows = rows_for(CLAIM_HOLDS, method="estimate")
+    for r in rows:
+        if r["algo"] == "fedavg":
+            r["short_window"] = "1"
+
+    result = analyze(rows)
+
+    fit = result.fit_for("dev", "fedavg", "energy_j")
+    assert fit is not None and fit.label == "energy_j (ESTIMATE)"
+    assert result.label_of("energy_j") == "energy_j (ESTIMATE)"

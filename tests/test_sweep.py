@@ -144,7 +144,11 @@ def test_a_sweep_on_the_cpu_estimate_says_its_energy_verdict_is_an_estimate(monk
     verdicts = [ln for ln in (result.stdout + result.stderr).splitlines()
                 if ln.startswith(("check:", "edgeprof: error: claim not shown"))]
     assert len(verdicts) == 1 and "in energy_j (ESTIMATE)" in verdicts[0], result.output
-    assert _fit_rows(result.stdout, "energy_j (ESTIMATE)") == {"pflego", "fedavg"}  # the judged metric is shown
+    # the judged metric is shown, labelled an estimate on every row (a variant whose every window was shorter
+    # than the estimate's update period has no energy fit: on a fast, quiet machine tiny rounds can be)
+    assert _fit_rows(result.stdout, "energy_j (ESTIMATE)") in ({"pflego", "fedavg"}, {"pflego"}, {"fedavg"})
+    energy_rows = re.findall(r"^│ \S+\s+│ (energy_j[^│]*?)\s+│", result.stdout, flags=re.M)
+    assert energy_rows and set(energy_rows) == {"energy_j (ESTIMATE)"}, result.stdout
 
 
 @pytest.mark.parametrize("method,label", [("counter", "energy_j (counter)"), ("estimate", "energy_j (ESTIMATE)")])

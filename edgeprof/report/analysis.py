@@ -212,8 +212,8 @@ def _cells(rows: Iterable[Mapping[str, str]], metric: str,
            ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], dict[tuple[str, str], int],
                       dict[tuple[str, str], set[str]]]:
     """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``; for an energy
-    metric (device, variant) -> how many short-window rows were left out, and -> the methods of the rows kept
-    (their :data:`METHOD_COLUMNS` cell, split at ``+``)."""
+    metric (device, variant) -> how many short-window rows were left out, and -> the methods of its rows, the left-out
+    ones too (their :data:`METHOD_COLUMNS` cell, split at ``+``)."""
     out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     short: dict[tuple[str, str], int] = defaultdict(int)
     methods: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -221,11 +221,12 @@ def _cells(rows: Iterable[Mapping[str, str]], metric: str,
     for r in rows:
         if r.get("kind") == "client" and r.get(metric, "") != "" and r.get("tau", "") != "":
             key = (r.get("device", ""), variant_of(r.get("algo", ""), r.get("engine", "")))
+            # short rows too: a fit whose rows were all left out still says how its joules were obtained
+            methods[key] |= {m for m in r.get(METHOD_COLUMNS.get(metric, ""), "").split("+") if m}
             if energy and is_short(r):
                 short[key] += 1
             else:
                 out[key].append((int(r["tau"]), float(r[metric])))
-                methods[key] |= {m for m in r.get(METHOD_COLUMNS.get(metric, ""), "").split("+") if m}
     return out, short, methods
 
 
