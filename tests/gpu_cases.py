@@ -263,9 +263,46 @@ def check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back
     assert torch.from_numpy(flat).is_pinned() and np.array_equal(flat, np.arange(10, dtype=np.float32))
 
 
+def check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing() -> None:
+    """The baselines on cuda: build_federation captures each client's one-step graph (all in one memory pool)
+    before any round; two rounds of client 0 replay it tau times each, their replies, losses and personal states
+    equal to the same rounds run eagerly (a federation never prepared) to float32 (or TF32) rounding; the second
+    round replays without capturing."""
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import build_federation, load_clients
+    from edgeprof.nn.step_program import NAME
+
+    for algo, backbone in (("fedavg", "mlp"), ("fedprox", "mlp"), ("fedavg", "cnn-omniglot"),
+                           ("fedprox", "cnn-omniglot"), ("ditto", "mlp"), ("fedbabu", "mlp"), ("fedper", "mlp")):
+        cfg = _run_config(algo, "cuda", backbone)
+        clients = load_clients(cfg)
+        graphs, eager = build_federation(cfg, clients), Federation(cfg, clients)
+        registry = graphs.runtime.compute.programs(NAME, None)
+        prepared = registry.captures
+        for round_ in range(2):
+            replayed, eagerly = graphs.client_round(0), eager.client_round(0)
+            mine, theirs = graphs.personal[0] or [], eager.personal[0] or []
+            for a, b in zip([*replayed.payload, *mine], [*eagerly.payload, *theirs]):
+                # two rounds of tau = 3 steps, each a forward and a backward through the layers
+                np.testing.assert_allclose(a, b, rtol=0, atol=_atol(eager.runtime.backbone, b, 2 * (2 * 3 + 2)) + 1e-7,
+                                           err_msg=f"{algo} on {backbone}, round {round_ + 1}")
+            assert abs(replayed.loss - eagerly.loss) <= 1e-5 * max(1.0, abs(eagerly.loss)), (algo, replayed.loss,
+                                                                                          eagerly.loss)
+            graphs.server_step([replayed])
+            eager.server_step([eagerly])
+        described = registry.describe()
+        modes = 2 if algo == "ditto" else 1
+        assert prepared == 2 * modes and registry.captures == prepared, (algo, described)  # none in the rounds
+        assert (registry.replays, registry.step_replays, registry.eager_runs) == (2 * modes, 2 * 3 * modes, 0), \
+            (algo, described)
+        assert eager.runtime.compute.programs(NAME, None).eager_runs == 2 * modes
+        assert described["memory_pool"] is not None
+
+
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
           check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
           check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
           check_the_captured_head_steps_replay_equals_eager_and_the_host_head,
           check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
-          check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned]
+          check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned,
+          check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing]

@@ -401,7 +401,8 @@ def _open_window() -> tuple:
 class CapturingKind(RecordingKind):
     """A recording kind that captures as the CUDA kind does, in host memory: :meth:`capture` warms the program up
     (one run) and returns a replay that runs it again; every capture and replay is logged with the profiler window
-    and phase open at that moment."""
+    and phase open at that moment (a capture also with the memory pool it was given: :meth:`graph_pool` hands out
+    a new token at each call)."""
 
     name = "capfake"
     head_on_device = True
@@ -409,8 +410,11 @@ class CapturingKind(RecordingKind):
     def can_capture(self, device):
         return True
 
-    def capture(self, run, device):
-        self.log.append(("capture", _open_window()))
+    def graph_pool(self, device):
+        return object()
+
+    def capture(self, run, device, pool=None):
+        self.log.append(("capture", _open_window(), pool))
         run()
 
         def replay():

@@ -66,9 +66,14 @@ def evaluate(rt: Runtime, weights: list[np.ndarray], personal: list[np.ndarray],
     return fedavg.model_loss_accuracy(fedavg.whole_model(rt), personal, data, rt.compute)
 
 
+def init_personal(rt: Runtime, data, global0: list[np.ndarray]) -> list[np.ndarray]:
+    """v_i at round 0: a copy of the initial global model."""
+    return [a.copy() for a in global0]
+
+
 SPEC = dataclasses.replace(
     fedavg.SPEC, name="ditto", paper="Ditto: Fair and Robust Federated Learning Through Personalization",
     phases=("global_steps", "personal_steps"), client=client, evaluate=evaluate, hyperparams="ditto",
     personal="the personal model v_i (whole network), starting at round 0's global model",
-    init_personal=lambda rt, data, global0: [a.copy() for a in global0],
+    init_personal=init_personal, prepare=fedavg.prepare_steps(client, fedavg.init_global, init_personal),
     evaluation="each client's personal model v_i", cost=(0.0, 6.0))

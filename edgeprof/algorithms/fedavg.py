@@ -5,12 +5,14 @@ As configured in the PFLEGO paper's experiments (Section 4.2): the whole model (
 is trained by every participating client with tau full-batch gradient-descent steps of size beta over
 its whole local set (phase ``local_steps``), and the server replaces the global weights by their
 average weighted by N_i over the participating clients. Every local step is a full forward and
-backward pass through the backbone, so the client's cost grows linearly in tau.
+backward pass through the backbone, so the client's cost grows linearly in tau. On a GPU the step is one
+captured CUDA graph replayed tau times (:mod:`edgeprof.nn.step_program`, captured by the ``prepare`` hook
+before any window; the other baselines share it).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -19,6 +21,7 @@ from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
                                       ServerState, accuracy, mean_cross_entropy, no_phase)
 from edgeprof.nn.compute import Compute
+from edgeprof.nn.step_program import gd_steps, local_steps, programs_of, sgd_update  # noqa: F401 - re-exported
 
 
 def shared_head(feature_dim: int, num_outputs: int, seed: int) -> list[np.ndarray]:
@@ -45,47 +48,6 @@ class BackboneWithHead(torch.nn.Module):
         return self.head(self.backbone(x))
 
 
-def sgd_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float, *,
-               velocity: Sequence[torch.Tensor] | None = None, momentum: float = 0.0,
-               anchors: Sequence[torch.Tensor] | None = None, mu: float = 0.0) -> None:
-    """One gradient step on every parameter at once, in place, with torch's foreach ops (a few kernels a step
-    for the whole model, not a few per tensor).
-
-    ``anchors`` adds the proximal term: g <- g + mu (p - anchor) (FedProx, Ditto); ``velocity`` is heavy-ball
-    momentum in torch's SGD convention: v <- momentum v + g (FedBABU). Then p <- p - lr g.
-    """
-    with torch.no_grad():
-        if anchors is not None:
-            step = torch._foreach_sub(list(params), list(anchors))
-            torch._foreach_mul_(step, mu)
-            torch._foreach_add_(step, list(grads))
-            grads = step
-        if velocity is not None:
-            torch._foreach_mul_(list(velocity), momentum)
-            torch._foreach_add_(list(velocity), list(grads))
-            grads = velocity
-        torch._foreach_add_(list(params), list(grads), alpha=-lr)
-
-
-def gd_steps(loss_and_grads: Callable[[], "tuple[torch.Tensor, list]"], params: Sequence[torch.Tensor], *,
-             steps: int, lr: float, momentum: float = 0.0, anchors: Sequence[torch.Tensor] | None = None,
-             mu: float = 0.0) -> torch.Tensor:
-    """``steps`` full-batch gradient steps (:func:`sgd_update`); returns the first step's loss *on the device*.
-
-    ``loss_and_grads()`` gives (loss, gradients of ``params``) at the current point without reading anything
-    back (:meth:`~edgeprof.nn.compute.Compute.loss_and_grads`): the loop queues its work and never waits for the
-    device; the caller reads the one loss it reports (``compute.scalar``), once a round. A velocity for
-    ``momentum`` starts at zero. NaN (on the parameters' device) when ``steps`` is 0.
-    """
-    velocity = [torch.zeros_like(p) for p in params] if momentum else None
-    first = None
-    for _ in range(steps):
-        loss, grads = loss_and_grads()
-        sgd_update(params, grads, lr, velocity=velocity, momentum=momentum, anchors=anchors, mu=mu)
-        first = loss if first is None else first
-    return first if first is not None else params[0].new_full((), float("nan"), dtype=torch.float64)
-
-
 def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float,
              params: Sequence[torch.nn.Parameter] | None = None, compute: Compute) -> torch.Tensor:
     """``steps`` full-batch gradient-descent steps on the mean cross-entropy; returns the first loss, on the
@@ -93,11 +55,12 @@ def local_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int
 
     ``params`` restricts the update to those parameters (the others are frozen for these steps). ``compute``
     places the data and runs each step's forward and backward (device, memory format, chunks;
-    :mod:`edgeprof.nn.compute`): the step is the full-batch one whatever the plan.
+    :mod:`edgeprof.nn.compute`): the step is the full-batch one whatever the plan. The steps replay a captured
+    one-step graph where one was prepared (:mod:`edgeprof.nn.step_program`), else run eagerly.
     """
-    params = list(model.parameters()) if params is None else list(params)
-    batches = compute.batches(x, y)
-    return gd_steps(lambda: compute.loss_and_grads(model, batches, len(y), params), params, steps=steps, lr=lr)
+    body = list(model.parameters()) if params is None else list(params)
+    _, first = local_steps(compute, model, compute.batches(x, y), len(y), steps=steps, lr=lr, body=body)
+    return first
 
 
 def client_round(model: torch.nn.Module, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray,
@@ -156,9 +119,34 @@ def evaluate(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSet
     return model_loss_accuracy(whole_model(rt), weights, data, rt.compute)
 
 
+def prepare_steps(client: Callable, init_global: Callable[[Runtime], list],
+                  init_personal: Optional[Callable] = None) -> Callable[[Runtime, object, RoundSettings], None]:
+    """A baseline's ``prepare`` hook: set-up before any window, where the device kind captures graphs, that builds
+    and captures every local-step program ``client``'s round will replay (:mod:`edgeprof.nn.step_program`).
+
+    It runs ``client`` once on the run's initial global arrays and the client's initial personal state, with the
+    run's step programs in their preparing mode: each local-steps call builds and captures the program of its key
+    (model, trained parameters, the client's data, lr, mu, momentum) and takes no step; the results are thrown
+    away. A program does not depend on tau, so preparing another tau captures nothing new. On a kind that
+    captures nothing (the CPU) it does nothing.
+    """
+
+    def prepare(rt: Runtime, data, s: RoundSettings) -> None:
+        if not rt.compute.can_capture():
+            return
+        global0 = init_global(rt)
+        personal0 = init_personal(rt, data, global0) if init_personal is not None else None
+        with programs_of(rt.compute).preparing():
+            client(rt, global0, personal0, data, s.with_phase(no_phase))
+
+    prepare.__doc__ = f"The local-step programs of {getattr(client, '__module__', 'a baseline')}'s rounds, " \
+                      "built and captured before any window (:func:`prepare_steps`)."
+    return prepare
+
+
 SPEC = AlgorithmSpec(
     name="fedavg", paper="Communication-Efficient Learning of Deep Networks from Decentralized Data",
     phases=("local_steps",), client=client, server=server, init_global=init_global, evaluate=evaluate,
     evaluation="the global model with the shared head of max_i K_i outputs, after the server step",
-    server_kind="average", hyperparams="fedavg",
+    server_kind="average", hyperparams="fedavg", prepare=prepare_steps(client, init_global),
 )

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from edgeprof.algorithms import fedper
+from edgeprof.algorithms.fedavg import prepare_steps
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, RoundSettings, Runtime, accuracy,
                                       no_phase)
 from edgeprof.algorithms.fedper import device_local_steps
@@ -96,6 +97,6 @@ def evaluate(rt: Runtime, body: list[np.ndarray], personal, data, s: RoundSettin
 SPEC = AlgorithmSpec(
     name="fedbabu", paper="FedBABU: Towards Enhanced Representation for Federated Image Classification",
     phases=("local_steps",), client=client, server=fedper.server, evaluate=evaluate, server_kind="average",
-    hyperparams="fedbabu", init_global=lambda rt: list(rt.initial_params),
+    hyperparams="fedbabu", init_global=fedper.init_global, prepare=prepare_steps(client, fedper.init_global),
     evaluation=f"the fixed head fine-tuned {FINE_TUNE_STEPS} steps on each client's features of the global body",
 )

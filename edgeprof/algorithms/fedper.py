@@ -24,6 +24,7 @@ from edgeprof.algorithms import aggregation
 from edgeprof.algorithms.base import (AlgorithmSpec, ClientResult, EvalResult, Phase, Reply, RoundSettings, Runtime,
                                       ServerState, accuracy, mean_cross_entropy, no_phase)
 from edgeprof.nn.compute import Compute
+from edgeprof.nn.step_program import local_steps as device_steps
 
 Head = list  # [W (K, M) float32, b (K,) float32]
 
@@ -57,22 +58,12 @@ def device_local_steps(backbone: torch.nn.Module, head: Sequence[np.ndarray | to
     caching, as FedRep and FedAlt do). ``momentum`` > 0 is heavy-ball GD (torch's SGD convention,
     ``v <- m v + g; p <- p - lr v``), its velocity starting at zero. ``compute`` places the data and
     runs each step's forward and backward (:mod:`edgeprof.nn.compute`); the updates are
-    :func:`edgeprof.algorithms.fedavg.sgd_update`'s foreach ops.
+    :func:`edgeprof.nn.step_program.sgd_update`'s foreach ops. The steps replay a captured one-step graph where
+    one was prepared (the head copied into its static one; :mod:`edgeprof.nn.step_program`), else run eagerly.
     """
-    from edgeprof.algorithms.fedavg import gd_steps
-
-    batches = compute.batches(x, y)
-    w = [a.detach().clone().requires_grad_(train_head) if isinstance(a, torch.Tensor)
-         else compute.tensor(a, requires_grad=train_head) for a in head]
-    params = (list(backbone.parameters()) if train_body else []) + (w if train_head else [])
-
-    def logits(xb: torch.Tensor) -> torch.Tensor:
-        with torch.set_grad_enabled(train_body):
-            feats = backbone(xb)
-        return torch.nn.functional.linear(feats, w[0], w[1])
-
-    first = gd_steps(lambda: compute.loss_and_grads(logits, batches, len(y), params), params, steps=steps, lr=lr,
-                     momentum=momentum)
+    body = list(backbone.parameters()) if train_body else []
+    w, first = device_steps(compute, backbone, compute.batches(x, y), len(y), steps=steps, lr=lr, body=body,
+                           head=list(head), train_head=train_head, momentum=momentum)
     return w, first
 
 
@@ -168,12 +159,34 @@ def _fedper_update(backbone, body, head, x, y, s: RoundSettings, compute: Comput
     return client_round(backbone, body, head, x, y, tau=s.tau, beta=s.beta, phase=s.phase, compute=compute)
 
 
+def init_global(rt: Runtime) -> list[np.ndarray]:
+    """Round 0's shared backbone: the seeded one."""
+    return list(rt.initial_params)
+
+
+def init_personal(rt: Runtime, data, _global) -> Head:
+    """Client ``data``'s first head."""
+    return initial_head(rt.seed, data.client_id, data.num_classes, rt.feature_dim)
+
+
+def prepare_head_client(client: Callable) -> Callable:
+    """The ``prepare`` hook of a personal-head baseline whose client program is ``client``: its local-step
+    programs captured before any window (:func:`edgeprof.algorithms.fedavg.prepare_steps`). A variant whose
+    local update differs from FedPer's (FedRep, FedAlt) declares its own, or its rounds run eagerly (counted in
+    the sidecar)."""
+    from edgeprof.algorithms.fedavg import prepare_steps
+
+    return prepare_steps(client, init_global, init_personal)
+
+
+_CLIENT = head_client(_fedper_update)
+
 #: what every personal-head baseline declares alike (FedRep, FedSim, FedAlt replace client, phases, name)
 SPEC = AlgorithmSpec(
     name="fedper", paper="Federated Learning with Personalization Layers", phases=("local_steps",),
-    client=head_client(_fedper_update), server=server, evaluate=evaluate, server_kind="average",
-    hyperparams="fedper", init_global=lambda rt: list(rt.initial_params),
-    personal="the head [W_i, b_i] (K_i x M and K_i)",
-    init_personal=lambda rt, data, _global: initial_head(rt.seed, data.client_id, data.num_classes, rt.feature_dim),
+    client=_CLIENT, server=server, evaluate=evaluate, server_kind="average",
+    hyperparams="fedper", init_global=init_global,
+    personal="the head [W_i, b_i] (K_i x M and K_i)", init_personal=init_personal,
+    prepare=prepare_head_client(_CLIENT),
     evaluation="each client's head on the global backbone, after the server step",
 )

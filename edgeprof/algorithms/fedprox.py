@@ -23,21 +23,22 @@ import torch
 from edgeprof.algorithms import fedavg
 from edgeprof.algorithms.base import ClientResult, Phase, RoundSettings, Runtime, no_phase
 from edgeprof.nn.compute import Compute
+from edgeprof.nn.step_program import local_steps
 
 
 def prox_gd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, *, steps: int, lr: float, mu: float,
             anchor: Sequence[np.ndarray | torch.Tensor], compute: Compute) -> torch.Tensor:
     """``steps`` GD steps on mean cross-entropy + mu/2 ||w - anchor||^2; returns the first cross-entropy, on the
-    device (:func:`edgeprof.algorithms.fedavg.gd_steps`: nothing read back inside the loop).
+    device (nothing read back inside the loop).
 
     ``anchor`` holds one array (or tensor already on the device) per parameter of ``model``, in
-    ``model.parameters()`` order; ``compute`` places the arrays and runs each step's forward and backward (:mod:`edgeprof.nn.compute`).
+    ``model.parameters()`` order; ``compute`` places the arrays and runs each step's forward and backward
+    (:mod:`edgeprof.nn.compute`). The steps replay a captured one-step graph where one was prepared (the anchors
+    copied into its static ones; :mod:`edgeprof.nn.step_program`), else run eagerly.
     """
-    params = list(model.parameters())
-    anchors = [a if isinstance(a, torch.Tensor) else compute.tensor(a) for a in anchor]
-    batches = compute.batches(x, y)
-    return fedavg.gd_steps(lambda: compute.loss_and_grads(model, batches, len(y), params), params, steps=steps,
-                           lr=lr, anchors=anchors, mu=mu)
+    _, first = local_steps(compute, model, compute.batches(x, y), len(y), steps=steps, lr=lr,
+                           body=list(model.parameters()), anchors=list(anchor), mu=mu)
+    return first
 
 
 def device_copy(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -68,4 +69,5 @@ def client(rt: Runtime, weights: list[np.ndarray], personal, data, s: RoundSetti
 
 
 SPEC = dataclasses.replace(fedavg.SPEC, name="fedprox", paper="Federated Optimization in Heterogeneous Networks",
-                           client=client, hyperparams="fedprox")
+                           client=client, hyperparams="fedprox",
+                           prepare=fedavg.prepare_steps(client, fedavg.init_global))

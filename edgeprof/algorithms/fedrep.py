@@ -59,7 +59,9 @@ def _update(backbone, body, head, x, y, s: RoundSettings, compute: Compute):
                         phase=s.phase, compute=compute)
 
 
+_CLIENT = fedper.head_client(_update)
+
 SPEC = dataclasses.replace(
     fedper.SPEC, name="fedrep", paper="Exploiting Shared Representations for Personalized Federated Learning",
-    phases=("head_epochs", "body_epochs"), client=fedper.head_client(_update), hyperparams="fedrep",
-    cost=(0.0, 1.3))
+    phases=("head_epochs", "body_epochs"), client=_CLIENT, hyperparams="fedrep", cost=(0.0, 1.3),
+    prepare=fedper.prepare_head_client(_CLIENT))

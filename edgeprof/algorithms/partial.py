@@ -60,7 +60,9 @@ def _alt(backbone, shared, personal, x, y, s: RoundSettings, compute: Compute):
 
 PAPER = "Federated Learning with Partial Model Personalization"
 #: FedSim borrows FedPer's row of the tables (the same local update), FedAlt FedRep's (head steps, then body)
+#: each captures the step programs of its own client program before any window (:mod:`edgeprof.nn.step_program`)
 FEDSIM = dataclasses.replace(fedper.SPEC, name="fedsim", paper=PAPER, client=fedper.head_client(_sim),
-                             hyperparams="fedper")
+                             prepare=fedper.prepare_head_client(fedper.head_client(_sim)), hyperparams="fedper")
 FEDALT = dataclasses.replace(fedper.SPEC, name="fedalt", paper=PAPER, phases=("personal_steps", "shared_steps"),
-                             client=fedper.head_client(_alt), hyperparams="fedrep", cost=(0.0, 6.0))
+                             client=fedper.head_client(_alt), prepare=fedper.prepare_head_client(fedper.head_client(_alt)),
+                             hyperparams="fedrep", cost=(0.0, 6.0))

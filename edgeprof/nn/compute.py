@@ -123,10 +123,16 @@ class DeviceKind:
         not (the CPU, the test kinds) the same program runs eagerly (:mod:`edgeprof.nn.head_program`)."""
         return False
 
-    def capture(self, run, device: str):
+    def capture(self, run, device: str, pool=None):
         """``run()`` warmed up, then captured as one device program; returns the callable that replays it (only
-        where :meth:`can_capture`)."""
+        where :meth:`can_capture`). ``pool``: a memory pool from :meth:`graph_pool` shared with other captures
+        (None: one of its own)."""
         raise NotImplementedError(f"the {self.name} kind captures no device programs")
+
+    def graph_pool(self, device: str):
+        """A memory pool several captures may share (their replays sequential; :mod:`edgeprof.nn.step_program`
+        says when that is safe), or None where captures keep their own."""
+        return None
 
     def read_back(self, flat: "torch.Tensor") -> np.ndarray:
         """A flat device tensor's values in one host buffer (the tensor's own memory on the CPU)."""
@@ -376,9 +382,16 @@ class Compute:
         """Whether this device captures repeated work as one program (:meth:`DeviceKind.can_capture`)."""
         return self.kind.can_capture(self.device)
 
-    def capture(self, run):
-        """``run`` captured as one device program; the callable that replays it (:meth:`DeviceKind.capture`)."""
-        return self.kind.capture(run, self.device)
+    def capture(self, run, pool=None):
+        """``run`` captured as one device program; the callable that replays it (:meth:`DeviceKind.capture`), its
+        memory in ``pool`` where one is given (:meth:`graph_pool`)."""
+        if pool is None:
+            return self.kind.capture(run, self.device)
+        return self.kind.capture(run, self.device, pool=pool)
+
+    def graph_pool(self):
+        """A memory pool captures may share (:meth:`DeviceKind.graph_pool`; None: each keeps its own)."""
+        return self.kind.graph_pool(self.device)
 
     # ------------------------------------------------------------------ a round's work queued, read back once
 

@@ -9,8 +9,10 @@ What it does differently from the host CPU (:class:`~edgeprof.nn.compute.DeviceK
 * ONNX Runtime runs on the GPU when the installed build offers a GPU execution provider (onnxruntime-gpu, or
   NVIDIA's build on a Jetson): TensorRT first, then CUDA, each pinned to this device's index, with the CPU
   provider last for the operators they lack (:func:`gpu_providers`);
-* repeated small work is captured once as a CUDA graph and replayed (:meth:`CudaKind.capture`: PFLEGO's head steps,
-  :mod:`edgeprof.nn.head_program`), and flat read-backs land in pinned host memory (:meth:`CudaKind.read_back`);
+* repeated work is captured once as a CUDA graph and replayed (:meth:`CudaKind.capture`: PFLEGO's head steps,
+  :mod:`edgeprof.nn.head_program`; the baselines' local step, :mod:`edgeprof.nn.step_program`, whose graphs
+  share one memory pool, :meth:`CudaKind.graph_pool`), and flat read-backs land in pinned host memory
+  (:meth:`CudaKind.read_back`);
 * peak GPU memory per window: ``torch.cuda.max_memory_allocated``, reset at each window's start;
 * ``--execution auto`` without a stored calibration runs the whole local set at once, unless the GPU's free memory
   says otherwise (:meth:`CudaKind.default_plan`, :func:`edgeprof.nn.execution.whole_set_plan`), never the CPU's
@@ -117,9 +119,10 @@ class CudaKind(DeviceKind):
         """CUDA graphs, where the device is a CUDA one (a host-backed stand-in of this kind captures nothing)."""
         return self.torch_device(device).type == "cuda"
 
-    def capture(self, run, device: str):
+    def capture(self, run, device: str, pool=None):
         """``run`` once on a side stream (warm-up: cuBLAS handles and workspaces are made outside the graph), then
-        captured as one CUDA graph; its ``replay`` runs every kernel of ``run`` with one launch."""
+        captured as one CUDA graph, its memory in ``pool`` (:meth:`graph_pool`) where given, else a pool of its own;
+        its ``replay`` runs every kernel of ``run`` with one launch."""
         import torch
 
         side, main = torch.cuda.Stream(self.torch_device(device)), torch.cuda.current_stream(self.torch_device(device))
@@ -128,9 +131,16 @@ class CudaKind(DeviceKind):
             run()
         main.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             run()
         return graph.replay
+
+    def graph_pool(self, device: str):
+        """A fresh CUDA graph memory pool handle (``torch.cuda.graph_pool_handle``) for captures to share."""
+        import torch
+
+        with torch.cuda.device(self.torch_device(device)):
+            return torch.cuda.graph_pool_handle()
 
     def place_module(self, module, device: str):
         return module.to(self.torch_device(device))
