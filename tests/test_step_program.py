@@ -156,3 +156,26 @@ def test_a_round_without_a_prepared_program_runs_eagerly_and_captures_nothing(ca
     assert capturing.at("capture") == [] and capturing.at("replay") == []
     assert (described["local_steps"], described["eager_runs"], described["captures"]) == (how, 1, 0)
     assert np.isfinite(update.loss)
+
+
+@pytest.mark.parametrize("algo", ["pflego", "fedavg"])
+def test_a_flower_node_captures_in_its_set_up_window_and_replays_in_its_rounds(capturing, tmp_path, task_identity,
+                                                                               algo):
+    """On Flower, the node's set-up (the mod's ``setup`` window, before the round's ``client`` window) captures the
+    algorithm's step graphs; the rounds replay them; nothing is captured inside a round's window."""
+    from flwr.app import Context, RecordDict
+
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.config import FlowerSettings, to_run_config
+    from edgeprof.flower.server_app import run_server
+    from test_flower_algorithms import LoopbackGrid, tiny_cfg
+
+    run_config = to_run_config(tiny_cfg(algo, tmp_path), FlowerSettings(node_wait_s=0.0))
+    contexts = {pid + 1: Context(run_id=1, node_id=pid + 1, state=RecordDict(), run_config=run_config, node_config={
+        "partition-id": pid, "num-partitions": 3, "compute-device": "capfake:0", "warmup": "0"}) for pid in range(3)}
+
+    run_server(LoopbackGrid(make_client_app(), contexts), run_config)
+
+    captures, replays = capturing.at("capture"), capturing.at("replay")
+    assert captures and {window for window, _ in captures} == {"setup"}
+    assert replays and {window for window, _ in replays} == {"client"}

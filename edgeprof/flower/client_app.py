@@ -167,7 +167,8 @@ def local_evaluation(cfg_of, msg: Message, context: Context, reply: Message) -> 
 def prepare_round(cfg_of, msg: Message, context: Context) -> None:
     """Everything a training round needs before it starts, measured by the mod as set-up: this node's data,
     the runtime (backbone; export and ONNX Runtime session for the ``onnx`` engine, read from the per-node
-    export cache when present) and the personal state. The round then finds them in this process."""
+    export cache when present), the personal state and the algorithm's own set-up (``AlgorithmSpec.prepare``: on a
+    GPU its step graphs captured). The round then finds them in this process."""
     import dataclasses
 
     from edgeprof.algorithms import ALGORITHMS
@@ -179,12 +180,15 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
     rt.prepare()
     spec = ALGORITHMS[cfg.algo]
     personal = personal_state(spec, rt, client, context.state)
+    settings = RoundSettings.of(cfg, scale=float(msg.content[CONFIG_KEY]["scale"]))
+    if spec.prepare is not None:  # the algorithm's own set-up (a GPU's captured step graphs), once per shape
+        spec.prepare(rt, client, settings)
     if str(context.node_config.get("warmup", "1")).lower() not in ("0", "false", "no"):
         # a fresh process initialises kernels on first use (oneDNN primitives, the ONNX Runtime run): run the
         # client program once per process at tau=1 on the real data and throw the result away, so that cost
         # is set-up, not round
         arrays = msg.content[ARRAYS_KEY].to_numpy_ndarrays()
-        settings = dataclasses.replace(RoundSettings.of(cfg, scale=float(msg.content[CONFIG_KEY]["scale"])), tau=1)
+        settings = dataclasses.replace(settings, tau=1)
         own = None if personal is None else [a.copy() for a in personal]
         rt.cached("warm-up", lambda: spec.client(rt, arrays, own, client, settings) and True)
 
