@@ -364,7 +364,7 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
         monkeypatch.setattr("edgeprof.cli._measure_and_report", received.append)
         return {}
     if command == "train":
-        monkeypatch.setattr("edgeprof.cli._train_and_report", lambda base, names, target: received.append(base))
+        monkeypatch.setattr("edgeprof.cli._train_and_report", lambda base, names, target, *_: received.append(base))
         return {"evaluate": True}
     if command == "sweep":
         monkeypatch.setattr("edgeprof.cli._sweep_and_report", lambda cfg, **_: received.append(cfg.base))

@@ -57,6 +57,7 @@ class Elsewhere:
 FLOWER_APP = ("edgeprof flower-app-dir myapp --clients 4 --tau 50 --rounds 20 --participation 0.5 --dataset digits "
               "--backbone cnn-omniglot --out /srv/edgeprof/profiles")
 TRACE_PAGE = "tests/test_trace_view.py::test_the_commands_the_power_trace_page_shows"
+TO_TARGET_RUN = "tests/test_energy_to_target.py::test_a_small_digits_run_names_each_algorithms_energy_optimal_tau"
 RUNS: dict[str, Here | Elsewhere] = {
     # the first command of the README and of Getting started, run exactly as shown
     "edgeprof measure --algo pflego --tau 50": Here(),
@@ -69,6 +70,11 @@ RUNS: dict[str, Here | Elsewhere] = {
     "edgeprof measure --algo fedavg --tau 50 --execution contiguous:all": Here(smaller=SHRINK_MEASURE),
     "edgeprof measure --dataset synthetic --synthetic-samples 2000 --synthetic-classes 10": Here(smaller=SHRINK_MEASURE),
     "edgeprof measure --dataset mnist --data-dir data --split paper": Here(given="mnist", smaller=SHRINK_MEASURE),
+    "edgeprof train --algos pflego,fedavg --taus 1,10 --seeds 0,1 --target-accuracy 0.8 --rounds 5 --clients 4 "
+    "--participation 0.5 --threads 1 --run-name digits": Elsewhere(TO_TARGET_RUN),
+    "edgeprof summary profiles/digits-*.csv": Elsewhere(TO_TARGET_RUN),
+    "edgeprof train --algos pflego,fedavg --taus 1,10 --seeds 0,1 --target-accuracy 0.8 --rounds 5 --clients 4 "
+    "--participation 0.5 --cost-from profiles/sweep-jetson.csv": Elsewhere(TO_TARGET_RUN),
     "edgeprof train --algos pflego,fedavg,fedper --rounds 100 --tau 25 --clients 20 --target-accuracy 0.95":
         Here(smaller=("--rounds", "2", "--tau", "2", "--no-progress")),
     # --check exits 8 when a verdict is not shown, which so short a sweep may well give

@@ -40,7 +40,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
     show_notes()
 
 
-def _run_with_progress(cfg, display=None) -> "object":
+def _run_with_progress(cfg, display=None, sidecar=None) -> "object":
     """Run ``cfg`` with a set-up line and a bar of rounds that starts once set-up is over."""
     from edgeprof.cli.progress import Display
     from edgeprof.rounds.simulate import run
@@ -58,7 +58,7 @@ def _run_with_progress(cfg, display=None) -> "object":
                 if bar[0] is not None:
                     bar[0](finished, total)
 
-            done.append(run(cfg, progress=progress, stage=display.stage))
+            done.append(run(cfg, progress=progress, stage=display.stage, sidecar=sidecar))
     except KeyboardInterrupt as err:  # after the run returned (the display closing): its report is whole
         if done and getattr(err, "report", None) is None:
             err.report, err.report_complete = done[0].csv_path, done[0].status == "complete"
@@ -75,8 +75,8 @@ def _console():
     return console if console.is_terminal else Console(width=140)
 
 
-def _print_summary(csv_path: Path) -> None:
-
+def _print_summary(csv_path: Path) -> "object":
+    """Print the summary of the report at ``csv_path``; return the report as read (read once: its notes once)."""
     from edgeprof.report.summary import (carbon_total, gpu_summary, held_rounds, invalid_rows, overhead_fraction,
                                          printable, render, short_rows, summarize)
     from edgeprof.report.writer import read_report
@@ -110,6 +110,7 @@ def _print_summary(csv_path: Path) -> None:
     if overhead is not None:
         typer.echo(f"profiler overhead ({overhead[1]}): {overhead[0]:.3%} of the client rounds' wall time")
     typer.echo(f"report: {csv_path}")
+    return report
 
 
 def _print_final_eval(csv_path: Path) -> None:
@@ -180,10 +181,14 @@ def algos() -> None:
 
 
 @app.command()
-def summary(report: Annotated[Path, typer.Argument(help="A report CSV written by edgeprof.")]) -> None:
-    """Print the summary table of an existing report."""
+def summary(reports: Annotated[list[Path], typer.Argument(
+        metavar="REPORT...", help="Report CSVs written by edgeprof (several: the reports of one `train` run).")]) -> None:
+    """Print the summary table of existing reports; for reports of `edgeprof train`, the energy to the target
+    accuracy per (algorithm, tau) over their seeds and each algorithm's energy-optimal tau."""
     with guard():
-        _print_summary(report)
+        from edgeprof.cli.training import print_train_summary
+
+        print_train_summary([_print_summary(report) for report in reports], _console())
 
 
 @app.command()
@@ -226,33 +231,51 @@ def train(
     cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
-    eval_protocol: o.EvalProtocol = "global",
+    eval_protocol: o.EvalProtocol = "global", taus: o.TrainTaus = None, seeds: o.TrainSeeds = None,
+    cost_from: o.CostFrom = None,
     progress: o.ShowProgress = True,
 ) -> None:
-    """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report each."""
+    """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report per
+    (algorithm, tau, seed); the energy to the target accuracy, and with --taus the tau that needs the fewest joules."""
     with guard():
+        from edgeprof.cli.training import tau_and_seed_lists
         from edgeprof.errors import ConfigError
 
         if not 0.0 < target_accuracy <= 1.0:
             raise ConfigError(f"target accuracy must be in (0, 1], got {target_accuracy}")
-        base = o.run_config(ctx.params, given=o.given_options(ctx), algos=algos, algo=algos[0], evaluate=True)
-        _train_and_report(base, algos, target_accuracy)  # each algorithm's run keeps only the rates it uses
+
+        given = o.given_options(ctx)
+        tau_list, seed_list = tau_and_seed_lists(given, taus, seeds, _csv_list)
+        base = o.run_config(ctx.params, given=given, algos=algos, algo=algos[0], evaluate=True)
+        costs = None
+        if cost_from is not None:
+            from edgeprof.report.to_target import read_costs
+
+            costs = read_costs(cost_from, algos, tau_list or (base.tau,))
+        # each algorithm's run keeps only the rates it uses
+        _train_and_report(base, algos, target_accuracy, tau_list, seed_list, costs)
 
 
-def _train_and_report(base, names, target: float) -> None:
+def _train_and_report(base, names, target: float, taus=(), seeds=(), costs=None) -> None:
 
     from edgeprof.cli.progress import Display
     from edgeprof.report.writer import read_report
+    from edgeprof.cli.training import TO_TARGET_PROTOCOL, print_to_target
     from edgeprof.rounds.train import energy_to_target, render, train_configs
 
-    configs = train_configs(base, names)  # every config is validated before the first run starts
+    configs = train_configs(base, names, taus, seeds)  # every config is validated before the first run starts
+    protocol = {"target_accuracy": target, "eval_protocol": base.eval_protocol, "algos": list(names),
+                "taus": sorted({c.tau for c in configs}), "seeds": sorted({c.seed for c in configs}),
+                "rounds": base.rounds, "protocol": TO_TARGET_PROTOCOL}
     results, paths = [], []
-    with Display(base.progress) as display:  # one bar per algorithm, each started after its own set-up
+    with Display(base.progress) as display:  # one bar per run, each started after its own set-up
         for cfg in configs:
-            result = _run_with_progress(cfg, display)
+            result = _run_with_progress(cfg, display, sidecar={"train": protocol})
             paths.append(result.csv_path)
             results.extend(energy_to_target(read_report(result.csv_path), target))
-    _console().print(render(results))
+    if len(configs) == len(names):  # one tau, one seed: the table as before
+        _console().print(render(results))
+    print_to_target(_console(), results, target, base.eval_protocol, costs, always=len(configs) > len(names))
     for path in paths:
         typer.echo(f"report: {path}")
 

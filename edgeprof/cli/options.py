@@ -260,6 +260,15 @@ PageFile = Annotated[Optional[Path], _opt("--output", panel=OUTPUT, path_type=Pa
                                           help="Deprecated: the HTML file to write; use --out and --name.")]
 Title = Annotated[str, _opt(panel=OUTPUT, help="Title of the page.")]
 TargetAccuracy = Annotated[float, _opt(panel=OUTPUT, help="Test accuracy the energy-to-target column counts to.")]
+TrainTaus = Annotated[Optional[str], _opt("--taus", panel=MODEL, help=(
+    "Comma-separated local step counts to train each algorithm at (instead of --tau); the table names the tau that "
+    "reaches --target-accuracy for the fewest client joules."))]
+TrainSeeds = Annotated[Optional[str], _opt("--seeds", panel=FEDERATION, help=(
+    "Comma-separated seeds to train every (algorithm, tau) with (instead of --seed); figures to target are medians "
+    "with a 95% t interval over them."))]
+CostFrom = Annotated[Optional[Path], _opt("--cost-from", panel=OUTPUT, help=(
+    "A sweep report of another device: also project client joules to target there (rounds measured here x its "
+    "fitted J per client round at the same tau), labelled PROJECTION."))]
 Evaluate = Annotated[bool, _opt(panel=OUTPUT, help="Also record training loss and test accuracy every round.")]
 EvalProtocol = Annotated[str, _opt(panel=OUTPUT, choice=EVAL_PROTOCOL, help=(
     "How accuracy is measured: global (every client after the server step, mean of their accuracies) or "

@@ -147,13 +147,13 @@ def setup_stages(cfg: RunConfig) -> dict[str, str]:
 
 
 def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None,
-        stage: Callable[[str], None] = _no_stage) -> RunResult:
+        stage: Callable[[str], None] = _no_stage, sidecar: Optional[dict] = None) -> RunResult:
     """Run ``cfg`` end to end and return where its report lies.
 
     ``stage(text)`` is called as each set-up step starts (loading data, building the backbone, opening
     meters); ``progress(0, total)`` when set-up is over, then ``progress(done, total)`` after every round.
     KeyboardInterrupt is re-raised after the sidecar is marked ``interrupted``; the CSV keeps every
-    finished round.
+    finished round. ``sidecar``: sections the caller adds to the run's sidecar (``train``: its target and protocol).
     """
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
@@ -167,7 +167,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     session = None
     try:
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,
-                      runtime=federation.runtime) as session:
+                      runtime=federation.runtime, finish=lambda data: {**data, **(sidecar or {})}) as session:
             if progress:
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))

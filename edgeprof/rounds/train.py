@@ -3,7 +3,8 @@
 ``edgeprof train`` runs each algorithm with ``evaluate=True`` through :func:`edgeprof.rounds.simulate.run`, one
 report per algorithm (:func:`train_configs`); each report then holds, per round, the eval row
 (equation (1)'s training loss and the test accuracy averaged over clients) and one row per client
-round with its joules. :func:`energy_to_target` reads such a report back and answers the question
+round with its joules. :func:`energy_to_target` (in :mod:`edgeprof.report.to_target`, which also forms the
+figures over seeds and taus) reads such a report back and answers the question
 none of the papers does: how much client energy (and carbon) did the federation spend before the test
 accuracy first reached the target? The sum runs over the client rows of rounds 1..t*, where t* is the
 first round whose eval row has ``test_accuracy >= target``; server steps are not client energy and
@@ -13,84 +14,31 @@ are left out. Pure functions on a :class:`~edgeprof.report.writer.Report`: no ru
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from edgeprof.config import RunConfig
-from edgeprof.report.writer import Report
+from edgeprof.report.to_target import TargetResult, energy_to_target
+
+__all__ = ["TargetResult", "energy_to_target", "render", "train_configs"]
 
 
-@dataclass(frozen=True)
-class TargetResult:
-    """One algorithm's training outcome and its client energy to the target accuracy.
+def train_configs(base: RunConfig, algos: Sequence[str], taus: Sequence[int] = (),
+                  seeds: Sequence[int] = ()) -> list[RunConfig]:
+    """One config per (algorithm, tau, seed), evaluation on; ``taus`` / ``seeds`` default to ``base``'s one.
 
-    ``reached_round`` is None when the target was never reached; ``energy_j`` / ``carbon_g`` are None
-    then, or when a client row up to that round has no measured value. ``energy_method`` says how the
-    joules were obtained (``counter``, ``integrated_power``, ``estimate``, joined by ``+``).
+    A run name keeps reports apart: ``<name>-<algo>``, with ``-tau<tau>`` when more than one tau is trained and
+    ``-seed<seed>`` when more than one seed is (one report per run, its seed in the sidecar's ``config.seed``).
     """
-
-    algo: str
-    target: float
-    rounds: int
-    final_loss: Optional[float]
-    final_accuracy: Optional[float]
-    median_client_round_j: Optional[float]
-    reached_round: Optional[int]
-    energy_j: Optional[float]
-    carbon_g: Optional[float]
-    energy_method: str
-    eval_protocol: str = "global"
-
-
-def _floats(rows, column: str) -> Optional[list[float]]:
-    """The column as floats, or None if any cell is empty."""
-    cells = [r.get(column, "") for r in rows]
-    return None if any(c == "" for c in cells) else [float(c) for c in cells]
-
-
-def _first_reached(evals: Sequence[dict], target: float) -> Optional[int]:
-    for row in sorted((r for r in evals if r.get("round")), key=lambda r: int(r["round"])):
-        if row.get("test_accuracy", "") != "" and float(row["test_accuracy"]) >= target:
-            return int(row["round"])
-    return None
-
-
-def _one(report: Report, algo: str, target: float) -> TargetResult:
-    evals = sorted((r for r in report.where(algo=algo, kind="eval") if r.get("round")), key=lambda r: int(r["round"]))
-    clients = [r for r in report.where(algo=algo, kind="client") if r.get("round")]
-    last = evals[-1] if evals else {}
-    reached = _first_reached(evals, target)
-    energy = carbon = None
-    if reached is not None:
-        upto = [r for r in clients if int(r["round"]) <= reached]
-        joules, grams = _floats(upto, "energy_j"), _floats(upto, "carbon_g")
-        energy = sum(joules) if joules is not None else None
-        carbon = sum(grams) if grams is not None else None
-    per_round = report.values("energy_j", clients)
-    return TargetResult(
-        algo=algo, target=target, rounds=len(evals),
-        final_loss=float(last["train_loss"]) if last.get("train_loss") else None,
-        final_accuracy=float(last["test_accuracy"]) if last.get("test_accuracy") else None,
-        median_client_round_j=statistics.median(per_round) if per_round else None,
-        reached_round=reached, energy_j=energy, carbon_g=carbon,
-        energy_method="+".join(sorted({r["energy_method"] for r in clients if r.get("energy_method")})) or "none",
-        eval_protocol="+".join(sorted({r.get("eval_protocol") or "global" for r in evals})) or "global",
-    )
-
-
-def energy_to_target(report: Report, target: float) -> list[TargetResult]:
-    """Per algorithm in the report (in order of appearance): outcome and client energy to ``target``."""
-    algos = dict.fromkeys(r["algo"] for r in report.rows)
-    return [_one(report, algo, target) for algo in algos]
-
-
-def train_configs(base: RunConfig, algos: Sequence[str]) -> list[RunConfig]:
-    """One config per algorithm, evaluation on; a run name ``<name>-<algo>`` keeps reports apart."""
+    taus, seeds = tuple(taus) or (base.tau,), tuple(seeds) or (base.seed,)
     out = []
     for algo in algos:
-        name = f"{base.run_name}-{algo}" if base.run_name else None
-        out.append(dataclasses.replace(base, algo=algo, evaluate=True, run_name=name))
+        for tau in taus:
+            for seed in seeds:
+                name = None
+                if base.run_name:
+                    name = (f"{base.run_name}-{algo}" + (f"-tau{tau}" if len(taus) > 1 else "")
+                            + (f"-seed{seed}" if len(seeds) > 1 else ""))
+                out.append(dataclasses.replace(base, algo=algo, tau=tau, seed=seed, evaluate=True, run_name=name))
     return out
 
 

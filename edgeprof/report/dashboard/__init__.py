@@ -9,7 +9,8 @@ Sections: runs and devices, the windows of a user's own code (reports of ``edgep
 (fits, growth, ratios), cost versus tau with fitted lines and 95% bands, per-phase breakdown, power over time
 (reports run with ``--trace``: each algorithm's median-energy client window against time over its phases' bands,
 and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
-energy (reports with ``kind=eval`` rows), measurement methods. Reports from several devices
+energy (reports with ``kind=eval`` rows), client joules to a target accuracy against tau (the reports of
+``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. Reports from several devices
 (the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
 
 Escaping: every text that comes from a report (run ids, algorithm, engine and device names, sidecar
@@ -25,7 +26,7 @@ from typing import Optional, Sequence
 from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
-from edgeprof.report.dashboard import claim, runs, windows
+from edgeprof.report.dashboard import claim, runs, target, windows
 from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_device, esc, rows_of, script_json
 from edgeprof.report.writer import Report, read_report
 
@@ -36,7 +37,7 @@ SECTIONS = (("runs", "Runs and devices"), ("windows", "Windows of your own code"
             ("cost-vs-tau", "Cost per client round vs tau"),
             ("phases", "Per-phase breakdown"), ("trace", "Power over time"), ("timeseries", "Per-round time series"),
             ("energy", "Energy and carbon totals"), ("accuracy", "Accuracy against cumulative energy"),
-            ("methods", "How the figures were measured"))
+            ("to-target", "Energy to target accuracy against tau"), ("methods", "How the figures were measured"))
 
 
 def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_round: Optional[int] = None,
@@ -61,6 +62,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
         "timeseries": runs.timeseries(page, devices),
         "energy": runs.energy(page, devices),
         "accuracy": runs.accuracy(page, devices),
+        "to-target": target.energy_to_target_section(page, reports),
         "methods": runs.methods_section(reports),
     }
     nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in SECTIONS)
