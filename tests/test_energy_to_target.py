@@ -240,7 +240,7 @@ def test_a_small_digits_run_names_each_algorithms_energy_optimal_tau(tmp_path):
             for seed in (0, 1):
                 report = read_report(tmp_path / "r" / f"d-{algo}-tau{tau}-seed{seed}.csv")
                 evals = report.where(kind="eval")
-                assert len(evals) == 5 and {r["tau"] for r in evals} == {str(tau)}
+                assert len(evals) == 5 and {(r["tau"], r["seed"]) for r in evals} == {(str(tau), str(seed))}
                 assert report.sidecar["config"]["seed"] == seed
                 assert report.sidecar["train"]["target_accuracy"] == 0.8
     assert "fewest client joules to target" in result.stdout and "energy_j (ESTIMATE)" in result.stdout

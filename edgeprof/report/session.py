@@ -104,9 +104,9 @@ class RunContext:
 
 
 def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:
-    """The identifying cells of a report row (run, device, algorithm, tau, round, kind) plus ``extra``."""
+    """The identifying cells of a report row (run, device, algorithm, tau, seed, round, kind) plus ``extra``."""
     row = dict(run_id=ctx.run_id, device=ctx.device, algo=cfg.algo, engine=cfg.engine, dataset=cfg.dataset,
-               backbone=cfg.backbone, tau=cfg.tau, round=round_index, kind=kind,
+               backbone=cfg.backbone, tau=cfg.tau, seed=cfg.seed, round=round_index, kind=kind,
                timestamp_s=f"{time.time():.3f}")
     row.update(extra)
     return row

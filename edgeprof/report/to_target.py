@@ -80,6 +80,10 @@ def _first_reached(evals: Sequence[dict], target: float) -> Optional[int]:
 
 
 def _seed_of(report: Report) -> Optional[int]:
+    """The run's seed: its rows' ``seed`` column, else (a report written before the column) its sidecar's config."""
+    seeds = {r.get("seed", "") for r in report.rows} - {""}
+    if len(seeds) == 1 and seeds.copy().pop().isdigit():
+        return int(seeds.pop())
     config = report.sidecar.get("config") if isinstance(report.sidecar, dict) else None
     seed = config.get("seed") if isinstance(config, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None

@@ -242,7 +242,7 @@ REQUIRED_COLUMNS = ("run_id", "algo", "kind")
 #: result columns where NaN or infinity is a result (a diverged run), not damage
 RESULT_COLUMNS = ("train_loss",)
 #: columns that hold whole numbers when not empty
-INTEGER_COLUMNS = ("tau", "round", "client", "n_samples", "n_participants", "short_window", "held_rounds")
+INTEGER_COLUMNS = ("tau", "seed", "round", "client", "n_samples", "n_participants", "short_window", "held_rounds")
 _TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
                  "labels", "device_kind", "short_phases")
 KINDS = ("client", "server", "eval", "window")
