@@ -38,7 +38,8 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     tmp = temporary_name(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        tmp.unlink(missing_ok=True)  # a leftover at the temporary name, whatever it is (a FIFO), removed unopened
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             write_all(fd, data)
             os.fsync(fd)

@@ -44,7 +44,6 @@ H200, ``channels_last:64`` took 666 aten ops for one forward+backward of 600 ima
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -375,17 +374,12 @@ def _store(module, threads: Optional[int], identity: str, plan: ExecutionPlan) -
     path = _calibration_path(module, threads, identity)
     if path is None:
         return None
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    from edgeprof.atomic import write_text
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)  # a leftover, whatever it is, is removed unopened
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps({"spec": plan.spec, "source": plan.source, "device": identity}).encode())
-        os.replace(tmp, path)
+        write_text(path, json.dumps({"spec": plan.spec, "source": plan.source, "device": identity}))
     except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         return (f"the calibration was not stored ({err.filename or path}: {err.strerror or err}); the next "
                 "--execution auto will not find it")
     return None
