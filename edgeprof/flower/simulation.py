@@ -13,7 +13,7 @@ GPUs: Ray shows each virtual client only the GPUs it reserves (``num_gpus``), nu
 every GPU from a client that reserves none. So the device is decided once, here (``auto`` resolved on this
 machine), and a run on CUDA reserves one GPU per client unless ``client_gpus`` says otherwise (a fraction
 such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break, and
-:func:`check_usable` a device this machine cannot run rounds on, both before Ray starts.
+:func:`edgeprof.nn.compute.check_usable` (the check ``measure`` makes) a device this machine cannot run rounds on, both before Ray starts.
 """
 
 from __future__ import annotations
@@ -122,25 +122,13 @@ def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
     return 1.0 if client_gpus is None else float(client_gpus)
 
 
-def check_usable(device: str, tf32: bool) -> None:
-    """ConfigError with the one line ``edgeprof measure`` gives when this machine cannot run rounds on ``device``
-    (resolved: no CUDA GPU, no such index) or ``tf32`` is asked of a device without it: checked here, before Ray
-    starts, since every virtual client would fail on it and the simulation would wait for them."""
-    from edgeprof.nn.compute import kind_of, tf32_refused
-
-    kind = kind_of(device)
-    why = kind.unavailable(device) or (tf32_refused(device) if tf32 and not kind.cudnn else None)
-    if why:
-        raise ConfigError(why)
-
-
 def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, backend: str = "ray",
              client_cpus: float = 1.0, client_gpus: Optional[float] = None, total_cpus: Optional[int] = None) -> Path:
     """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder.
 
     ``client_gpus``: GPUs each client reserves (None: 1 for rounds on CUDA, else 0; :func:`client_gpus_for`).
     """
-    from edgeprof.nn.compute import resolve_device
+    from edgeprof.nn.compute import check_usable, resolve_device
 
     if not 0 < client_cpus < math.inf:
         raise ConfigError(f"--client-cpus must be a number above 0, got {client_cpus}")

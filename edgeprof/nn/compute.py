@@ -457,6 +457,16 @@ def apply_numerics(compute: Compute) -> None:
         torch.backends.cudnn.allow_tf32 = settings["cudnn_allow_tf32"]
 
 
+def check_usable(device: str, tf32: bool = False) -> DeviceKind:
+    """The kind of the resolved ``device``; ConfigError with one line when this machine cannot run rounds on it (no
+    CUDA GPU, no such index) or ``tf32`` is asked of a kind without TF32."""
+    kind = kind_of(device)
+    why = kind.unavailable(device) or (tf32_refused(device) if tf32 and not kind.cudnn else None)
+    if why:
+        raise ConfigError(why)
+    return kind
+
+
 def resolve(device: str, execution: str, module, threads: Optional[int] = None, tf32: bool = False) -> Compute:
     """The run's Compute: ``device`` checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
     without TF32), the threads and the numerics set (:func:`apply_numerics`), then the ``--execution`` word
@@ -465,10 +475,7 @@ def resolve(device: str, execution: str, module, threads: Optional[int] = None, 
     from edgeprof.nn import execution as executionlib
 
     device = resolve_device(device)
-    kind = kind_of(device)
-    why = kind.unavailable(device) or (tf32_refused(device) if tf32 and not kind.cudnn else None)
-    if why:
-        raise ConfigError(why)
+    kind = check_usable(device, tf32)
     set_threads(threads)
     compute = Compute(device, ExecutionPlan(), threads, kind, tf32)
     apply_numerics(compute)
