@@ -181,8 +181,8 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
     spec = ALGORITHMS[cfg.algo]
     personal = personal_state(spec, rt, client, context.state)
     settings = RoundSettings.of(cfg, scale=float(msg.content[CONFIG_KEY]["scale"]))
-    if spec.prepare is not None:  # the algorithm's own set-up (a GPU's captured step graphs), once per shape
-        spec.prepare(rt, client, settings)
+    if spec.prepare is not None:  # the algorithm's own set-up (a GPU's captured step graphs), once per client and tau
+        rt.cached(("prepare", client.client_id, settings.tau), lambda: spec.prepare(rt, client, settings) or True)
     if str(context.node_config.get("warmup", "1")).lower() not in ("0", "false", "no"):
         # a fresh process initialises kernels on first use (oneDNN primitives, the ONNX Runtime run): run the
         # client program once per process at tau=1 on the real data and throw the result away, so that cost
