@@ -139,3 +139,12 @@ def test_dataset_refuses_an_is_test_that_is_not_one_bool_per_sample() -> None:
     # Execute / Assert
     with pytest.raises(ValueError, match="is_test must be bool of shape"):
         Dataset("bad", x, y, num_classes=2, is_test=np.array([0, 1]))
+
+
+def test_the_declared_size_of_the_bundled_digits_is_what_its_loader_reads() -> None:
+    """data.names.DATASET_SIZES (what a Flower node may claim) agrees with the loader where the data is at hand."""
+    from edgeprof.data.names import DATASET_SIZES
+
+    dataset = load_dataset("digits")
+
+    assert DATASET_SIZES["digits"] == (len(np.unique(dataset.y)), len(dataset.y))

@@ -15,6 +15,8 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Message, MetricRecord
 
+from edgeprof.data.names import DATASET_SIZES
+
 METRICS_KEY = "metrics"
 #: Flower's own key for a client's number of training examples (stock strategies and metric aggregation
 #: read it); ``n-samples`` is what edgeprof replies used before, still read
@@ -22,10 +24,6 @@ NUM_EXAMPLES = "num-examples"
 OLD_NUM_EXAMPLES = "n-samples"
 #: the longest device name a node may report (it becomes a report cell)
 MAX_DEVICE_CHARS = 200
-#: (classes, samples) of each file or bundled data set as its loader reads it whole (official train and test
-#: parts together); ``synthetic`` takes the run's own settings
-DATASET_LIMITS = {"digits": (10, 1_797), "mnist": (10, 70_000), "fashion-mnist": (10, 70_000),
-                  "emnist": (62, 814_255), "cifar10": (10, 60_000), "omniglot": (1_623, 32_460)}
 
 
 class RejectedReply(ValueError):
@@ -57,7 +55,7 @@ class NodeLimits:
         """The run's limits: I partitions; K_i and N_i at most the run's data set's class count and size (a
         partition is part of it), N_i also at most ``total-samples`` when set."""
         classes, samples = ((cfg.synthetic_classes, cfg.synthetic_samples) if cfg.dataset == "synthetic"
-                            else DATASET_LIMITS[cfg.dataset])
+                            else DATASET_SIZES[cfg.dataset])
         return cls(cfg.clients, classes, min(samples, total_samples) if total_samples else samples)
 
 
