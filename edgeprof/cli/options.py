@@ -299,11 +299,11 @@ ClientGpus = Annotated[Optional[float], _opt(panel=FLOWER, help="GPUs (fractions
 
 def given_options(ctx: Any) -> tuple[str, ...]:
     """The parameters of a command that its user gave (on the command line or through the environment), not
-    left at their defaults: ``ctx`` is the command's click context."""
-    from click.core import ParameterSource
-
-    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    return tuple(name for name in ctx.params if ctx.get_parameter_source(name) in typed)
+    left at their defaults: ``ctx`` is the command's click context. The sources are compared by name: typer 0.26
+    and later run on their own copy of click, whose ParameterSource is not click's own (which another package may
+    have installed beside it)."""
+    typed = {"COMMANDLINE", "ENVIRONMENT"}
+    return tuple(name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", None) in typed)
 
 
 def run_config(params: Mapping[str, Any], *, given: Sequence[str] = (), algos: Optional[Sequence[str]] = None,
