@@ -9,7 +9,7 @@ typer, rich; no pydantic, flwr, codecarbon or plotly). From the checkout:
 
 0. the machine: GPU, driver, CUDA, power limit, torch, onnxruntime and its providers (``DIR/gpu_check.json``);
 1. the GPU tests (``tests/test_gpu.py`` under pytest where it is installed, else the same checks of
-   ``tests/gpu_cases.py`` called directly);
+   ``scripts/gpu_cases.py`` called directly);
 2. the GPU's idle power (NVML power samples over ``--idle-seconds`` before anything runs);
 3. the rule for PFLEGO's head steps on this device kind (``scripts/bench_head_steps.py``: numpy on the host
    against torch on the device, for a quarter, one and four times ``--samples`` local images);
@@ -55,6 +55,8 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: this script's folder: gpu_cases.py and bench_head_steps.py, imported from here, lie next to it
+HERE = Path(__file__).resolve().parent
 BACKBONES = ("cnn-omniglot", "cnn-cifar")
 PFLEGO_PHASES = ("cache_forward", "head_steps", "joint_grad")
 ALGOS = ("pflego", "fedavg")
@@ -305,10 +307,10 @@ def run_tests(out: Path) -> dict:
     try:
         import pytest  # noqa: F401
     except ImportError:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(HERE))
         import gpu_cases
 
-        counts = {"passed": 0, "failed": 0, "skipped": 0, "runner": "tests/gpu_cases.py"}
+        counts = {"passed": 0, "failed": 0, "skipped": 0, "runner": "scripts/gpu_cases.py"}
         for check in gpu_cases.CHECKS:
             try:
                 check()
@@ -350,7 +352,7 @@ def idle_power_w(nvml, handle, args) -> float:
 
 def head_rule(device: str, samples: int) -> dict:
     """``scripts/bench_head_steps.py`` on this device for a quarter, one and four times the local set."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(HERE))
     from bench_head_steps import measure
 
     return measure(device, sizes=(max(8, samples // 4), samples, 4 * samples))

@@ -1,4 +1,5 @@
-# Sourced by the scripts that install torch first (setup.sh, plain_install_check.sh): where torch comes from.
+# Sourced by the scripts that install torch first (scripts/setup.sh, .ci/plain_install_check.sh): where torch
+# comes from.
 # torch_index prints pip's index options for torch, one per line, using $PYTHON to ask an index:
 #   - EDGEPROF_TORCH_INDEX_URL, when set, as the only index;
 #   - else, on an x86_64 Linux machine with no NVIDIA driver, where PyPI's torch is the CUDA build, PyTorch's

@@ -310,3 +310,32 @@ def test_the_config_imports_only_from_below():
 
     assert {_folder(d) for d in deps} <= {"", "data", "nn", "algorithms", "meters"}, sorted(deps)
     assert not {d for d in deps if _folder(d) == ""} - {"edgeprof", "edgeprof.errors"}, sorted(deps)
+
+
+# ---------------------------------------------------------------------------------------------------- scripts
+
+SCRIPTS = PACKAGE.parent / "scripts"
+
+
+def test_every_file_under_scripts_is_named_in_its_index_and_every_name_there_is_a_file():
+    """scripts/README.md names each file under scripts/ (at any depth) by its path there, in backquotes; a name in
+    its tables that is no file (a script moved or removed) fails too."""
+    index = (SCRIPTS / "README.md").read_text()
+    files = sorted(p.relative_to(SCRIPTS).as_posix() for p in SCRIPTS.rglob("*")
+                   if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts)
+    named = sorted({m for m in re.findall(r"^\| `([^`]+)` \|", index, flags=re.M)})
+
+    assert len(files) >= 20
+    assert [f for f in files if f"`{f}`" not in index] == []
+    assert [n for n in named if not (SCRIPTS / n).is_file()] == []
+
+
+def test_ci_legs_and_the_helpers_they_source_live_with_ci():
+    """Every script .ci/run calls is under .ci/ or is the README's set-up (scripts/setup.sh), and each exists."""
+    ci = PACKAGE.parent / ".ci"
+    called = re.findall(r"\bbash (\S+\.sh)\b", (ci / "run").read_text())
+    sourced = [s for p in ci.glob("*.sh") for s in re.findall(r"^source (\S+)", p.read_text(), flags=re.M)]
+
+    assert called and all((PACKAGE.parent / c).is_file() for c in called + sourced), (called, sourced)
+    assert [c for c in called if not c.startswith(".ci/") and c != "scripts/setup.sh"] == []
+    assert [s for s in sourced if not s.startswith(".ci/") and s != "scripts/torch_index.sh"] == []

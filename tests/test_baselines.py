@@ -288,7 +288,7 @@ def test_training_lowers_the_loss(name, tmp_path):
 
 
 def test_fedbabus_orthogonal_head_is_seeded_orthonormal_and_leaves_the_global_rng_alone():
-    from tolerances import gamma
+    from edgeprof.nn.tolerances import gamma
 
     head = fedbabu.orthogonal_head(10, 64, seed=7)[0]
     torch.manual_seed(1)
@@ -383,7 +383,7 @@ ROUNDS = {
 def test_a_round_with_foreach_updates_equals_a_plain_sgd_loop(tiny_clients, algo):
     """The foreach updates and the single loss read give what torch's per-tensor SGD gives, within float32
     rounding of tau chained steps (forward, backward and update: a few reductions each)."""
-    from tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     c, tau, lr = tiny_clients[0], 10, 0.2
     model = fedprox.fedavg.BackboneWithHead(_backbone(), 3, seed=3)

@@ -21,7 +21,7 @@ from edgeprof.nn import compute as computelib
 from edgeprof.nn.compute import Compute, DeviceKind
 from edgeprof.nn.cuda import CudaKind
 from edgeprof.nn.execution import GPU_CANDIDATES
-from tolerances import float32_atol
+from edgeprof.nn.tolerances import float32_atol
 
 
 class RecordingKind(DeviceKind):

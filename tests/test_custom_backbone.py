@@ -32,7 +32,7 @@ from edgeprof.nn.compute import Compute
 
 from conftest import make_clients
 from round_checks import one_round_moves_the_weights_and_no_running_statistic
-from tolerances import float32_atol
+from edgeprof.nn.tolerances import float32_atol
 
 HERE = Path(__file__).resolve().parent
 SPEC = "custom_backbones:small_cnn"
@@ -309,7 +309,7 @@ def test_export_writes_your_own_backbone_in_the_datas_shape(tmp_path):
 
 # --- torchvision --------------------------------------------------------------------------------------------
 # The real models (mobilenet_v3_small, resnet18, efficientnet_b0) are tested against the real torchvision in
-# tests/test_vision_real.py (scripts/vision_check.sh, a CI leg); here only the path where it is missing or broken.
+# tests/test_vision_real.py (.ci/vision_check.sh, a CI leg); here only the path where it is missing or broken.
 @pytest.mark.parametrize("installed,line", [
     (None, "torchvision is not installed: pip install 'edgeprof[vision]'"),
     (types.ModuleType("torchvision"), "torchvision cannot be imported (ImportError"),  # a broken build

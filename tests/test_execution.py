@@ -18,7 +18,7 @@ from edgeprof.nn.execution import ExecutionPlan
 from edgeprof.nn.ort import FeatureRunner
 from edgeprof.nn.compute import Compute
 
-from tolerances import float32_atol, gamma
+from edgeprof.nn.tolerances import float32_atol, gamma
 
 SHAPE = (1, 16, 16)
 N = 37  # not a multiple of any chunk below: the last chunk is short

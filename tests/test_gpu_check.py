@@ -85,7 +85,7 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
     figures = json.loads((out / "gpu_check.json").read_text())
     assert figures["device"] == "cpu" and set(figures["backbones"]) == {"cnn-omniglot", "cnn-cifar"}
     assert figures["failed_steps"] == [] and figures["tests"]["failed"] == 0
-    assert figures["tests"]["skipped"] == len(__import__("gpu_cases").CHECKS)  # no GPU here: each check skipped
+    assert figures["tests"]["skipped"] == len(_module("gpu_cases").CHECKS)  # no GPU here: each check skipped
     assert [row["n"] for row in figures["head_rule"]["rows"]] == [10, 40, 160]
     for backbone, fig in figures["backbones"].items():
         assert (out / f"gpu-check-{backbone}.csv").is_file() and (out / f"gpu-check-{backbone}.trace.parquet").is_file()
@@ -133,10 +133,11 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
     assert "edgeprof GPU check" in (back / "dashboard.html").read_text()
 
 
-def _module():
+def _module(name: str = "gpu_check"):
+    """The script, or the checks next to it (``gpu_cases``), imported from scripts/."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -61,7 +61,7 @@ def test_init_head_shape_and_zero_bias(rng):
 def test_the_device_head_steps_equal_float64_gradient_descent(rng, n, m, k, steps):
     """The torch head steps (run on a GPU by the cuda kind's rule; here on the CPU) against an independent
     float64 computation of the same steps, within float32 rounding of the chained products."""
-    from tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     from edgeprof.nn.compute import Compute
 
@@ -101,7 +101,7 @@ def test_the_rule_picks_numpy_on_the_cpu_and_the_device_where_its_kind_says_so(m
 
 def test_device_head_steps_on_device_features_equal_the_numpy_head(rng):
     """Features already a tensor get their bias column on the device; the steps equal the numpy head's."""
-    from tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     from edgeprof.nn.compute import Compute
 
@@ -128,7 +128,7 @@ def _head_problem(rng, n: int, m: int, k: int):
 def _program_atol(want: np.ndarray, n: int, m: int, steps: int) -> float:
     """Each step chains three float32 roundings the numpy head rounds otherwise (the logits' dot of length M+1,
     the residual scaled by lr/N, the update's dot of length N); one more for the last subtraction."""
-    from tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     return float32_atol(want, fan_in=max(n, m + 1), depth=3 * steps + 1)
 

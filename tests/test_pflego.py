@@ -134,7 +134,7 @@ def test_server_gradient_is_unbiased_under_bernoulli_participation(rng):
 def test_server_sgd_step_is_equation_4_with_alpha_over_all_clients_not_the_sampled_ones(rng):
     """Equation (4), alpha_i = N_i / sum over all I clients; the reference code's N_i / sum over I_t is larger."""
     from tests.conftest import make_clients
-    from tests.tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     clients = make_clients(rng, sizes=(4, 6, 3, 8), classes=(2, 2, 3, 2))
     grads = _client_grads(rng, clients)
@@ -217,7 +217,7 @@ def test_a_device_round_moves_theta_once_and_reads_back_in_one_transfer(on_devic
 def test_a_device_round_equals_the_host_round(on_device, engine, ort):
     """Head steps on the device and the flat read-back change nothing but float32 rounding: the reply, the new
     head and the loss equal the CPU round's (numpy head)."""
-    from tolerances import float32_atol
+    from edgeprof.nn.tolerances import float32_atol
 
     if not ort:
         on_device.ort_providers = lambda device: []

@@ -13,7 +13,7 @@ from edgeprof.rounds.simulate import build_federation
 from edgeprof.nn.compute import Compute
 
 from conftest import make_clients
-from tolerances import adam_first_step_bound, float32_atol, gamma
+from edgeprof.nn.tolerances import adam_first_step_bound, float32_atol, gamma
 
 SHAPE = (1, 16, 16)
 

@@ -1,7 +1,7 @@
 """A plain ``pip install .`` (no extras, today's releases) runs the main job: the installed ``edgeprof`` script of
 another virtual environment, run from outside the checkout so that only what was installed is used.
 
-``scripts/plain_install_check.sh`` builds that environment (torch first, then ``pip install .`` with no extras,
+``.ci/plain_install_check.sh`` builds that environment (torch first, then ``pip install .`` with no extras,
 so the resolver picks the newest typer, rich, pydantic, ... the project's bounds allow) and runs this file with
 ``EDGEPROF_PLAIN_VENV`` pointing at it and ``EDGEPROF_REQUIRE_PLAIN=1``, which turns the skip below into a failure.
 In the ordinary suite (no such environment) every test here is skipped with that reason.
@@ -22,7 +22,7 @@ VENV = os.environ.get("EDGEPROF_PLAIN_VENV", "")
 if not VENV:
     if os.environ.get("EDGEPROF_REQUIRE_PLAIN") == "1":
         raise RuntimeError("EDGEPROF_REQUIRE_PLAIN=1 but EDGEPROF_PLAIN_VENV names no environment")
-    pytest.skip("no plain environment (scripts/plain_install_check.sh builds one and runs this file)",
+    pytest.skip("no plain environment (.ci/plain_install_check.sh builds one and runs this file)",
                 allow_module_level=True)
 
 PYTHON = Path(VENV) / "bin" / "python"

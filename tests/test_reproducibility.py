@@ -1,8 +1,9 @@
 """What edgeprof guarantees about reproducibility, and the BLAS pin of the numpy head that it relies on.
 
 Guaranteed: the same seed, thread count and machine (CPU kernel family, library versions) give a bitwise
-identical run. Not guaranteed (and not tested): the same bits across thread counts or kernel families; see
-docs/reproduction.md, "PFLEGO at the paper's rho: thread count and reproducibility".
+identical run. Not guaranteed: the same bits across kernel families or library versions; across thread counts,
+only what tests/test_thread_count.py checks (PFLEGO in the Table 1 setting, 1 and 2 threads, on the machine that
+runs it); see docs/reproduction.md, "PFLEGO at the paper's rho: thread count and reproducibility".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :class:`~test_compute.CapturingKind` captures in host memory as the CUDA kind does (a warm-up run, then a replay
 that runs the step again) and logs every capture and replay with the profiler window and phase open at that moment,
 so these tests show where capture and replay happen and that a replayed run gives the eager run's results; what only
-a real CUDA graph can show (static outputs, the shared memory pool on a GPU) is in tests/gpu_cases.py.
+a real CUDA graph can show (static outputs, the shared memory pool on a GPU) is in scripts/gpu_cases.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from edgeprof.algorithms import ALGORITHMS, fedrep
 from edgeprof.config import RunConfig
 from edgeprof.nn.step_program import NAME
 from test_compute import capturing, fake  # noqa: F401 - fixtures used by name
-from tolerances import float32_atol
+from edgeprof.nn.tolerances import float32_atol
 
 TAU = 3
 #: the baselines whose local steps go through the step programs, and the steps one client round takes

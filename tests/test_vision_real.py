@@ -3,7 +3,7 @@ from the real torchvision: adapted to the data, never downloading weights, expor
 as torch, and trained for one round of PFLEGO and of FedAvg on the bundled digits (resized to 28x28).
 
 These tests need a torchvision that imports with this torch (``EDGEPROF_EXTRAS=dev,vision bash scripts/setup.sh``;
-``scripts/vision_check.sh`` builds that environment and runs them). Elsewhere they are skipped, with the reason;
+``.ci/vision_check.sh`` builds that environment and runs them). Elsewhere they are skipped, with the reason;
 with ``EDGEPROF_REQUIRE_TORCHVISION=1`` a torchvision that does not import is an error instead, so a run meant to
 test the real models cannot pass by skipping them. The path without torchvision is tested with a stand-in module
 in ``tests/test_custom_backbone.py``.
@@ -50,7 +50,7 @@ from edgeprof.report import read_report  # noqa: E402
 from edgeprof.rounds.simulate import build_federation, load_clients  # noqa: E402
 
 from round_checks import one_round_moves_the_weights_and_no_running_statistic  # noqa: E402
-from tolerances import float32_atol  # noqa: E402
+from edgeprof.nn.tolerances import float32_atol  # noqa: E402
 
 DIGITS_SHAPE = (1, 28, 28)  # the bundled 8x8 digits, as a backbone outside Table 4 takes them
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tolerances import float32_atol
+from edgeprof.nn.tolerances import float32_atol
 
 
 def _run_config(algo: str, device: str, backbone: str = "mlp"):

@@ -29,8 +29,8 @@ MODE="${1:-newest}"
 case "$MODE" in newest) DEFAULT_VENV=.venv-plain ;; --lowest) MODE=lowest; DEFAULT_VENV=.venv-lowest ;;
   *) echo "usage: $0 [--lowest]" >&2; exit 2 ;; esac
 PLAIN="${EDGEPROF_PLAIN_VENV:-$DEFAULT_VENV}"
-# shellcheck source=scripts/pythons.sh
-source scripts/pythons.sh
+# shellcheck source=.ci/pythons.sh
+source .ci/pythons.sh
 if [ -z "${PYTHON:-}" ]; then
   if [ "$MODE" = lowest ]; then
     want="$(python_floor)"

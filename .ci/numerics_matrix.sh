@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the numerics tests under each of torch's CPU kernel families this CPU can execute:
 # ATEN_CPU_CAPABILITY=default and avx2 everywhere (x86_64), avx512 where the CPU has AVX-512.
-# Usage: bash scripts/numerics_matrix.sh [extra pytest args]
+# Usage: bash .ci/numerics_matrix.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"

@@ -10,8 +10,8 @@
 #   EDGEPROF_OLDEST_VENV  where to build it (default .venv-oldest; rebuilt from scratch every run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/pythons.sh
-source scripts/pythons.sh
+# shellcheck source=.ci/pythons.sh
+source .ci/pythons.sh
 VENV="${EDGEPROF_OLDEST_VENV:-.venv-oldest}"
 floor="$(python_floor)"
 py="$(oldest_python)"

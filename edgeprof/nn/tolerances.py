@@ -1,4 +1,6 @@
-"""Tolerances derived from float32 rounding, not tuned to one CPU's kernels.
+"""Tolerances derived from float32 rounding, not tuned to one CPU's kernels: what the numerics tests and the GPU
+check (``scripts/gpu_cases.py``, run by ``scripts/gpu_check.py`` where pytest is absent) compare with. No run uses
+them; they live in the package so that the GPU check finds them without the test suite on its path.
 
 Two float32 computations of the same quantity (ONNX Runtime against torch, AVX-512 against AVX2
 kernels, one summation order against another) may differ by the standard forward-error bound of a

@@ -13,7 +13,7 @@ the mean norm of the server's theta gradient over the last half of the rounds.
 Variants: Table 6 (Adam, rho=0.003, beta=0.189); rho=0.001; beta=0.05; SGD at rho=0.003 and 0.3; and two
 what-ifs that patch this process only: the head steps in float64, and W_i's joint step rho instead of rho*I/r.
 
-    python scripts/pflego_sensitivity.py [--seeds 0,1,2] [--rounds 100] [--variants table6,rho0.001,...]
+    python scripts/experiments/pflego_sensitivity.py [--seeds 0,1,2] [--rounds 100] [--variants table6,rho0.001,...]
 """
 
 from __future__ import annotations

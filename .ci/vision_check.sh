@@ -10,7 +10,7 @@
 # torchvision does not import or when any real-model test is skipped (EDGEPROF_REQUIRE_TORCHVISION=1 turns the
 # skip into an error), so it never passes without having run them.
 #
-#   bash scripts/vision_check.sh            # EDGEPROF_VISION_VENV=path to build the environment elsewhere
+#   bash .ci/vision_check.sh                # EDGEPROF_VISION_VENV=path to build the environment elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${EDGEPROF_VISION_VENV:-.venv-vision}"

@@ -11,7 +11,8 @@ digits) and the final accuracy agree across the thread counts. ``--capabilities 
 kernel families (``ATEN_CPU_CAPABILITY``) as further columns, and whether they agree: the same seed under a
 different float32 rounding.
 
-    python scripts/pflego_threads.py [--seeds 0,1,2] [--threads 1,2] [--rounds 100] [--capabilities default,avx2]
+    python scripts/experiments/pflego_threads.py [--seeds 0,1,2] [--threads 1,2] [--rounds 100]
+                                                 [--capabilities default,avx2]
 """
 
 from __future__ import annotations
