@@ -4,7 +4,7 @@ The public API is :mod:`edgeprof.api`'s names, re-exported lazily so that ``impo
 onnxruntime and the optional back-ends are imported only by the modules that use them): each name is imported
 from the module that defines it on first use, so ``edgeprof.RunConfig`` or ``edgeprof.monitor`` loads neither
 torch nor Flower, and ``edgeprof.run`` or ``edgeprof.RunResult`` loads the run's machinery. Profiling your own
-code: ``edgeprof.monitor`` and ``edgeprof.phase`` (:mod:`edgeprof.measure.monitoring`). Importing edgeprof sets
+code: ``edgeprof.monitor`` and ``edgeprof.phase`` (:mod:`edgeprof.session.monitoring`). Importing edgeprof sets
 nothing in the process: the entry points (the ``edgeprof`` script, the Flower apps, the scripts) ask for
 OpenMP's passive wait themselves (:func:`edgeprof.host.prefer_passive_openmp`).
 """
@@ -21,10 +21,10 @@ _HOMES = {
     "read_report": "edgeprof.report.writer",
     "Report": "edgeprof.report.writer",
     "RunResult": "edgeprof.rounds.simulate",
-    "monitor": "edgeprof.measure.monitoring",
-    "Monitor": "edgeprof.measure.monitoring",
-    "Measurement": "edgeprof.measure.monitoring",
-    "phase": "edgeprof.measure.monitoring",
+    "monitor": "edgeprof.session.monitoring",
+    "Monitor": "edgeprof.session.monitoring",
+    "Measurement": "edgeprof.session.monitoring",
+    "phase": "edgeprof.session.monitoring",
 }
 
 __all__ = [*_HOMES, "__version__"]

@@ -5,7 +5,7 @@
 >>> report = read_report(result.csv_path)                                       # doctest: +SKIP
 >>> [r["wall_s"] for r in report.where(kind="client")]                          # doctest: +SKIP
 
-Your own code, profiled with the same meters and method labels (:mod:`edgeprof.measure.monitoring`):
+Your own code, profiled with the same meters and method labels (:mod:`edgeprof.session.monitoring`):
 
 >>> import edgeprof
 >>> with edgeprof.monitor(out="profiles", name="mine") as mon:                  # doctest: +SKIP
@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeprof.config import RunConfig
-from edgeprof.measure.monitoring import Measurement, Monitor, monitor, phase
+from edgeprof.session.monitoring import Measurement, Monitor, monitor, phase
 from edgeprof.report.writer import Report, read_report
 from edgeprof.rounds.simulate import RunResult
 from edgeprof.rounds.simulate import run as _run

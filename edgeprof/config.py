@@ -50,7 +50,7 @@ def algorithm_names() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class EnergySettings:
     """How a run's energy is measured and priced: one value, composed into :class:`RunConfig` and
-    :class:`edgeprof.measure.monitoring.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
+    :class:`edgeprof.session.measurement.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
 
     ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`, e.g.
     ``cpu_watts``, ``jetson_hz``), name -> value; each is checked by the back-end that declares it, so a new

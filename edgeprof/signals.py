@@ -211,13 +211,14 @@ class HeldSignals:
 
 
 @contextlib.contextmanager
-def signals_held() -> Iterator[None]:
+def signals_held(*, deliver: bool = True) -> Iterator[None]:
     """Hold the stop signals back for the block: one that arrives meanwhile is raised at its end (when the
-    block ends with an exception of its own, that one goes on and the held signal is dropped)."""
+    block ends with an exception of its own, that one goes on and the held signal is dropped); with ``deliver``
+    false it is dropped in any case (the caller is already ending the run)."""
     hold = HeldSignals()
     try:
         yield
     except BaseException:
         hold.release(deliver=False)
         raise
-    hold.release()
+    hold.release(deliver=deliver)

@@ -446,7 +446,7 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
     import contextlib
 
     from edgeprof.measure.profiler import Profiler
-    from edgeprof.report.session import open_meters
+    from edgeprof.session.run import open_meters
     from edgeprof.rounds.simulate import build_federation
 
     tau, clients, runs = ratio_runs(backbone, args, device)

@@ -11,7 +11,7 @@ from edgeprof.algorithms import ALGORITHMS, REGISTRY
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeprof"
 DRIVERS = sorted((PACKAGE / "flower").glob("*.py")) + [PACKAGE / "rounds" / name for name in (
-    "simulate.py", "federation.py", "sweep.py")] + [PACKAGE / "report" / "session.py"]
+    "simulate.py", "federation.py", "sweep.py")] + [PACKAGE / "session" / name for name in ("run.py", "monitoring.py")]
 
 
 @pytest.mark.parametrize("path", DRIVERS, ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -115,8 +115,9 @@ def test_one_window_engine_opens_every_window_and_phase():
 # ---------------------------------------------------------------------------------------------------- layers and names
 
 def _import_graph() -> dict[str, set[str]]:
-    """edgeprof module -> the edgeprof modules it imports, at module level or inside functions (``import x`` and
-    ``from x import y``; an import under ``if TYPE_CHECKING:`` runs never and is left out)."""
+    """edgeprof module -> the edgeprof modules it imports, at module level, inside functions or under
+    ``if TYPE_CHECKING:`` (``import x``, ``from x import y`` and relative ``from .x import y``): a type-only import is
+    a dependency on the other module's names as much as one that runs."""
     import ast
 
     modules = {}
@@ -131,15 +132,18 @@ def _import_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        tree = ast.parse(path.read_text())
-        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                       and ast.unparse(node.test).endswith("TYPE_CHECKING") for b in node.body for n in ast.walk(b)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, one level up per dot after the first
+                    above = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(above + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
                 continue
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
             graph[module] |= {r for n in names if n.startswith("edgeprof") and (r := resolve(n)) not in (None, module)}
     return graph
 
@@ -150,7 +154,8 @@ def _folder(module: str) -> str:
 
 
 def test_no_import_cycle_spans_two_folders():
-    """Strongly connected components of the import graph (Tarjan) stay inside one folder of edgeprof."""
+    """Strongly connected components of the import graph (Tarjan) stay inside one folder of edgeprof, counting the
+    imports inside functions and under ``if TYPE_CHECKING:`` (:func:`_import_graph`)."""
     import sys
 
     graph = _import_graph()
@@ -197,6 +202,54 @@ def test_lower_layers_import_nothing_above_them():
     assert [(m, d) for m, d in up if d] == []
 
 
+#: the drivers and what sits above them: the run's set-up and the monitor, the in-process rounds, Flower, the CLI
+SET_UP_AND_DRIVERS = {"session", "rounds", "flower", "cli"}
+
+
+def test_measure_and_report_import_one_way():
+    """The flow is one way, as pyinstrument's: measure/ (the sampler and the window engine) imports the meters and
+    the plain results alone, never report/, the set-up or the drivers; report/ reads plain results and writes files
+    and never imports measure/ (not even its types), the set-up or the drivers; the plain results
+    (edgeprof/results.py) import only the errors and the meters' base. The set-up (session/) imports both."""
+    graph = _import_graph()
+    top = ("edgeprof.errors", "edgeprof.results")
+    measure = {m: sorted(d for d in deps if _folder(d) not in {"measure", "meters", ""} or
+                         (_folder(d) == "" and d not in top))
+               for m, deps in graph.items() if _folder(m) == "measure"}
+    report = {m: sorted(d for d in deps if _folder(d) in {"measure"} | SET_UP_AND_DRIVERS or
+                        d in ("edgeprof", "edgeprof.api", "edgeprof.__main__"))
+              for m, deps in graph.items() if _folder(m) == "report"}
+
+    assert {"edgeprof.measure.profiler", "edgeprof.measure.windows"} <= set(measure) and len(report) >= 8
+    assert {m: d for m, d in measure.items() if d} == {}
+    assert {m: d for m, d in report.items() if d} == {}
+    assert graph["edgeprof.results"] <= {"edgeprof.errors", "edgeprof.meters.base"}, graph["edgeprof.results"]
+    assert {"edgeprof.measure.profiler", "edgeprof.report.schema"} <= graph["edgeprof.session.run"]
+
+
+def test_the_window_engine_is_given_the_reports_phase_check(tmp_path):
+    """The engine knows no report column: alone it refuses only what can name no column; a window written into a
+    report (open_run, the monitor) refuses a phase named after one of the report's own columns too."""
+    from edgeprof.errors import MonitorError
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.report.schema import check_phase_name
+    from edgeprof.session.monitoring import monitor
+
+    bare = Profiler(MeterSet([]))
+    with bare.window("w") as win:
+        with win.phase("wall"):  # columns wall_s, wall_cpu_s, wall_j: the engine alone does not know them
+            pass
+    with monitor(out=tmp_path, name="phases", cpu_watts=1.0) as mon:
+        with mon.window("w") as mw:
+            with pytest.raises(MonitorError, match="report's own column 'wall_s'"):
+                with mw.phase("wall"):
+                    pass
+
+    assert "wall" in win.result.phases and bare.windows.check_phase is not check_phase_name
+    assert mon._windows.check_phase is check_phase_name
+
+
 def test_the_config_reads_the_layers_own_names_and_imports_no_torch():
     import subprocess
     import sys
@@ -221,7 +274,8 @@ def test_importing_edgeprof_sets_nothing_in_the_environment():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    probe = ("import os, edgeprof, edgeprof.config, edgeprof.measure.monitoring, edgeprof.api, edgeprof.rounds.simulate; "
+    probe = ("import os, edgeprof, edgeprof.config, edgeprof.session.monitoring, edgeprof.api, "
+             "edgeprof.rounds.simulate; "
              "print(os.environ.get('OMP_WAIT_POLICY'))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "None"
@@ -271,14 +325,15 @@ def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, mon
 
 
 def test_the_top_level_holds_only_entry_points_and_what_every_layer_shares():
-    """The flow is in packages (cli, data, nn, algorithms, rounds, measure, meters, hardware, report, flower); loose
-    at the top: the script, the public API, the config, the errors, the host, the stop signals and whole-or-absent
-    file writes (atomic)."""
+    """The flow is in packages (cli, data, nn, algorithms, rounds, session, measure, meters, hardware, report, flower);
+    loose at the top: the script, the public API, the config, the errors, the host, the stop signals, whole-or-absent
+    file writes (atomic) and the plain results that measure/ makes and report/ reads."""
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
 
-    assert loose == ["__init__", "__main__", "api", "atomic", "config", "errors", "host", "signals"]
-    assert packages == ["algorithms", "cli", "data", "flower", "hardware", "measure", "meters", "nn", "report", "rounds"]
+    assert loose == ["__init__", "__main__", "api", "atomic", "config", "errors", "host", "results", "signals"]
+    assert packages == ["algorithms", "cli", "data", "flower", "hardware", "measure", "meters", "nn", "report",
+                        "rounds", "session"]
 
 
 def test_one_flower_client_mod_and_one_reading_of_its_wire_format():

@@ -199,7 +199,7 @@ def test_summary_prints_grams_co2e_and_measure_evaluate_prints_the_final_accurac
 
 
 COMMANDS = ["measure", "export", "algos", "summary", "doctor", "train", "sweep", "dashboard", "flower-app-dir",
-            "flower-simulate"]
+            "flower-simulate", "flower-certs"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

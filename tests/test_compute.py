@@ -174,7 +174,7 @@ def test_an_unknown_device_is_one_line(device, message):
 
 
 def test_the_sidecar_records_the_runs_compute_and_what_ran_the_cached_forward(fake):
-    from edgeprof.report.session import numerics
+    from edgeprof.session.run import numerics
 
     federation = _federation("pflego", device="cpu")
     got = numerics(federation.runtime)
@@ -315,7 +315,7 @@ def test_on_a_cudnn_kind_the_seam_sets_benchmark_and_tf32_only_when_asked(gpu_li
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_runs_under_the_settings_made_once_for_the_run(gpu_like, switches, algo):
     """The settings are the seam's, made once when the run's Compute is: no algorithm sets or changes them."""
-    from edgeprof.report.session import numerics
+    from edgeprof.session.run import numerics
 
     federation = _federation(algo, device="fakegpu:1")
     federation.server_step([federation.client_round(0), federation.client_round(1)])
@@ -328,7 +328,7 @@ def test_every_algorithm_runs_under_the_settings_made_once_for_the_run(gpu_like,
 def test_a_tf32_run_is_labelled_in_its_sidecar(gpu_like, switches):
     from edgeprof.rounds.federation import Federation
     from edgeprof.rounds.simulate import load_clients
-    from edgeprof.report.session import numerics
+    from edgeprof.session.run import numerics
 
     cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=2,
                     participation=1.0, backbone="mlp", tau=2, threads=1, device="fakegpu:1", tf32=True).resolved()

@@ -56,6 +56,9 @@ class Elsewhere:
 
 FLOWER_APP = ("edgeprof flower-app-dir myapp --clients 4 --tau 50 --rounds 20 --participation 0.5 --dataset digits "
               "--backbone cnn-omniglot --out /srv/edgeprof/profiles")
+FLOWER_QUICK_START = ("edgeprof flower-app-dir quickstart --insecure --clients 2 --participation 1 --rounds 2 --tau 5 "
+                      "--out profiles")
+FLOWER_CERTS = "edgeprof flower-certs certs --name localhost --name 127.0.0.1 --name server.lab --name 10.0.0.5"
 TRACE_PAGE = "tests/test_trace_view.py::test_the_commands_the_power_trace_page_shows"
 TO_TARGET_RUN = "tests/test_energy_to_target.py::test_a_small_digits_run_names_each_algorithms_energy_optimal_tau"
 RUNS: dict[str, Here | Elsewhere] = {
@@ -97,8 +100,10 @@ RUNS: dict[str, Here | Elsewhere] = {
     "edgeprof summary profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     "edgeprof dashboard profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     FLOWER_APP: Here(given="server folder"),
+    FLOWER_QUICK_START: Here(),
+    FLOWER_CERTS: Here(),
     "edgeprof summary /srv/edgeprof/profiles/<run>.csv": Here(given="server report"),
-    # Flower's simulation engine starts Ray: about 20 s even for one round of two local steps
+    # Flower's simulation runtime starts a SuperLink and Ray: about 20 s even for one round of two local steps
     "edgeprof flower-simulate --clients 50 --participation 0.1 --client-cpus 1 --threads 1 --tau 50 --rounds 20":
         Here(given="flower home", smaller=SHRINK_MEASURE),
     # docs/power-trace.md: traced runs, the text view and the dashboard, smaller, in the trace view's own test
@@ -126,9 +131,14 @@ RUNS: dict[str, Here | Elsewhere] = {
     'edgeprof dashboard profiles/reference/gpu-h100/gpu-check-cnn-omniglot.csv profiles/reference/gpu-h100/gpu-check-cnn-cifar.csv --out profiles/reference/gpu-h100 --name dashboard --title "edgeprof GPU check"':
         Elsewhere("tests/test_gpu_check.py::test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figure"),
 }
-#: what ``flower-app-dir`` prints is also started on loopback, SuperLink, SuperNode and submit, with TLS
+#: what ``flower-app-dir`` prints is also started on loopback, SuperLink, SuperNodes and submit, with TLS and without;
+#: the TLS files are also served and checked by a TLS client
 ALSO_RUN_ELSEWHERE = {
-    FLOWER_APP: "tests/test_flower_commands.py::test_printed_commands_start_connect_and_finish_a_run_on_loopback"}
+    FLOWER_APP: "tests/test_flower_commands.py::test_printed_commands_start_connect_and_finish_a_run_on_loopback",
+    FLOWER_QUICK_START:
+        "tests/test_flower_commands.py::test_printed_commands_start_connect_and_finish_a_run_on_loopback",
+    FLOWER_CERTS: "tests/test_flower_certs.py::"
+                  "test_the_four_files_chain_to_the_ca_name_every_given_name_and_keep_the_keys_private"}
 
 SHOWN = sorted({command for _, command in edgeprof_commands()})
 HERE = sorted(c for c in SHOWN if isinstance(RUNS.get(c), Here))
@@ -319,6 +329,9 @@ def _check_outcome(argv: list[str], output: str, tmp_path: Path) -> None:
             assert "12 W per busy core" in output
     elif sub == "flower-app-dir":
         assert (tmp_path / argv[1] / "pyproject.toml").is_file() and "flower-superlink" in output
+    elif sub == "flower-certs":
+        assert sorted(p.name for p in (tmp_path / argv[1]).iterdir()) == ["ca.crt", "ca.key", "server.key",
+                                                                          "server.pem"], output
     else:
         pytest.fail(f"no outcome check for `edgeprof {sub}`")
 

@@ -103,8 +103,9 @@ def test_main_skips_the_teardown_but_runs_the_exit_handlers(tmp_path):
 
 
 def test_main_falls_back_to_the_normal_exit_while_another_thread_runs(tmp_path):
+    # the thread outlives main() on a loaded machine too (imports can take seconds there): main must see it running
     code = WATCHED.replace("from edgeprof.cli", "import threading; threading.Thread(target=__import__('time')"
-                           ".sleep, args=(0.5,)).start()\nfrom edgeprof.cli")
+                           ".sleep, args=(8,)).start()\nfrom edgeprof.cli")
     done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr

@@ -151,7 +151,7 @@ def _stopped_as_round_3_starts(tmp_path, monkeypatch, stop: Callable[[], None], 
 
 
 def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
-    from edgeprof.report import session
+    from edgeprof.session import run as session
 
     real_write = session.write_sidecar
 
@@ -332,6 +332,6 @@ print("ignored")
 def test_how_a_run_ended_is_told_by_what_ended_it(err, status, reason):
     """A process's own exit with code 0 is a stop its host asked for (``flwr stop`` under a ServerApp), never
     a failure with the reason "0"; any other exit code fails the run and says so."""
-    from edgeprof.report.session import ending
+    from edgeprof.session.run import ending
 
     assert ending(err) == (status, reason)

@@ -141,7 +141,7 @@ def in_process(cfg: RunConfig, accepted: dict | None = None) -> list[np.ndarray]
     from edgeprof.measure.profiler import Profiler
     from edgeprof.report.writer import ReportWriter
     from edgeprof.algorithms.participants import participant_rng, sample_participants
-    from edgeprof.report.session import Energy, RunContext
+    from edgeprof.session.run import Energy, RunContext
     from edgeprof.rounds.simulate import build_federation, load_clients, run_rounds
 
     algorithm = build_federation(cfg, load_clients(cfg))
@@ -235,6 +235,12 @@ def test_a_run_stopped_with_flwr_stop_keeps_its_finished_rounds_as_interrupted(f
 
     report = read_report(csv_path)
     assert len(report.rows) == data["rows"] and len(report.where(kind="server")) == data["rounds_completed"]
+    # the ServerApp's log stream has said where the partial report is and that a stop keeps it as interrupted (after
+    # `flwr stop` the SuperLink takes no more log lines of the run)
+    server_log = subprocess.run([str(BIN / "flwr"), "log", federation.run_id, "loopback", "--show"],
+                                env=federation.env, capture_output=True, text=True, timeout=60).stdout
+    assert (f"edgeprof: report {csv_path}: a row is written as each round ends; a stop (flwr stop, a signal) keeps "
+            "every finished round, the sidecar recorded interrupted") in server_log, server_log[-3000:]
 
 
 def test_a_client_killed_mid_run_does_not_stop_the_federation(federation, tmp_path):
@@ -277,8 +283,8 @@ def test_a_device_trains_on_its_own_folder_and_a_device_that_refuses_the_backbon
         request, tmp_path_factory, tmp_path):
     """A real deployment on loopback: the run config names backbone code (tests/custom_backbones.py:small_cnn)
     and a data-dir on the server. Device 0 allows that code and trains on the MNIST-format files of its own
-    folder; device 1 allows no backbone code and refuses, in one line in its node's log, which the server logs as
-    a roll call left unanswered; the federation runs on without it, complete."""
+    folder; device 1 allows no backbone code and refuses, in one line in its node's log, which leaves it out of the
+    federation; the federation runs on without it, complete, and device 0's rows name the data set it trained on."""
     from test_data_files import write_idx_set
 
     own = tmp_path / "device0-data"
@@ -301,4 +307,9 @@ def test_a_device_trains_on_its_own_folder_and_a_device_that_refuses_the_backbon
     assert {r["client"] for r in clients} == {"0"} and len(clients) == cfg.rounds, fed.log_tail()
     labels = np.concatenate([files["train_y"], files["t10k_y"]])
     assert int(clients[0]["n_samples"]) < len(labels) == 8  # its own 8 images, part of them held out for test
+    assert {r["dataset"] for r in clients} == {"mnist"}
+    data = sidecar["flower"]["alpha"]["nodes"]["0"]["data"]
+    assert (data["source"], data["folder"], data["n_test"]) == ("own", str(own), 8 - int(clients[0]["n_samples"]))
+    node_log = (fed.logs / "supernode-0.log").read_text(errors="replace")
+    assert f"edgeprof: partition 0 trains on its own data: mnist in {own}" in node_log, node_log[-3000:]
     assert "imports no backbone code a run config names" in fed.log_tail()

@@ -248,7 +248,7 @@ def test_a_profiled_reply_with_hostile_numbers_is_a_row_without_them_not_a_crash
     from edgeprof.measure.profiler import Profiler
     from edgeprof.meters.discovery import MeterSet
     from edgeprof.report import columns_for, read_report
-    from edgeprof.report.session import Energy, RunContext
+    from edgeprof.session.run import Energy, RunContext
     from edgeprof.report.writer import ReportWriter
 
     s = st.make_strategy(cfg_for(), directory())

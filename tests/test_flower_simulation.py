@@ -1,25 +1,112 @@
-"""Flower's simulation engine (Ray) runs the same apps: theta matches the in-process loop and the sidecar
-says that per-client energy is attribution; and the app folder the CLI writes is a valid Flower app."""
+"""Flower's simulation runtime (``flwr run`` against a SuperLink that edgeprof starts in simulation mode) runs the app
+a deployment runs: theta matches the in-process loop and the sidecar says that per-client energy is attribution; a
+stop goes through ``flwr stop`` and keeps the finished rounds as interrupted; a failed run ends the command with one
+line; nothing of the runtime is left behind (process, port, temporary folder); and the app folder the CLI writes is a
+valid Flower app."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
 
+#: the environment variable these tests mark a command with: every process it starts, however deep, inherits it
+TEST_MARK = "EDGEPROF_TEST_SIMULATION"
+
+
+class RuntimeWatch:
+    """What a command leaves behind: every process that carries this watch's mark in its environment (the
+    command's runtime: the SuperLink, Flower's and Ray's processes), seen while the command runs, with the ports
+    they listen on; and the temporary folder the command is given (``TMPDIR``, short: Ray's sockets live under it).
+    """
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.tmp = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
+        self.env = {TEST_MARK: self.token, "TMPDIR": str(self.tmp)}
+        self.seen: dict[int, str] = {}  # pid -> command line
+        self.ports: set[int] = set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def marked(self) -> list:
+        import psutil
+
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.pid != os.getpid() and process.environ().get(TEST_MARK) == self.token and \
+                        process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
+
+    def _watch(self) -> None:
+        import psutil
+
+        while not self._done.wait(0.5):
+            for process in self.marked():
+                try:
+                    self.seen.setdefault(process.pid, " ".join(process.cmdline()))
+                    self.ports |= {c.laddr.port for c in process.net_connections("inet")
+                                   if c.status == psutil.CONN_LISTEN}
+                except psutil.Error:
+                    continue
+
+    def assert_nothing_left(self) -> None:
+        """The runtime ran (a SuperLink and a simulation process were seen) and nothing of it is left: no marked
+        process, every port it listened on free again, the temporary folder empty."""
+        self._done.set()
+        self._thread.join(10)
+        commands = list(self.seen.values())
+        assert any("flower-superlink" in c for c in commands) and any("flwr-simulation" in c for c in commands), \
+            commands
+        left = [(p.pid, " ".join(p.cmdline())) for p in self.marked()]
+        assert not left, left
+        assert self.ports, "no port seen: the watch missed the SuperLink"
+        for port in sorted(self.ports):
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))  # raises while anything still listens there
+                s.listen()
+        assert not list(self.tmp.iterdir()), list(self.tmp.iterdir())
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def watch(monkeypatch):
+    """A :class:`RuntimeWatch` whose mark and TMPDIR this test process (and so what it starts) carries."""
+    watched = RuntimeWatch()
+    for key, value in watched.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    yield watched
+    shutil.rmtree(watched.tmp, ignore_errors=True)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, seed, beta", [
     ("pflego", 5, None),
-    # a personal-head baseline: its heads live in the Contexts of Flower's simulation engine; seed 4 samples
+    # a personal-head baseline: its heads live in the Contexts of Flower's simulation runtime; seed 4 samples
     # [0, 1] then [0, 2], so client 0 reuses its head and client 2 starts from the in-process first head;
     # a large step so that a head lost between rounds shows in the backbone beyond the tolerance
     ("fedper", 4, 0.5),
 ])
-def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypatch, algo, seed, beta):
+def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypatch, watch, algo, seed, beta):
+    """The app of a deployment, run on Flower's simulation runtime; the runtime is gone when ``simulate`` returns
+    (no process, port or temporary folder of it left) and the user's ``FLWR_HOME`` was never touched."""
     # Prepare
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     from edgeprof.config import RunConfig
@@ -32,8 +119,14 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
                     backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=seed, threads=1, out=tmp_path,
                     run_name="sim", beta=beta, progress=False).resolved()
     # Execute
-    simulate(cfg, FlowerSettings(round_timeout_s=120), client_cpus=1, total_cpus=2)
+    csv_path = simulate(cfg, FlowerSettings(round_timeout_s=120), client_cpus=1, total_cpus=2)
     # Assert
+    watch.assert_nothing_left()
+    assert not (tmp_path / "flwr-home").exists()
+    assert csv_path == tmp_path / "sim.csv"
+    logs = tmp_path / "sim.flower"
+    assert "Starting Flower SuperLink" in (logs / "superlink.log").read_text()
+    assert "edgeprof report: " in (logs / "run.log").read_text()  # the run's log stream, the ServerApp's lines
     sidecar = json.loads((tmp_path / "sim.json").read_text())
     assert sidecar["status"] == "complete" and sidecar["flower"]["simulation"]
     assert "attribution, not a measurement" in sidecar["flower"]["energy_note"]
@@ -90,18 +183,21 @@ def test_each_simulated_client_reserves_the_gpus_its_rounds_need(device, asked, 
     (["--device", "cuda", "--client-gpus", "-1"], "--client-gpus must be a number >= 0"),
     (["--device", "cuda", "--client-gpus", "inf"], "--client-gpus must be a number >= 0"),
     (["--client-gpus", "nan"], "--client-gpus must be a number >= 0"),
-    (["--client-cpus", "0"], "--client-cpus must be a number above 0"),
-    (["--client-cpus", "inf"], "--client-cpus must be a number above 0"),
+    (["--client-cpus", "0"], "--client-cpus must be a whole number of CPUs >= 1"),
+    (["--client-cpus", "inf"], "--client-cpus must be a whole number of CPUs >= 1"),
+    (["--client-cpus", "0.5"], "Flower's simulation reserves whole CPUs per client"),
+    (["--client-cpus", "1.5"], "Flower's simulation reserves whole CPUs per client"),
+    (["--client-cpus", str((os.cpu_count() or 1) + 1)], "CPUs Ray has here, so no client could ever be scheduled"),
     (["--round-timeout", "nan"], "round-timeout must be a number of seconds above 0"),
 ])
-def test_what_ray_would_break_is_refused_before_it_starts(tmp_path, monkeypatch, argv, expected):
-    """Checked in the driver, where no torch CUDA is needed: one line, exit 2, no Ray, nothing written."""
+def test_what_the_runtime_would_break_is_refused_before_it_starts(tmp_path, monkeypatch, argv, expected):
+    """Checked in the driver, where no torch CUDA is needed: one line, exit 2, no SuperLink, nothing written."""
     from typer.testing import CliRunner
 
     from edgeprof.cli import app
-    import flwr.simulation
+    from edgeprof.flower.superlink import LocalSuperLink
 
-    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: pytest.fail("Ray was started"))
+    monkeypatch.setattr(LocalSuperLink, "start", lambda self: pytest.fail("the SuperLink was started"))
 
     result = CliRunner().invoke(app, ["flower-simulate", *argv, "--out", str(tmp_path / "out")])
 
@@ -111,53 +207,70 @@ def test_what_ray_would_break_is_refused_before_it_starts(tmp_path, monkeypatch,
     assert not (tmp_path / "out").exists()
 
 
-def test_auto_on_a_gpu_machine_is_decided_before_ray_hides_the_gpu(tmp_path, monkeypatch):
+def test_auto_on_a_gpu_machine_is_decided_before_the_runtime_hides_the_gpu(tmp_path, monkeypatch):
     """With a GPU visible here (torch's CUDA faked available), the clients are told ``cuda``, not ``auto``
-    (which they would resolve with only what Ray shows them), and each reserves one GPU."""
-    import flwr.simulation
-
+    (which they would resolve with only what Ray shows them), and each reserves one GPU in the federation config."""
     from edgeprof.config import RunConfig
     from edgeprof.flower import simulation
     from edgeprof.nn import compute
 
     monkeypatch.setattr(compute.kind_of("cuda"), "unavailable", lambda device: None)
-    told, ray = [], []
+    told, runtime = [], []
     real = simulation.to_run_config
     monkeypatch.setattr(simulation, "to_run_config", lambda cfg, s: told.append(cfg.device) or real(cfg, s))
-    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: ray.append(kw["backend_config"]))
+    monkeypatch.setattr(simulation, "run_federation", lambda run_config, federation, csv_path: runtime.append(
+        (run_config, federation, csv_path)))
 
-    simulation.simulate(RunConfig(device="auto", out=tmp_path, progress=False).resolved())
+    simulation.simulate(RunConfig(device="auto", out=tmp_path, run_name="gpu", progress=False).resolved())
 
     assert told == ["cuda"]
-    assert ray == [{"client_resources": {"num_cpus": 1.0, "num_gpus": 1.0}}]
+    [(run_config, federation, csv_path)] = runtime
+    assert federation == {"num-supernodes": 10, "backend": "ray", "client-resources-num-cpus": 1,
+                          "client-resources-num-gpus": 1.0}
+    assert run_config["device"] == "cuda" and run_config["simulation"] is True
+    assert csv_path == tmp_path / "gpu.csv"
+
+
+def test_the_federation_config_is_flowers_own():
+    """Each key is a field of Flower's SimulationConfig, with a value it takes (whole CPUs, a share of a GPU)."""
+    from flwr.proto.federation_config_pb2 import SimulationConfig
+
+    from edgeprof.flower.simulation import federation_config
+
+    config = federation_config(4, 2, 0.25, 8)
+
+    SimulationConfig(**{k.replace("-", "_"): v for k, v in config.items()})  # raises on a wrong key or type
+    assert config == {"num-supernodes": 4, "backend": "ray", "client-resources-num-cpus": 2,
+                      "client-resources-num-gpus": 0.25, "init-args-num-cpus": 8}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, to_group", [
     (__import__("signal").SIGTERM, False),  # timeout, docker stop, systemd: the process alone
-    (__import__("signal").SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group, Ray's processes too
+    (__import__("signal").SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group
+    (__import__("signal").SIGHUP, False),  # a closed terminal
 ])
-def test_a_stopped_simulation_keeps_its_finished_rounds_and_says_so(tmp_path, signum, to_group):
-    """Flower runs the ServerApp in a thread: the stop reaches it there, its report ends ``interrupted`` with
-    every finished round, and the process exits at once with one line and 128 + the signal (before: the
-    sidecar stayed ``running``; SIGTERM crashed Ray, exit 134; Ctrl-C left the process waiting for the round
-    timeout)."""
-    import os
+def test_a_stopped_simulation_keeps_its_finished_rounds_and_leaves_nothing(tmp_path, signum, to_group):
+    """The stop is Flower's own, ``flwr stop``: the ServerApp, in a thread of the simulation's process, closes its
+    report as interrupted with every finished round (before: the sidecar stayed ``running``), the runtime is ended
+    (no process, port or temporary folder left), and the command exits with one line and 128 + the signal."""
+    import signal
     import subprocess
     import sys
     import time
 
     from edgeprof.report.writer import read_report
 
+    watch = RuntimeWatch()
     out, err_path = tmp_path / "out", tmp_path / "stderr.txt"
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr-home"), "RAY_DEDUP_LOGS": "0"}
+    env = {**os.environ, **watch.env, "FLWR_HOME": str(tmp_path / "flwr-home"), "RAY_DEDUP_LOGS": "0"}
     with open(err_path, "w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "edgeprof", "flower-simulate", "--clients", "2", "--rounds",
                                  "1000", "--participation", "1", "--tau", "2", "--backbone", "mlp", "--dataset",
                                  "synthetic", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=stderr,
                                 env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             reports = list(out.glob("*.csv"))
             if reports and len(reports[0].read_text().splitlines()) > 6:  # two rounds' rows, at least
@@ -165,7 +278,9 @@ def test_a_stopped_simulation_keeps_its_finished_rounds_and_says_so(tmp_path, si
             time.sleep(0.2)
         assert proc.poll() is None, err_path.read_text()[-2000:]
         (os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum))
-        code = proc.wait(timeout=120)  # a hang, not a speed: the ServerApp sees the stop within 0.1 s
+        stopped = time.monotonic()
+        code = proc.wait(timeout=120)  # a hang, not a speed: flwr stop, the ServerApp's close, the runtime's end
+        took = time.monotonic() - stopped
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
@@ -173,30 +288,115 @@ def test_a_stopped_simulation_keeps_its_finished_rounds_and_says_so(tmp_path, si
     [csv_path] = out.glob("*.csv")
     sidecar = json.loads(csv_path.with_suffix(".json").read_text())
 
+    name = signal.Signals(signum).name
+    print(f"{name}: exit {code} {took:.1f} s after the signal")
     assert code == 128 + signum, err_path.read_text()[-3000:]
-    assert "run_simulation" not in err_path.read_text()  # Flower's notice on edgeprof's own call is not shown
-    name = __import__("signal").Signals(signum).name
     assert lines == [f"edgeprof: interrupted ({name}); the report keeps every round that finished ({csv_path})"]
-    assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({name})"
+    # the stop reached the ServerApp as Flower's runtime's exit, as `flwr stop` reaches a deployed one
+    assert sidecar["status"] == "interrupted", (took, sidecar.get("reason"))
+    assert sidecar["reason"] == "interrupted (the process was asked to exit: SystemExit 0)"
     assert 2 <= sidecar["rounds_completed"] < 1000
     assert len(read_report(csv_path).rows) == sidecar["rows"] == 3 * sidecar["rounds_completed"]
+    assert "Stopping run ID" in (csv_path.with_suffix(".flower") / "run.log").read_text()  # flwr stop's own line
+    assert "run_simulation" not in err_path.read_text()  # Flower's deprecated Python entry point is not used
+    watch.assert_nothing_left()
 
 
-def test_a_stop_after_the_server_finished_names_the_whole_report(tmp_path, monkeypatch):
-    """A stop that comes once the ServerApp has closed its report complete: the main thread's stop names that
-    report as whole (``<out>/<run id>.csv``), so the CLI's line says the run completed."""
-    import signal
+@pytest.mark.parametrize("sidecar, expected", [
+    ({"status": "failed", "reason": "no node serves any of the 2 partitions after node-wait 5 s"},
+     "the run failed: no node serves any of the 2 partitions after node-wait 5 s; report {csv}"),
+    ({"status": "running"}, "the ServerApp ended without closing its report ({json} says 'running'"),
+    ({"status": "interrupted", "reason": "interrupted (SIGKILL)"}, "the run ended interrupted (SIGKILL); report"),
+    (None, "the simulation ended without a report: ERROR : ServerApp failed: edgeprof: ConfigError: bad"),
+])
+def test_a_run_that_did_not_complete_ends_the_command_with_one_line_and_exit_7(tmp_path, monkeypatch, sidecar,
+                                                                             expected):
+    """The command ends as the ServerApp's sidecar says the run ended (a failed run: its reason), with Flower's
+    log's last error when there is no report at all; the runtime is replaced by what it left on disk."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    from edgeprof.flower import simulation
+
+    def runtime(run_config, federation, csv_path):
+        logs = csv_path.with_suffix(".flower")
+        logs.mkdir(parents=True)
+        (logs / "run.log").write_text("INFO : roll call\nERROR : ServerApp failed: edgeprof: ConfigError: bad\n"
+                                      "INFO : done\n")
+        if sidecar is not None:
+            csv_path.with_suffix(".json").write_text(json.dumps(sidecar))
+        return simulation.run_outcome(csv_path, logs)
+
+    monkeypatch.setattr(simulation, "run_federation", runtime)
+
+    result = CliRunner().invoke(app, ["flower-simulate", "--run-name", "r", "--out", str(tmp_path)])
+
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 7, result.output
+    csv = tmp_path / "r.csv"
+    assert len(lines) == 1 and lines[0].startswith("edgeprof: error: "), lines
+    assert expected.format(csv=csv, json=csv.with_suffix(".json")) in lines[0], lines[0]
+    assert f"Flower's logs in {tmp_path / 'r.flower'}" in lines[0]
+
+
+@pytest.mark.slow
+def test_a_run_no_node_serves_fails_with_its_reason(tmp_path, watch):
+    """Every virtual node refuses (its partition's data files are missing): the ServerApp ends the run ``failed``
+    with the reason, and ``simulate`` raises that reason in one line (exit 7); the runtime is gone."""
+    from edgeprof.config import RunConfig
+    from edgeprof.errors import ReportError
+    from edgeprof.flower.config import FlowerSettings
+    from edgeprof.flower.simulation import simulate
+
+    (tmp_path / "empty").mkdir()
+    cfg = RunConfig(tau=1, rounds=1, clients=2, dataset="mnist", data_dir=tmp_path / "empty", backbone="mlp",
+                    threads=1, out=tmp_path / "out", run_name="none", progress=False).resolved()
+
+    with pytest.raises(ReportError) as failed:
+        simulate(cfg, FlowerSettings(round_timeout_s=60, node_wait_s=10), total_cpus=2)
+
+    sidecar = json.loads((tmp_path / "out" / "none.json").read_text())
+    assert sidecar["status"] == "failed" and "no node serves" in sidecar["reason"]
+    assert failed.value.exit_code == 7 and str(failed.value).startswith(f"the run failed: {sidecar['reason']}")
+    watch.assert_nothing_left()
+
+
+def test_a_stop_from_flowers_runtime_reaches_a_server_app_in_a_thread(tmp_path, monkeypatch):
+    """Flower's exit handlers (run from the simulation's main thread on ``flwr stop``) carry the stop to the
+    ServerApp in its thread: it raises the runtime's ``SystemExit(0)`` at its next look at the grid, the thread
+    ends as after its last round, and the exit handler returns only once the server has let go of its report."""
+    import threading
+    import time
+
+    from flwr.supercore.exit.exit_handler import trigger_exit_handlers
 
     from edgeprof.flower import server_app
 
-    monkeypatch.setattr(server_app, "run_server", lambda grid, run_config, defaults: "the-run")
-    stop = server_app.StopRequest(tmp_path)
-    app = server_app.make_server_app({}, stop)
+    polls, let_go = [], []
 
+    def run_server(grid, run_config):
+        try:
+            while True:  # a server waiting for its replies
+                grid.get_node_ids()
+                polls.append(1)
+                time.sleep(0.05)
+        finally:
+            time.sleep(0.3)  # closing the report
+            let_go.append(time.monotonic())
+
+    monkeypatch.setattr(server_app, "run_server", run_server)
+    app = server_app.make_server_app()
     grid = type("Grid", (), {"pull_messages": lambda self, ids: [], "get_node_ids": lambda self: []})()
-    app._main(grid=grid, context=type("Context", (), {"run_config": {}})())
-    stop.ask(signal.SIGINT)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(app._main(grid=grid, context=type(
+        "Context", (), {"run_config": {}})())))
+    thread.start()
+    while not polls:
+        time.sleep(0.01)
 
-    with pytest.raises(KeyboardInterrupt) as raised:
-        stop.raise_asked()
-    assert raised.value.report == tmp_path / "the-run.csv" and raised.value.report_complete
+    trigger_exit_handlers(run_before_force_exit=True)  # what flwr_exit runs first, in the main thread
+    returned = time.monotonic()
+    thread.join(5)
+
+    assert not thread.is_alive() and errors == [None]  # ended as after its last round, no exception
+    assert let_go and let_go[0] <= returned  # the exit waited for the report to be let go of

@@ -213,7 +213,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
     from edgeprof.measure.profiler import Profiler
     from edgeprof.report import columns_for, read_report
     from edgeprof.report.writer import ReportWriter
-    from edgeprof.report.session import Energy, RunContext
+    from edgeprof.session.run import Energy, RunContext
 
     msg = grad_reply(1, grads(1))
     numbers = {"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25, "short_window": 0.0, "not_a_column": 1.0}

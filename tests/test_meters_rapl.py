@@ -22,7 +22,7 @@ from edgeprof.meters.idle import measure_idle
 from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report import read_report
 from edgeprof.report.schema import row_from_window
-from edgeprof.report.session import base_row, open_run
+from edgeprof.session.run import base_row, open_run
 from fixtures_sysfs import (BAD_LABELS, MAX_RANGE_UJ, FakeClock, build_rapl, fake_pynvml, rapl_zone, set_energy,
                             spoil_label)
 

@@ -292,7 +292,7 @@ def test_a_meter_option_declared_in_its_backend_reaches_it_from_every_front_door
     from edgeprof.errors import ConfigError
     from edgeprof.flower.config import from_run_config, node_overrides, to_run_config
     from edgeprof.cli.options import run_config
-    from edgeprof.report.session import open_meters
+    from edgeprof.session.run import open_meters
 
     backend = Backend(name="amdsmi", title="AMD SMI", columns=("gpu_amd",), probe=amd_probe, open=AmdSmiLikeMeter,
                       settings={"amdsmi_module": None, "amd_hz": 10.0})

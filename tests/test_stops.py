@@ -205,16 +205,16 @@ def test_a_sigterm_ends_a_command_whose_backbone_left_a_thread_in_one_line(tmp_p
     (["--device", "cuda"], "--device cuda: no CUDA GPU here"),
     (["--device", "cuda:0", "--client-gpus", "0.5"], "--device cuda:0: no CUDA GPU here"),
 ])
-def test_a_device_this_machine_cannot_use_is_refused_before_ray_starts(tmp_path, monkeypatch, argv, expected):
+def test_a_device_this_machine_cannot_use_is_refused_before_the_runtime_starts(tmp_path, monkeypatch, argv,
+                                                                               expected):
     """It started Ray, every virtual client failed on it (seven tracebacks) and the simulation waited."""
     pytest.importorskip("flwr")
-    import flwr.simulation
-
     from edgeprof.cli import app
+    from edgeprof.flower.superlink import LocalSuperLink
     from edgeprof.nn import compute
 
     monkeypatch.setattr(compute.kind_of("cuda"), "unavailable", lambda device: f"--device {device}: no CUDA GPU here")
-    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kw: pytest.fail("Ray was started"))
+    monkeypatch.setattr(LocalSuperLink, "start", lambda self: pytest.fail("the SuperLink was started"))
 
     result = CliRunner().invoke(app, ["flower-simulate", *argv, "--out", str(tmp_path / "out")])
 

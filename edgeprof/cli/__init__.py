@@ -3,8 +3,8 @@
 A command lists the options it takes, each declared once in :mod:`edgeprof.cli.options` (help, help panel,
 choices read from the registries), and hands ``ctx.params`` to :func:`edgeprof.cli.options.run_config`.
 ``--out/-o`` is a folder in every command. How a command ends (one line and an exit code, never a traceback) is
-:mod:`edgeprof.cli.exits`. Exit codes: 2 config, 3 data, 4 output, 5 meter, 6 model, 7 report, 8 claim not shown
-(``sweep --check``), 128 + the signal for a run stopped by a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+:mod:`edgeprof.cli.exits`. Exit codes: 2 config, 3 data, 4 output, 5 meter, 6 model, 7 report (also a Flower
+simulation that did not complete), 8 claim not shown (``sweep --check``), 128 + the signal for a run stopped by a signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -77,15 +77,32 @@ def _console():
 
 def _print_summary(csv_path: Path) -> "object":
     """Print the summary of the report at ``csv_path``; return the report as read (read once: its notes once)."""
-    from edgeprof.report.summary import (carbon_total, gpu_summary, held_rounds, invalid_rows, overhead_fraction,
-                                         printable, render, short_rows, summarize)
+    from edgeprof.report.summary import (carbon_total, device_table, ending_line, flower_lines, gpu_summary,
+                                         held_rounds, invalid_rows, overhead_fraction, printable, render, short_rows,
+                                         summarize)
+    from edgeprof.errors import ReportError
+    from edgeprof.report.summary import rowless_ending
     from edgeprof.report.writer import read_report
 
-    report = read_report(csv_path)
+    try:
+        report = read_report(csv_path)
+    except ReportError:
+        ending = rowless_ending(csv_path)  # a run that ended before any row (a Flower run no node served): why
+        if ending is not None:
+            typer.echo(printable(ending))
+        raise
     console = _console()
     console.print(render(summarize(report)))
     for part in gpu_summary(report):  # on a GPU: its own meter's joules, net of idle, their verdicts
         console.print(part)
+    devices = device_table(report)  # a Flower run: its devices, their data, rounds and replies not used
+    if devices is not None:
+        console.print(devices)
+    ending = ending_line(report)  # how the run ended, as its sidecar says
+    if ending is not None:
+        typer.echo(printable(ending))
+    for line in flower_lines(report):  # a Flower run: what was rejected or left out, and its notes
+        typer.echo(printable(line))
     invalid, rows = invalid_rows(report)
     if invalid:
         typer.echo(f"energy: {invalid} of {rows} rows have an implausible reading (method invalid, no joules; "
@@ -393,6 +410,7 @@ from edgeprof.cli import flower as _flower  # noqa: E402  (its commands take the
 
 app.command("flower-app-dir")(_flower.flower_app_dir)
 app.command("flower-simulate")(_flower.flower_simulate)
+app.command("flower-certs")(_flower.flower_certs)
 
 
 def main() -> None:

@@ -142,7 +142,7 @@ def guard() -> Iterator[None]:
 
 def stopped_line(err: KeyboardInterrupt) -> str:
     """What a stop signal left: the report it names (``err.report``: set where a report was open, see
-    :func:`edgeprof.report.session.open_run` and :func:`report_done`), whole or with the finished rounds."""
+    :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds."""
     what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
     if report is None:
         return what

@@ -291,8 +291,31 @@ NodeWait = Annotated[float, _opt(panel=FLOWER, help="Seconds the server waits fo
                                                   "SuperNode.")]
 TotalSamples = Annotated[int, _opt(panel=FLOWER, help="sum_j N_j of the federation when known (0: sum over known "
                                                     "clients).")]
-Port = Annotated[int, _opt(panel=FLOWER, help="The SuperLink's port in the printed commands.")]
-ClientCpus = Annotated[float, _opt(panel=FLOWER, help="CPUs reserved per virtual client (Ray).")]
+Port = Annotated[int, _opt(panel=FLOWER, help="The SuperLink's port in the printed commands; device i gets "
+                                                "port + 1 + i.")]
+
+
+def _client_cpus(value: Any) -> int:
+    """``--client-cpus`` as Flower's simulation takes it (:func:`edgeprof.flower.simulation.whole_cpus`): a fraction
+    is refused in one line saying why."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.flower.simulation import whole_cpus
+
+    try:
+        number = int(str(value))
+    except ValueError:
+        try:
+            number = float(str(value))
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not a whole number") from None
+    try:
+        return whole_cpus(number)
+    except ConfigError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+ClientCpus = Annotated[int, _opt(panel=FLOWER, parser=_client_cpus, metavar="INTEGER",
+                                 help="Whole CPUs reserved per virtual client (Flower's simulation takes integers).")]
 ClientGpus = Annotated[Optional[float], _opt(panel=FLOWER, help="GPUs (fractions allowed) each virtual client reserves "
                                            "(default: 1 for rounds on CUDA, else 0; docs: GPUs).")]
 

@@ -12,7 +12,8 @@ algorithm contract of :mod:`edgeprof.algorithms.contract`; nothing outside this 
                       program, its declared personal state in ``context.state`` (the client-side driver)
 - :mod:`.report`      the one server-side reporter: one report for the federation, written by the server
 - :mod:`.server_app`  the ServerApp: roll call, strategy, report, final theta
-- :mod:`.simulation`  Flower's simulation engine for many clients on one machine
+- :mod:`.simulation`  many clients on one machine: ``flwr run`` against a local SuperLink in simulation mode
+- :mod:`.superlink`   the life of that local SuperLink: free port, private FLWR_HOME, logs, stop, no leftovers
 - :mod:`.loopback`    free ports and waiting for a listener on 127.0.0.1 (tests, benchmarks; no flwr import)
 
 For a user's own Flower app (any ClientApp, Flower's stock strategies), importable from here:

@@ -15,7 +15,8 @@ there. An algorithm that declares nothing personal leaves ``context.state`` unto
 The backbone, its ONNX Runtime session and anything an algorithm derives once (:class:`Runtime`) are kept
 per process (:func:`runtime_for`), for as long as the process serves messages.
 
-Handlers: ``query`` answers the server's roll call (partition id, N_i, K_i, device); ``train`` runs one
+Handlers: ``query`` answers the server's roll call (partition id, N_i, K_i, device, and which data it trains on:
+:func:`data_record`, also one line in the node's log); ``train`` runs one
 round and replies with the client program's reply arrays and a MetricRecord ``metrics`` (partition-id,
 num-examples (Flower's key for N_i), train-loss). :mod:`edgeprof.flower.mod` profiles ``train``. With
 ``evaluate``, ``evaluate`` answers the server's EVALUATE messages (the ``global`` protocol: this client's
@@ -47,6 +48,7 @@ from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.flower.config import check_trust, from_run_config, node_overrides
 from edgeprof.flower.mod import current_phase, device_name, make_profile_mod
+from edgeprof.flower.node_checks import DATA_RECORD
 from edgeprof.flower.strategy import ARRAYS_KEY, CONFIG_KEY, METRICS_KEY
 
 #: the context.state key of the declared personal state
@@ -102,6 +104,32 @@ def _own_client(cfg: RunConfig, pid: int, data_dir: str, dataset: str):
     data = load_dataset(dataset, data_dir=data_dir, shape=input_shape(cfg), seed=cfg.seed,
                         synthetic_classes=cfg.synthetic_classes, synthetic_samples=cfg.synthetic_samples)
     return own_client(data, pid, cfg.test_fraction, seed=cfg.seed)
+
+
+def data_record(cfg: RunConfig, pid: int, node_config: Mapping[str, Any], client) -> dict[str, Any]:
+    """Which data this node trains on, for its roll-call answer (read by
+    :func:`edgeprof.flower.node_checks.data_of`): the data set, ``own`` (its operator's ``data-dir``) or
+    ``partition`` (client ``pid`` of the run's data set), the folder, the test count, and the SHA-256 of the arrays it
+    loaded (train and test samples and labels, in that order): two nodes with the same digest train and test on the
+    same data."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for array in (client.x_train, client.y_train, client.x_test, client.y_test):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    own = bool(node_config.get("data-dir"))
+    return {"dataset": str(node_config.get("dataset", cfg.dataset)) if own else cfg.dataset,
+            "source": "own" if own else "partition", "folder": str(node_config["data-dir"]) if own else "",
+            "n-test": int(client.n_test), "sha256": digest.hexdigest()}
+
+
+def data_line(pid: int, n_train: int, data: Mapping[str, Any]) -> str:
+    """The node's log line of what it trains on: ``edgeprof: partition 0 trains on its own data: mnist in /data/x
+    (8 train, 2 test samples, sha256 1a2b3c4d5e6f)``, or ``... on partition 0 of synthetic (...)``."""
+    what = (f"its own data: {data['dataset']} in {data['folder']}" if data["source"] == "own"
+            else f"partition {pid} of {data['dataset']}")
+    return (f"edgeprof: partition {pid} trains on {what} ({n_train} train, {data['n-test']} test samples, "
+            f"sha256 {data['sha256'][:12]})")
 
 
 @functools.lru_cache(maxsize=2)
@@ -230,8 +258,10 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
         info = MetricRecord({"partition-id": pid, "num-examples": client.n_train, "num-classes": client.num_classes})
         from flwr.app import ConfigRecord
 
+        data = data_record(cfg, pid, context.node_config, client)
+        logging.getLogger("flwr").info("%s", data_line(pid, client.n_train, data))
         return Message(RecordDict({METRICS_KEY: info, "device": ConfigRecord(
-            {"device": device_name(context.node_config)})}), reply_to=msg)
+            {"device": device_name(context.node_config)}), DATA_RECORD: ConfigRecord(data)}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

@@ -256,7 +256,7 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
 
     def edgeprof_energy_mod(msg: Message, context: Context, call_next) -> Message:
         from edgeprof.measure.profiler import Profiler
-        from edgeprof.report.schema import row_from_window
+        from edgeprof.report.schema import check_phase_name, row_from_window
 
         if only is not None and msg.metadata.message_type not in only:
             return call_next(msg, context)
@@ -267,6 +267,7 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
         setup = profiler = None
         try:
             profiler = Profiler(meter_set)
+            profiler.windows.check_phase = check_phase_name  # a phase's columns must be none of the report's own
             if prepare is not None:
                 with profiler.window("setup") as setup:
                     prepare(msg, context)

@@ -41,7 +41,7 @@ def device_name(node_config: Mapping[str, Any]) -> str:
 def _node_meters(cfg_of: Callable[[Context], RunConfig], context: Context):
     """This node's meters: its energy settings, NVML told which GPU runs its rounds."""
     from edgeprof.nn.compute import resolve_device
-    from edgeprof.report.session import open_meters
+    from edgeprof.session.run import open_meters
 
     cfg = cfg_of(context)
     return open_meters(cfg, resolve_device(cfg.device))

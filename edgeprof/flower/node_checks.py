@@ -10,12 +10,13 @@ is left out, and nothing another client contributed changes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, MetricRecord
 
-from edgeprof.data.names import DATASET_SIZES
+from edgeprof.data.names import DATASET_SIZES, DATASETS
 
 METRICS_KEY = "metrics"
 #: Flower's own key for a client's number of training examples (stock strategies and metric aggregation
@@ -24,6 +25,11 @@ NUM_EXAMPLES = "num-examples"
 OLD_NUM_EXAMPLES = "n-samples"
 #: the longest device name a node may report (it becomes a report cell)
 MAX_DEVICE_CHARS = 200
+#: the roll-call record in which a node says which data it trains on (:func:`data_of`), and the longest folder name
+DATA_RECORD = "data"
+MAX_FOLDER_CHARS = 1000
+#: where a node's data comes from: its partition of the run's data set, or its operator's own folder
+DATA_SOURCES = ("partition", "own")
 
 
 class RejectedReply(ValueError):
@@ -39,6 +45,8 @@ class NodeInfo:
     n_train: int
     num_classes: int = 0
     device: str = ""
+    #: which data the node trains on, as :func:`data_of` read it (empty from a node that does not say)
+    data: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ def read_node_info(msg: Message, limits: NodeLimits) -> NodeInfo:
                      f"a positive integer up to {limits.max_samples}")
     k = 0 if "num-classes" not in metrics else whole_number(
         metrics, "num-classes", 1, limits.max_classes, f"a class count in 1..{limits.max_classes} (the run's data set)")
-    return NodeInfo(pid, msg.metadata.src_node_id, n, k, device_of(msg))
+    return NodeInfo(pid, msg.metadata.src_node_id, n, k, device_of(msg), data_of(msg, limits))
 
 
 def device_of(msg: Message) -> str:
@@ -117,6 +125,29 @@ def device_of(msg: Message) -> str:
     if not isinstance(device, str) or len(device) > MAX_DEVICE_CHARS or not device.isprintable():
         raise RejectedReply(f"device must be printable text of at most {MAX_DEVICE_CHARS} characters")
     return device
+
+
+def data_of(msg: Message, limits: NodeLimits) -> dict:
+    """Which data a roll-call answer says its node trains on (``{}`` without a ``data`` record, an earlier
+    edgeprof's answer): ``dataset`` (a data set edgeprof names), ``source`` (``partition`` or ``own``), ``folder``
+    (printable text, '' for a partition), ``n-test`` (a whole number up to the run's limit) and ``sha256`` (64 hex
+    digits: the digest of the arrays it loaded); RejectedReply naming the first value that is not so."""
+    if DATA_RECORD not in msg.content:
+        return {}
+    record = msg.content[DATA_RECORD]
+    if not isinstance(record, ConfigRecord):
+        raise RejectedReply(f"no ConfigRecord under {DATA_RECORD!r}")
+    dataset, source, folder, digest = (record.get(k, "") for k in ("dataset", "source", "folder", "sha256"))
+    if dataset not in DATASETS:
+        raise RejectedReply(f"data: dataset must be one of {', '.join(DATASETS)}")
+    if source not in DATA_SOURCES:
+        raise RejectedReply(f"data: source must be one of {', '.join(DATA_SOURCES)}")
+    if not isinstance(folder, str) or len(folder) > MAX_FOLDER_CHARS or not folder.isprintable():
+        raise RejectedReply(f"data: folder must be printable text of at most {MAX_FOLDER_CHARS} characters")
+    if not isinstance(digest, str) or re.fullmatch(r"[0-9a-f]{64}", digest) is None:
+        raise RejectedReply("data: sha256 must be 64 hexadecimal digits")
+    n_test = whole_number(record, "n-test", 0, limits.max_samples, f"a whole number up to {limits.max_samples}")
+    return {"dataset": dataset, "source": source, "folder": folder, "n_test": n_test, "sha256": digest}
 
 
 def read_evaluation(metrics: MetricRecord, n_train: int, limits: NodeLimits) -> tuple[float, float, int, int]:

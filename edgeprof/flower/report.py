@@ -29,9 +29,10 @@ Where the rows go is the only difference between a user's own app and edgeprof's
   name (a label ``algo=`` overrides it). The sidecar's ``flower`` section holds the clients and, per round, how
   many replies came, were profiled, had no profile, or were errors;
 * edgeprof's own ServerApp (:mod:`edgeprof.flower.server_app`) writes into the run it opened
-  (:func:`edgeprof.report.session.open_run`): the rows of ``edgeprof measure`` (algorithm, engine, tau, the
+  (:func:`edgeprof.session.run.open_run`): the rows of ``edgeprof measure`` (algorithm, engine, tau, the
   client's partition id), and ``eval`` rows with the protocol's loss and accuracy, so ``edgeprof summary`` and
-  the dashboard read it unchanged.
+  the dashboard read it unchanged. A client row's ``dataset`` is the data set its node said it trains on at the
+  roll call (its own folder's, ``dataset`` in its node config), the run's where the node did not say.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class MonitorRows:
     """Rows of a user's own federation, written through an :func:`edgeprof.monitor` run opened by ``start``."""
 
     def __init__(self, strategy: Strategy, settings: dict) -> None:
-        from edgeprof.measure.monitoring import monitor
+        from edgeprof.session.monitoring import monitor
 
         self.inner = strategy
         labels = {"algo": type(strategy).__name__, **dict(settings.pop("labels", None) or {})}
@@ -175,7 +176,7 @@ class MonitorRows:
 
     @contextlib.contextmanager
     def run(self, reporter: ProfiledStrategy) -> Iterator[None]:
-        from edgeprof.measure.monitoring import monitor
+        from edgeprof.session.monitoring import monitor
 
         with monitor(**self.settings) as mon:
             self.monitor, self.csv_path = mon, mon.csv_path
@@ -255,12 +256,14 @@ class RunRows:
                    trace=None) -> None:
         from edgeprof.flower.strategy import METRICS_KEY, num_examples_key
         from edgeprof.report.schema import _fmt, format_cells
-        from edgeprof.report.session import base_row
+        from edgeprof.session.run import base_row
 
         metrics = msg.content[METRICS_KEY] if METRICS_KEY in msg.content else MetricRecord()
         pid = self.inner.directory.partition_of(msg.metadata.src_node_id)
         loss = _finite(metrics.get("train-loss"))
+        data = self.inner.directory.nodes[pid].data if pid is not None else {}
         row = base_row(self.ctx, self.inner.cfg, server_round, kind, client=pid,
+                       dataset=data.get("dataset") or self.inner.cfg.dataset,
                        n_samples=_count(metrics.get(num_examples_key(metrics))) or None,
                        n_participants=len(self.inner.sampled.get(server_round, ())),
                        train_loss=None if loss is None else _fmt(loss))
@@ -276,7 +279,7 @@ class RunRows:
 
     def after_train(self, server_round: int, replies: list[Message]) -> None:
         """The round's ``server`` row; under the ``paper`` protocol, its ``eval`` row."""
-        from edgeprof.report.session import base_row
+        from edgeprof.session.run import base_row
 
         inner, cfg = self.inner, self.inner.cfg
         accepted = inner.accepted.get(server_round, [])
@@ -292,7 +295,7 @@ class RunRows:
 
     def _eval_row(self, server_round: int, score) -> None:
         """An ``eval`` row (the protocol's loss and accuracy), as the in-process loop writes it."""
-        from edgeprof.report.session import base_row
+        from edgeprof.session.run import base_row
 
         if score is None:
             return

@@ -7,10 +7,18 @@ only then create the CSV and the sidecar. The rounds are Flower's ``Strategy.sta
 round timeout of the run config; the final global arrays are saved next to the report as
 ``<run_id>.theta.npz`` (``arr_0``, ``arr_1``, ... in parameter order).
 
+Failing loudly: a run that no node serves after the roll call (:func:`unserved`: every node refused, or none
+answered within ``node-wait``) runs no round; its report is the sidecar, ``failed`` with the one-line reason, and
+the ServerApp raises :class:`NoNodeError`, which Flower's runtime logs as one line (:class:`_OneLineFailure`) and
+ends with a non-zero exit and a failed run. A node's own refusal (``edgeprof: ...``, its ClientApp's
+:func:`~edgeprof.flower.client_app.refuse_in_one_line`) leaves it out at once. As the rounds begin, the log says where
+the report is and that a stop keeps it as interrupted (:data:`STOP_NOTE`).
+
 The sidecar gets a ``flower`` section: which node served which partition on which device, alpha_i's
-denominator and where it came from, the nodes left out at the roll call (``alpha.refused``, with the reason),
-per round the partitions sampled, accepted and rejected (with the reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the
-same device) - the note that per-client energy is then attribution, not measurement.
+denominator and where it came from, which data each node trains on (``alpha.nodes.<i>.data``), the nodes left out
+at the roll call (``alpha.refused``, with the reason), per round the partitions sampled, accepted and rejected (with
+the reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the same
+device) - the note that per-client energy is then attribution, not measurement.
 """
 
 from __future__ import annotations
@@ -19,23 +27,23 @@ from edgeprof.host import prefer_passive_openmp
 
 prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (edgeprof.host)
 
+import contextlib
 import functools
 import logging
 import time
-from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from edgeprof.config import RunConfig
+from edgeprof.errors import EdgeprofError
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ProfiledStrategy, RunRows
 from edgeprof.flower.node_checks import NodeLimits, RejectedReply, read_node_info
 from edgeprof.flower.strategy import Directory, EdgeprofStrategy, make_strategy
 from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
-from edgeprof.signals import stop_exception
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -53,6 +61,27 @@ def _forward_logs_to_flower() -> None:
             ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
+
+
+class _OneLineFailure(logging.Filter):
+    """On Flower's logger: the record Flower's runtime writes when the ServerApp raises ("ServerApp raised an
+    exception", with the traceback) becomes one line when what it raised is an
+    :class:`~edgeprof.errors.EdgeprofError` (no node serves a partition, a run config edgeprof refuses). The runtime
+    still marks the run failed and exits non-zero."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        if isinstance(err, EdgeprofError):
+            record.msg, record.args = "ServerApp failed: edgeprof: %s: %s", (type(err).__name__, err)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _one_line_failures() -> None:
+    """Install :class:`_OneLineFailure` on Flower's logger, once per process."""
+    flwr_logger = logging.getLogger("flwr")
+    if not any(isinstance(f, _OneLineFailure) for f in flwr_logger.filters):
+        flwr_logger.addFilter(_OneLineFailure())
 
 
 def roll_call(grid: Grid, cfg: RunConfig, settings: FlowerSettings, *, poll_s: float = 1.0) -> Directory:
@@ -88,7 +117,12 @@ def _answer(directory: Directory, limits: NodeLimits, reply: Message, answered: 
     refused, and not asked again."""
     node = reply.metadata.src_node_id
     if reply.has_error():
-        log.warning("node %d did not answer the roll call: %s", node, reply.error.reason)
+        reason = " ".join(str(reply.error.reason).split())
+        if not reason.startswith(REFUSAL_PREFIX):  # no answer (a crash, a node gone): asked again
+            log.warning("node %d did not answer the roll call: %s", node, reason)
+            return
+        answered.add(node)  # the node's own refusal (refuse_in_one_line): it would refuse again
+        directory.refuse(node, f"the node refused the roll call: {reason}")
         return
     answered.add(node)
     try:
@@ -97,6 +131,35 @@ def _answer(directory: Directory, limits: NodeLimits, reply: Message, answered: 
         directory.refuse(node, f"roll call: {err}")
         return
     directory.add(info)
+
+
+#: the ServerApp's log line as the rounds begin: where the report is, and what a stop leaves of it. Said before any
+#: stop, as after ``flwr stop`` the SuperLink takes no more log lines of the run
+STOP_NOTE = ("edgeprof: report %s: a row is written as each round ends; a stop (flwr stop, a signal) keeps every "
+             "finished round, the sidecar recorded interrupted")
+
+#: how a node's own refusal begins (:func:`edgeprof.flower.client_app.refuse_in_one_line`)
+REFUSAL_PREFIX = "edgeprof: "
+
+
+class NoNodeError(EdgeprofError):
+    """No node serves a partition of the run after the roll call: the run ends failed, before round 1."""
+
+
+def unserved(cfg: RunConfig, settings: FlowerSettings, directory: Directory) -> Optional[str]:
+    """Why the run cannot start, in one line, or None: it fails when no node serves any of its partitions after the
+    roll call (fewer nodes than a round samples is a run that goes on, each missing reply handled as the algorithm
+    declares). The line names what the nodes said: the first refusal and how many there were, else that none
+    answered."""
+    if directory.nodes:
+        return None
+    head = f"no node serves any of the {cfg.clients} partitions after node-wait {settings.node_wait_s:g} s"
+    if directory.refused:
+        node, why = directory.refused[0]
+        more = f" (and {len(directory.refused) - 1} more)" if len(directory.refused) > 1 else ""
+        return f"{head}: {len(directory.refused)} node(s) left out, node {node}: {why}{more}"
+    return (f"{head}: no node answered the roll call; check that each SuperNode connects to this SuperLink and "
+            f"that its num-partitions matches the run's clients ({cfg.clients})")
 
 
 def initial_arrays(cfg: RunConfig, directory: Directory) -> list[np.ndarray]:
@@ -126,31 +189,35 @@ def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict
 
 
 class StopRequest:
-    """A stop signal carried to a ServerApp that runs in a thread of its own, as Flower's simulation runs it
-    (Python runs signal handlers in the main thread only, and a stop raised there would tear the simulation
-    down under the ServerApp and leave its report ``running``).
+    """Flower's stop carried to a ServerApp that runs in a thread of its own, as Flower's simulation runs it (the
+    ``flwr-simulation`` process runs the virtual clients in its main thread).
 
-    The main thread's handler calls :meth:`ask` with the signal; the server raises that stop at its next look
-    at the grid (:meth:`watch`: every poll for replies and for nodes, every 0.1 s while it waits), so its
-    report ends ``interrupted`` with every finished round, and the simulation then ends as after its last
-    round; :meth:`raise_asked` raises the stop in the main thread, naming the report.
+    ``flwr stop``, or a stop signal to that process, makes Flower's runtime exit from its main thread
+    (``sys.exit(0)`` after its exit handlers), which a ServerApp in another thread never sees: it would be cut
+    off with its report ``running``. :meth:`ask` is one of those exit handlers (:meth:`serving`; run before
+    Flower's force-exit timer starts): it records the stop and waits, at most ``wait_s`` seconds, until the server
+    has let go of its report. The server raises the stop at its next look at the grid (:meth:`watch`: every poll
+    for replies and for nodes, every 0.1 s while it waits) as the ``SystemExit(0)`` that Flower's runtime raises
+    under a ServerApp in a process of its own, so its report ends ``interrupted`` with every finished round, as a
+    deployed run's does (:func:`edgeprof.session.run.ending`).
     """
 
-    def __init__(self, out: Path) -> None:
-        self.out = Path(out)  # the run's output folder (its report is <out>/<run id>.csv)
-        self.signum: Optional[int] = None
-        self.report = None  # the server's report, once it has let go of it
-        self.complete = False  # whether that report is whole (the run had ended before the stop was seen)
+    def __init__(self, wait_s: float = 60.0) -> None:
+        import threading
 
-    def ask(self, signum: int, _frame=None) -> None:
-        """Record the first stop signal (a signal handler: later ones change nothing)."""
-        if self.signum is None:
-            self.signum = signum
+        self.wait_s = wait_s
+        self.asked = threading.Event()
+        self.closed = threading.Event()  # the server has let go of its report (or never opened one)
+
+    def ask(self) -> None:
+        """Record the stop; return once the server has let go of its report, or after ``wait_s`` seconds."""
+        self.asked.set()
+        self.closed.wait(self.wait_s)
 
     def check(self) -> None:
-        """Raise the stop asked for, if any (KeyboardInterrupt, or Terminated for SIGTERM and SIGHUP)."""
-        if self.signum is not None:
-            raise stop_exception(self.signum)
+        """Raise the stop asked for, if any: ``SystemExit(0)``, the exit Flower's runtime asked for."""
+        if self.asked.is_set():
+            raise SystemExit(0)
 
     def watch(self, grid: Grid) -> Grid:
         """``grid`` with :meth:`check` before each of its polls (the instance's methods, shadowed)."""
@@ -162,18 +229,23 @@ class StopRequest:
         self.check()
         return method(*args, **kwargs)
 
-    def raise_asked(self) -> None:
-        """In the main thread, once the simulation has ended: raise the stop asked for, naming the report."""
-        if self.signum is not None:
-            stop = stop_exception(self.signum)
-            stop.report, stop.report_complete = self.report, self.complete
-            raise stop
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Within the block the server runs: :meth:`ask` is one of Flower's exit handlers; at its end, however
+        it ends, the server has let go of its report."""
+        from flwr.supercore.exit import add_exit_handler
+
+        add_exit_handler(self.ask, run_before_force_exit=True)
+        try:
+            yield
+        finally:
+            self.closed.set()
 
 
 def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> str:
     """Run the federation the run config describes; returns the run id (report ``<out>/<run_id>.csv``)."""
     from edgeprof.algorithms import ALGORITHMS
-    from edgeprof.report.session import make_run_id, open_run
+    from edgeprof.session.run import make_run_id, open_run
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
 
@@ -183,14 +255,20 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     set_threads(cfg.threads)
     directory = roll_call(grid, cfg, settings)
     strategy = make_strategy(cfg, directory)
-    theta0 = initial_arrays(cfg, directory)
 
     def finish(data: dict) -> dict:
         return {**data, "flower": flower_section(strategy, settings)}
 
+    why = unserved(cfg, settings, directory)
+    if why is not None:  # the report says so, failed with the reason, and the ServerApp exits non-zero
+        with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish) as session:
+            log.error("edgeprof: the run failed: %s; report %s (failed)", why, session.csv_path)
+            raise NoNodeError(why)
+    theta0 = initial_arrays(cfg, directory)
     # the server step's device: synchronised at the server window's edges, its kind in the server rows
     with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish,
                   runtime=strategy.runtime()) as session:
+        log.info(STOP_NOTE, session.csv_path)
         final = theta0
         try:
             reporter = ProfiledStrategy(strategy, rows=RunRows(session.ctx, strategy))
@@ -205,24 +283,26 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     return session.ctx.run_id
 
 
-def make_server_app(defaults: Optional[Mapping[str, Any]] = None, stop: Optional[StopRequest] = None) -> ServerApp:
-    """The ServerApp; ``defaults`` (a run config) fills keys the run config lacks (simulation); ``stop``: how a
-    signal the main thread receives reaches it (simulation, where it runs in a thread of its own)."""
+def make_server_app() -> ServerApp:
+    """The ServerApp. In a process of its own (a deployment) Flower's runtime stops it with ``sys.exit(0)`` under the
+    rounds; in a thread of Flower's simulation process that stop is carried to it by a :class:`StopRequest`."""
+    import threading
+
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        if stop is None:
-            run_server(grid, context.run_config, defaults)
+        _one_line_failures()
+        if threading.current_thread() is threading.main_thread():
+            run_server(grid, context.run_config)
             return
-        try:
-            run_id = run_server(stop.watch(grid), context.run_config, defaults)
-        except KeyboardInterrupt as err:
-            if stop.signum is None:
-                raise
-            stop.report = getattr(err, "report", None)  # recorded as interrupted; the main thread says so
-        else:
-            stop.report, stop.complete = stop.out / f"{run_id}.csv", True
+        stop = StopRequest()
+        with stop.serving():
+            try:
+                run_server(stop.watch(grid), context.run_config)
+            except SystemExit:  # the stop, recorded as interrupted: the thread ends as after its last round
+                if not stop.asked.is_set():
+                    raise
 
     return app
 

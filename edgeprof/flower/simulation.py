@@ -1,100 +1,67 @@
-"""Many clients on one machine with Flower's simulation engine (Ray back-end by default).
+"""Many clients on one machine with Flower's simulation runtime: ``flwr run`` against a SuperLink in simulation mode.
 
-The ServerApp and ClientApp are edgeprof's own, with the run config baked in as defaults (the Python
-entry point of the simulation passes no run config). Flower's simulation gives every virtual SuperNode
-``partition-id`` and ``num-partitions`` in its node config, so client i loads the partition of
-``edgeprof measure``'s client i. The run config carries ``simulation = true``, and the report's sidecar
-then says that the clients shared the machine: per-client energy in such a report is the machine's
-energy during each client's window - attribution, not measurement - and clients that run concurrently
-are counted in each other's windows. The alternative without Python is ``flwr run <app-dir>`` against
-the local SuperLink (docs/flower.md).
+The app is the one ``edgeprof flower-app-dir`` writes and a deployment runs (:func:`~edgeprof.flower.config.write_app_dir`:
+components ``edgeprof.flower.server_app:app`` and ``edgeprof.flower.client_app:app``, every setting in
+``[tool.flwr.app.config]``, read from ``context.run_config``), written into a temporary folder and submitted to a
+SuperLink this command starts and ends (:class:`~edgeprof.flower.superlink.LocalSuperLink`: free loopback port,
+private ``FLWR_HOME``, its logs and the run's log stream in ``<out>/<run id>.flower/``). The simulation's settings are
+Flower's federation config (:func:`federation_config`): ``num-supernodes`` = the clients, the CPUs and GPUs each
+virtual client reserves, the CPUs of the whole Ray instance. Flower gives every virtual SuperNode ``partition-id``
+and ``num-partitions`` in its node config, so client i loads the partition of ``edgeprof measure``'s client i. The
+run config carries ``simulation = true``, and the report's sidecar then says that the clients shared the machine:
+per-client energy in such a report is the machine's energy during each client's window - attribution, not
+measurement - and clients that run concurrently are counted in each other's windows.
 
-GPUs: Ray shows each virtual client only the GPUs it reserves (``num_gpus``), numbered from 0, and hides
-every GPU from a client that reserves none. So the device is decided once, here (``auto`` resolved on this
-machine), and a run on CUDA reserves one GPU per client unless ``client_gpus`` says otherwise (a fraction
-such as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break, and
-:func:`edgeprof.nn.compute.check_usable` (the check ``measure`` makes) a device this machine cannot run rounds on, both before Ray starts.
+The run's name is decided here (``--run-name``, else a new run id), so the report is ``<out>/<run id>.csv``; once
+the runtime has ended, the command ends as the ServerApp's sidecar says the run ended (:func:`run_outcome`). A stop
+(Ctrl-C, SIGTERM, SIGHUP) is Flower's own: ``flwr stop <run id>``; the ServerApp, in a thread of the simulation's
+process, closes its report as interrupted with every finished round
+(:class:`~edgeprof.flower.server_app.StopRequest`), and the command exits with 128 + the signal.
+
+CPUs and GPUs: Flower's simulation reserves whole CPUs per client (``client-resources-num-cpus`` takes integers,
+:func:`whole_cpus`) and any share of a GPU. Ray shows each virtual client only the GPUs it reserves, numbered from
+0, and hides every GPU from a client that reserves none. So the device is decided once, here (``auto`` resolved on
+this machine), and a run on CUDA reserves one GPU per client unless ``client_gpus`` says otherwise (a fraction such
+as 0.25 lets four clients share one); :func:`client_gpus_for` refuses what Ray would break, and
+:func:`edgeprof.nn.compute.check_usable` (the check ``measure`` makes) a device this machine cannot run rounds on,
+both before the runtime starts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import math
-import signal
-import threading
-import warnings
+import os
+import sys
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Mapping, Optional
 
 from edgeprof.config import RunConfig
-from edgeprof.errors import ConfigError, require
+from edgeprof.errors import ConfigError, ReportError, require
 from edgeprof.flower.config import FlowerSettings, to_run_config
 
 
-def backend_config(client_cpus: float = 1.0, client_gpus: float = 0.0, total_cpus: Optional[int] = None) -> dict:
-    """Flower's backend config: resources per virtual client (and for the whole Ray instance)."""
-    config: dict = {"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus}}
+def whole_cpus(value: Any, what: str = "--client-cpus") -> int:
+    """A number of CPUs as Flower's simulation takes it: a whole number >= 1 (``1``, ``2.0``); ConfigError with one
+    line otherwise, saying why for a fraction (Flower reserves whole CPUs per client)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if number and value > 0 and value != int(value):
+        raise ConfigError(f"{what} {value:g}: Flower's simulation reserves whole CPUs per client "
+                          "(client-resources-num-cpus takes integers); give 1 or more")
+    if not number or value < 1:
+        raise ConfigError(f"{what} must be a whole number of CPUs >= 1, got {value}")
+    return int(value)
+
+
+def federation_config(clients: int, client_cpus: int = 1, client_gpus: float = 0.0,
+                      total_cpus: Optional[int] = None, backend: str = "ray") -> dict:
+    """Flower's federation config of the simulation (``flwr run --federation-config``): ``clients`` virtual
+    SuperNodes, the CPUs and GPUs each reserves, and with ``total_cpus`` the CPUs of the whole Ray instance."""
+    config: dict = {"num-supernodes": clients, "backend": backend, "client-resources-num-cpus": client_cpus,
+                    "client-resources-num-gpus": float(client_gpus)}
     if total_cpus is not None:
-        config["init_args"] = {"num_cpus": total_cpus}
+        config["init-args-num-cpus"] = total_cpus
     return config
-
-
-@contextlib.contextmanager
-def _without_notice(logger: str, text: str) -> Iterator[None]:
-    """Within the block, ``logger`` drops the records that contain ``text``: a notice about how edgeprof calls a
-    library, which the person running edgeprof can do nothing about."""
-
-    def keep(record: logging.LogRecord) -> bool:
-        return text not in record.getMessage()
-
-    logging.getLogger(logger).addFilter(keep)
-    try:
-        yield
-    finally:
-        logging.getLogger(logger).removeFilter(keep)
-
-
-@contextlib.contextmanager
-def _stops_to_server(stop) -> Iterator[None]:
-    """Within the block, a stop signal (Ctrl-C, SIGTERM, SIGHUP) is handed to the ServerApp (``stop``, a
-    :class:`~edgeprof.flower.server_app.StopRequest`) instead of raised here, and Ray's start keeps that handler.
-
-    Raised in the main thread, a stop would unwind Flower's simulation under its ServerApp thread: Ray shut
-    down while clients are still awaited (seen: a Ray crash, exit 1 or 134), the report left ``running``, and
-    a process that waits for the ServerApp's round timeout before it exits. ``ray.init`` installs its own
-    SIGTERM handler, which aborts the process: the handlers are put back as soon as Ray has started. Outside
-    the main thread (no signal handler can be set there) the block changes nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    from edgeprof.signals import STOP_SIGNALS
-
-    try:
-        import ray
-    except ImportError:  # Flower's simulation says what is missing
-        ray = None
-    start = None if ray is None else ray.init
-
-    def init(*args, **kwargs):
-        try:
-            return start(*args, **kwargs)
-        finally:
-            for signum in STOP_SIGNALS:
-                signal.signal(signum, stop.ask)
-
-    previous = {signum: signal.signal(signum, stop.ask) for signum in STOP_SIGNALS}
-    if ray is not None:
-        ray.init = init
-    try:
-        yield
-    finally:
-        if ray is not None:
-            ray.init = start
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
@@ -123,32 +90,115 @@ def client_gpus_for(device: str, client_gpus: Optional[float]) -> float:
 
 
 def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, backend: str = "ray",
-             client_cpus: float = 1.0, client_gpus: Optional[float] = None, total_cpus: Optional[int] = None) -> Path:
-    """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes; returns the report CSV's folder.
+             client_cpus: int = 1, client_gpus: Optional[float] = None, total_cpus: Optional[int] = None) -> Path:
+    """Run ``cfg`` with ``cfg.clients`` virtual SuperNodes on Flower's simulation runtime; returns the report CSV.
 
-    ``client_gpus``: GPUs each client reserves (None: 1 for rounds on CUDA, else 0; :func:`client_gpus_for`).
+    ``client_cpus``: whole CPUs each client reserves; ``client_gpus``: GPUs each client reserves (None: 1 for rounds
+    on CUDA, else 0; :func:`client_gpus_for`); ``total_cpus``: the CPUs of the whole Ray instance (None: Ray's own
+    count). Everything is checked before the runtime starts. ReportError (exit 7) with one line when the run did
+    not complete (:func:`run_outcome`); a stop signal ends it as interrupted and is raised naming the report.
     """
     from edgeprof.nn.compute import check_usable, resolve_device
 
-    if not 0 < client_cpus < math.inf:
-        raise ConfigError(f"--client-cpus must be a number above 0, got {client_cpus}")
+    client_cpus = whole_cpus(client_cpus)
+    total_cpus = None if total_cpus is None else whole_cpus(total_cpus, "total_cpus")
+    ray_cpus = total_cpus or os.cpu_count() or 1
+    if client_cpus > ray_cpus:
+        raise ConfigError(f"--client-cpus {client_cpus}: more than the {ray_cpus} CPUs Ray has here, so no client "
+                          "could ever be scheduled")
     # decided here, where every GPU is visible: a client sees only what it reserves
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
     check_usable(cfg.device, cfg.tf32)
-    run_simulation = require("flwr.simulation", "flower", "flower-simulate").run_simulation
+    require("flwr", "flower", "flower-simulate")
+    require("ray", "flower", "flower-simulate")
 
-    from edgeprof.flower.client_app import make_client_app
-    from edgeprof.flower.server_app import StopRequest, make_server_app
+    from edgeprof.session.run import make_run_id
+    from edgeprof.report.writer import check_writable
 
+    # the simulation's processes have a working folder of their own choosing: every path absolute
+    cfg = dataclasses.replace(cfg, run_name=make_run_id(cfg), out=Path(cfg.out).resolve(),
+                              data_dir=None if cfg.data_dir is None else Path(cfg.data_dir).resolve())
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
-    stop = StopRequest(Path(cfg.out))
-    # Flower's notice that run_simulation is deprecated is about edgeprof's call, not the user's to change
-    with warnings.catch_warnings(), _stops_to_server(stop), _without_notice("flwr", "`run_simulation` function is"):
-        # Ray's tip on clients that reserve no GPU: none here runs on one
-        warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
-        run_simulation(server_app=make_server_app(run_config, stop), client_app=make_client_app(run_config),
-                       num_supernodes=cfg.clients, backend_name=backend,
-                       backend_config=backend_config(client_cpus, client_gpus, total_cpus))
-    stop.raise_asked()  # a stop signal, once the ServerApp has closed its report and the simulation has ended
-    return Path(cfg.out)
+    federation = federation_config(cfg.clients, client_cpus, client_gpus, total_cpus, backend)
+    return run_federation(run_config, federation, check_writable(cfg.out) / f"{cfg.run_name}.csv")
+
+
+def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any], csv_path: Path) -> Path:
+    """Run the app of ``run_config`` (whose report is ``csv_path``) on a local SuperLink with the federation config
+    ``federation``; returns ``csv_path`` once the ServerApp's sidecar says ``complete`` (:func:`run_outcome`).
+
+    The runtime is ended however the run ends, and the logs stay in ``<out>/<run id>.flower/``. On a stop signal
+    the run is stopped with Flower's ``flwr stop`` and the stop is raised on, naming the report (``report``,
+    ``report_complete``) as the sidecar says; a second stop signal meanwhile is dropped.
+    """
+    from edgeprof.flower.config import write_app_dir
+    from edgeprof.flower.superlink import LocalSuperLink
+    from edgeprof.signals import signals_held
+
+    logs = csv_path.with_suffix(".flower")
+    link, run, ended = LocalSuperLink(logs, echo=sys.stderr), None, False
+    try:
+        try:
+            link.start()
+            run = link.run(write_app_dir(link.root / "app", run_config).parent, federation)
+            run.wait()
+            ended = True
+        except KeyboardInterrupt:
+            with signals_held(deliver=False):
+                if run is not None:
+                    link.stop(run)
+            raise
+        finally:
+            with signals_held(deliver=ended):  # a stop once the run has ended: after the runtime has
+                link.close()
+    except KeyboardInterrupt as stop:
+        data = _sidecar(csv_path)
+        if data is not None:
+            stop.report, stop.report_complete = csv_path, data.get("status") == "complete"
+        raise
+    return run_outcome(csv_path, logs)
+
+
+def _sidecar(csv_path: Path) -> Optional[dict]:
+    """The sidecar of the report ``csv_path`` (:func:`edgeprof.report.writer.read_sidecar`), None when there is
+    none or it could not be read."""
+    from edgeprof.report.writer import read_sidecar
+
+    data, _ = read_sidecar(csv_path.with_suffix(".json"))
+    return data or None
+
+
+def _one_line(text: Any, limit: int = 500) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def last_error(log_path: Path) -> str:
+    """The last error line of a Flower log (``ERROR ...``, or an edgeprof refusal), else its last line."""
+    try:
+        lines = [ln.strip() for ln in log_path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return f"no log at {log_path}"
+    errors = [ln for ln in lines if ln.startswith("ERROR") or "edgeprof: " in ln or "Exit Code:" in ln]
+    return _one_line((errors or lines or ["the log is empty"])[-1])
+
+
+def run_outcome(csv_path: Path, logs: Path) -> Path:
+    """``csv_path`` when the ServerApp's sidecar says the run completed; otherwise ReportError (exit 7) with one
+    line: the sidecar's reason for a ``failed`` or ``interrupted`` run, the last error in Flower's log when no
+    report was written, and the sidecar's own word when the ServerApp ended without closing its report."""
+    data = _sidecar(csv_path)
+    status = None if data is None else data.get("status")
+    if status == "complete":
+        return csv_path
+    where = f"Flower's logs in {logs}"
+    if data is None:
+        raise ReportError(f"the simulation ended without a report: {last_error(logs / 'run.log')} ({where})")
+    reason = _one_line(data.get("reason") or "no reason recorded")
+    if status == "failed":
+        raise ReportError(f"the run failed: {reason}; report {csv_path} ({where})")
+    if status == "interrupted":
+        raise ReportError(f"the run ended {reason}; report {csv_path} ({where})")
+    raise ReportError(f"the ServerApp ended without closing its report ({csv_path.with_suffix('.json')} says "
+                      f"{_one_line(status, 40)!r}; {where})")

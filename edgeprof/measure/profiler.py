@@ -32,103 +32,16 @@ how often, and the waits for it.
 from __future__ import annotations
 
 import contextlib
-import math
 import resource
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Protocol
+from typing import Callable, Iterator, Optional, Protocol
 
-from edgeprof.meters.base import Domain
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.series import CounterSeries, period_for
-
-
-@dataclass(frozen=True)
-class Sample:
-    """Everything read at one instant; ``flagged``: per domain, (readings flagged implausible so far, the
-    latest reason), as a span ending here counts them; ``flagged_start``: the same as a span starting here counts
-    them (None: as ``flagged``; they differ for a slow meter's domain interpolated between two readings).
-    ``resolved``: False while the slow meters' domains are still to be filled in (:meth:`Profiler.complete`)."""
-
-    wall_s: float
-    cpu_s: float
-    energy_j: Mapping[str, float]
-    flagged: Mapping[str, tuple[int, str]] = field(default_factory=dict)
-    flagged_start: Optional[Mapping[str, tuple[int, str]]] = None
-    resolved: bool = True
-
-
-@dataclass(frozen=True)
-class Span:
-    """Differences between two samples; ``invalid``: domains with an implausible step inside (-> reason),
-    whose ``energy_j`` is NaN."""
-
-    wall_s: float
-    cpu_s: float
-    energy_j: Mapping[str, float]
-    invalid: Mapping[str, str] = field(default_factory=dict)
-
-    @staticmethod
-    def between(start: Sample, end: Sample) -> "Span":
-        before = start.flagged if start.flagged_start is None else start.flagged_start
-        invalid = {d: why for d, (n, why) in end.flagged.items() if n > before.get(d, (0, ""))[0]}
-        return Span(end.wall_s - start.wall_s, end.cpu_s - start.cpu_s,
-                    {k: math.nan if k in invalid else end.energy_j[k] - start.energy_j[k] for k in end.energy_j},
-                    invalid)
-
-    def __add__(self, other: "Span") -> "Span":
-        """Two spans of one phase together (an invalid domain in either stays invalid)."""
-        return Span(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
-                    {k: self.energy_j[k] + other.energy_j[k] for k in other.energy_j},
-                    {**self.invalid, **other.invalid})
-
-
-@dataclass(frozen=True)
-class WindowResult:
-    """One finished window: totals, per-phase spans, peak RSS, the profiler's own overhead.
-
-    ``overhead_wall_s`` is the wall time the profiler added to the measured thread inside the window (its edges,
-    lock waits and waits for a slow meter's series included), ``overhead_s`` the thread CPU seconds of the same
-    stretches.
-    """
-
-    name: str
-    span: Span
-    phases: Mapping[str, Span]
-    peak_rss_mb: float
-    overhead_s: float
-    short_window: bool
-    domains: tuple[Domain, ...] = field(default_factory=tuple)
-    overhead_wall_s: float = 0.0
-    #: the compute device's kind ("cpu", "cuda"; "" when the profiler was given no device)
-    device_kind: str = ""
-    #: the device memory allocated at most during the window, MiB (None: a host device, or none given)
-    device_peak_mem_mb: Optional[float] = None
-    #: phases shorter than the meters' update period (their joules are below what the counters resolve)
-    short_phases: tuple[str, ...] = ()
-    #: the window's power trace (:class:`edgeprof.measure.trace.TraceRow` per interval and domain), when traced
-    trace: Optional[tuple] = None
-
-    @property
-    def wall_s(self) -> float:
-        return self.span.wall_s
-
-    @property
-    def cpu_s(self) -> float:
-        return self.span.cpu_s
-
-    @property
-    def energy_total_j(self) -> float:
-        """The sum over the counted domains; NaN when one of them is invalid in this window."""
-        return float(sum(self.span.energy_j[d.name] for d in self.domains if d.in_total))
-
-    @property
-    def invalid(self) -> Mapping[str, str]:
-        """Domains with an implausible reading inside the window, and why."""
-        return self.span.invalid
+from edgeprof.results import Sample, Span, WindowResult  # noqa: F401 (the results of its windows, plain data)
 
 
 class PeakRss:
@@ -310,7 +223,8 @@ class Profiler:
 
     @property
     def windows(self):
-        """The window engine over this profiler (:class:`edgeprof.measure.windows.Windows`), made once."""
+        """The window engine over this profiler (:class:`edgeprof.measure.windows.Windows`), made once; whoever
+        writes its windows into a report gives it the report's phase-name check (``windows.check_phase``)."""
         if self._windows is None:
             from edgeprof.measure.windows import Windows
 

@@ -42,7 +42,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from edgeprof.meters.base import INVALID, RESOLVED_PERIODS, Domain
 from edgeprof.meters.sampler import Periodic
-from edgeprof.measure.profiler import Sample, Span
+from edgeprof.results import Sample, Span, TraceRow  # noqa: F401 (TraceRow: the rows it makes)
 
 #: the default sampling rate of ``--trace``, Hz
 DEFAULT_HZ = 50.0
@@ -54,30 +54,6 @@ class TracePoint:
 
     sample: Sample
     phase: Optional[str]
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    """The mean power of one domain over one interval between consecutive samples of a window.
-
-    ``t_s``: the interval's end, seconds since the window started; ``dt_s``: its length; ``phase``: the window's
-    phase during it ("" outside any); ``w``: joules over ``dt_s`` (NaN when ``method`` is ``invalid``);
-    ``short_phase``: the phase lasted less than two sample periods in this window, too short to see its shape;
-    ``resolved``: the interval alone spans what its meter resolves (else ``w`` is the mean power of the span of
-    intervals that does, see the module docstring); ``flag``: why ``w`` cannot be a physical power ("" if none).
-    """
-
-    t_s: float
-    dt_s: float
-    phase: str
-    domain: str
-    column: str
-    in_total: bool
-    w: float
-    method: str
-    short_phase: bool
-    resolved: bool = True
-    flag: str = ""
 
 
 def trace_rows(points: Sequence[TracePoint], domains: Sequence[Domain], *, hz: float,

@@ -6,8 +6,8 @@ mods is opened here (``profiler.window(name)`` is a window of this engine). User
 windows, from callbacks, from several threads. :class:`Windows` allows that by giving every window its own
 start sample:
 all windows share the meters' cumulative readings, and a window's figures are the differences between its
-own two samples, exactly as a Profiler window's (same :class:`~edgeprof.measure.profiler.Span`, same
-:class:`~edgeprof.measure.profiler.WindowResult`, so the report row and its method labels are those of
+own two samples, exactly as a Profiler window's (same :class:`~edgeprof.results.Span`, same
+:class:`~edgeprof.results.WindowResult`, so the report row and its method labels are those of
 ``edgeprof measure``).
 
 What overlapping windows mean, and where they are not allowed:
@@ -38,31 +38,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import re
 import threading
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from edgeprof.errors import MonitorError
-from edgeprof.measure.profiler import Profiler, Sample, Span, WindowResult
 from edgeprof.measure.trace import TracePoint, trace_rows
-
-#: what a phase may be called: its report columns are ``<phase>_s``, ``<phase>_cpu_s`` and ``<phase>_j``
-PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+from edgeprof.results import Sample, Span, WindowResult, check_phase_syntax
 
 #: the windows opened in this context, innermost last (thread- and task-local)
 _OPEN: contextvars.ContextVar[tuple["OpenWindow", ...]] = contextvars.ContextVar("edgeprof_windows", default=())
-
-
-def check_phase_name(name: str) -> None:
-    from edgeprof.report.schema import BESIDE_ROUND, CORE_COLUMNS, GENERIC_COLUMNS, domain_columns
-
-    if not isinstance(name, str) or not PHASE_NAME.fullmatch(name) or name.endswith("_cpu"):
-        raise MonitorError(f"phase name {name!r} must be lower-case letters, digits and '_', start with a letter "
-                           "and not end in '_cpu' (it names the columns <phase>_s, <phase>_cpu_s, <phase>_j)")
-    taken = set(CORE_COLUMNS) | set(GENERIC_COLUMNS) | set(domain_columns())
-    clash = [c for c in (f"{name}_s", f"{name}_cpu_s", f"{name}_j") if c in taken]
-    if clash or name in BESIDE_ROUND:
-        raise MonitorError(f"phase name {name!r} would write into the report's own column {(clash or [name])[0]!r}")
 
 
 class _Cost:
@@ -70,7 +54,7 @@ class _Cost:
     before and after its sample (a window's own begin counts from its start sample on, its own end up to its end
     sample: the rest of those edges lies outside it)."""
 
-    def __init__(self, profiler: Profiler) -> None:
+    def __init__(self, profiler) -> None:
         self._profiler = profiler
         self._wall0, self._thread0 = profiler.clock(), profiler.thread_clock()
         self._thread_mark = self._thread0
@@ -144,10 +128,19 @@ class OpenWindow:
 
 
 class Windows:
-    """Windows over one profiler that may nest and overlap, from any thread (one lock orders the samples)."""
+    """Windows over one profiler that may nest and overlap, from any thread (one lock orders the samples).
 
-    def __init__(self, profiler: Profiler) -> None:
+    ``profiler``: the sampler (a :class:`~edgeprof.measure.profiler.Profiler`, which makes its engine with
+    ``profiler.windows``; this module does not import it, so the two import one way). ``check_phase``: what a phase
+    name must pass, a MonitorError otherwise; the engine's own is that it can name columns at all
+    (:func:`~edgeprof.results.check_phase_syntax`), and the owner of the report the windows are written to gives
+    the report's (:func:`edgeprof.report.schema.check_phase_name`: not one of its own columns either), before the
+    first phase is entered.
+    """
+
+    def __init__(self, profiler, check_phase: Callable[[str], None] = check_phase_syntax) -> None:
         self.profiler = profiler
+        self.check_phase = check_phase
         self._lock = threading.RLock()
         self._open: list[OpenWindow] = []
         self._unresolved: list[OpenWindow] = []  # ended, their figures not made yet (a slow meter's series)
@@ -337,7 +330,7 @@ class Windows:
 
     def _enter_phase(self, win: OpenWindow, name: str) -> Sample:
         if not (isinstance(name, str) and name in self._names):
-            check_phase_name(name)  # a MonitorError for what can head no column, a list included
+            self.check_phase(name)  # a MonitorError for what can head no column, a list included
             self._names.add(name)
         self.profiler.sync()
         cost = _Cost(self.profiler)
@@ -394,7 +387,8 @@ def current_window(engine: Optional[Windows] = None) -> Optional[OpenWindow]:
 
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
-    """Mark the body as phase ``name`` of the innermost window open here; outside any window, do nothing.
+    """Mark the body as phase ``name`` of the innermost window open here (its engine checks the name); outside any
+    window, do nothing but check that the name can name columns (:func:`edgeprof.phase` adds the report's check).
 
     The windows are those of :func:`edgeprof.monitor` and of the Flower mod
     (:func:`edgeprof.flower.energy.energy_mod`), so code that runs inside a profiled ClientApp, or that may or may
@@ -402,7 +396,7 @@ def phase(name: str) -> Iterator[None]:
     """
     win = current_window()
     if win is None:
-        check_phase_name(name)
+        check_phase_syntax(name)
         yield
         return
     with win.phase(name):

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from edgeprof.errors import MonitorError
 from edgeprof.meters import registry
 from edgeprof.meters.base import INVALID
+from edgeprof.results import check_phase_syntax
 
-if TYPE_CHECKING:  # the schema reads windows; it does not import the engine that makes them
-    from edgeprof.measure.profiler import Span, WindowResult
+if TYPE_CHECKING:  # the schema reads windows' plain results; it never imports the engine that makes them
+    from edgeprof.results import Span, WindowResult
 
 CORE_COLUMNS = (
     "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "seed", "round", "kind", "client",
@@ -34,7 +36,7 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
-#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.measure.monitoring`)
+#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.session.monitoring`)
 KINDS = ("client", "server", "eval", "window")
 
 #: columns of the reports that :func:`edgeprof.monitor` writes, after the core ones
@@ -44,6 +46,18 @@ GENERIC_COLUMNS = ("window", "labels")
 def domain_columns() -> tuple[str, ...]:
     """``<column>_j`` and ``<column>_method`` for every report column of the registered meter back-ends."""
     return tuple(c for col in registry.report_columns() for c in (f"{col}_j", f"{col}_method"))
+
+
+def check_phase_name(name: str) -> None:
+    """MonitorError unless ``name`` can name a phase's columns (:func:`~edgeprof.results.check_phase_syntax`) and
+    they, or the name itself, are none of the report's own (a core, generic or meter column; ``setup``,
+    ``startup``). The window engine is given this check by whoever writes its windows into a report
+    (:attr:`edgeprof.measure.windows.Windows.check_phase`)."""
+    check_phase_syntax(name)
+    taken = set(CORE_COLUMNS) | set(GENERIC_COLUMNS) | set(domain_columns())
+    clash = [c for c in (f"{name}_s", f"{name}_cpu_s", f"{name}_j") if c in taken]
+    if clash or name in BESIDE_ROUND:
+        raise MonitorError(f"phase name {name!r} would write into the report's own column {(clash or [name])[0]!r}")
 
 
 def phase_columns(phases: Sequence[str]) -> tuple[str, ...]:

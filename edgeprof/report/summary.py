@@ -260,3 +260,97 @@ def overhead_fraction(report: Report) -> tuple[float, str] | None:
     what = ("the wall time it adds to the measured thread" if sidecar.get("profiler_overhead") == "wall"
             else "its own thread CPU time, as reports before edgeprof counted wall time")
     return (over / wall, what) if wall > 0 else None
+
+
+#: what a sidecar that still says ``running`` means when the run is read back
+RUNNING_NOTE = ("the sidecar still says running: the run is going on, or its process was killed before it could "
+                "record how it ended")
+
+
+def ending_line(report: Report) -> str | None:
+    """How the run ended, as its sidecar says, in one line (``run: complete``, ``run: failed: <reason>``, ...); a
+    Flower run's adds the sampled replies not used (:meth:`~edgeprof.report.federation.Federation.ending`). None for
+    a report without a sidecar status (a sweep's)."""
+    from edgeprof.report.federation import of_report
+
+    sidecar = report.sidecar if isinstance(report.sidecar, dict) else {}
+    status = sidecar.get("status")
+    if not isinstance(status, str) or not status:
+        return None
+    if status == "running":
+        return f"run: running ({RUNNING_NOTE})"
+    federation = of_report(report)
+    if federation is not None:
+        return f"run: {federation.ending()}"
+    reason = sidecar.get("reason")
+    return f"run: {status}" + (f": {' '.join(reason.split())}" if isinstance(reason, str) and reason else "")
+
+
+#: the most rejections a summary lists one by one (the sidecar has them all)
+MAX_LISTED = 5
+
+
+def flower_lines(report: Report) -> list[str]:
+    """A Flower run's rejections, nodes left out and partitions no node served, and its notes (simulation, clients
+    sharing a machine), one line each; nothing for a report that is not a Flower run's."""
+    from edgeprof.report.federation import of_report
+
+    federation = of_report(report)
+    if federation is None:
+        return []
+    lines = []
+    if federation.refused:
+        listed = "; ".join(f"node {who}: {why}" for who, why in federation.refused[:MAX_LISTED])
+        lines.append(f"left out at the roll call: {len(federation.refused)} node(s) ({listed}"
+                     f"{'; ...' if len(federation.refused) > MAX_LISTED else ''})")
+    if federation.missing_partitions:
+        lines.append(f"no node served partition(s) {', '.join(map(str, federation.missing_partitions))}")
+    rejected = [(r, who, why) for r, who, why in federation.rejected if r > 0]
+    if rejected:
+        listed = "; ".join(f"round {r}, {who}: {why}" for r, who, why in rejected[:MAX_LISTED])
+        lines.append(f"rejected: {len(rejected)} repl{'y' if len(rejected) == 1 else 'ies'} ({listed}"
+                     f"{'; ...' if len(rejected) > MAX_LISTED else ''})")
+    return lines + [f"note: {note}" for note in federation.notes]
+
+
+def device_table(report: Report):
+    """A Flower run's rich Table, one line per device: its partitions, the data it trained on, its client rounds'
+    median wall seconds and joules (and their method), and the sampled replies of its partitions not used; None for a
+    report that is not a Flower run's."""
+    from rich.table import Table
+
+    from edgeprof.report.federation import of_report
+
+    federation = of_report(report)
+    if federation is None:
+        return None
+    by_device: dict[str, list[dict]] = {}
+    for row in report.where(kind="client"):
+        by_device.setdefault(row.get("device", ""), []).append(row)
+    nodes = {n.partition: n for n in federation.nodes}
+    for node in federation.nodes:
+        by_device.setdefault(node.device, [])
+    table = Table(title="Flower: per device (client rounds: medians)")
+    for name in ("device", "partitions", "data", "rounds", "wall s", "energy J", "energy method", "not used"):
+        table.add_column(name, justify="right" if name in ("rounds", "wall s", "energy J", "not used") else "left")
+    for device, rows in by_device.items():
+        partitions = sorted({n.partition for n in federation.nodes if n.device == device}
+                            | {int(r["client"]) for r in rows if r.get("client", "").isdecimal()})
+        data = "; ".join(dict.fromkeys(nodes[p].data_text for p in partitions if p in nodes)) or "-"
+        unused = sum(r.missing.count(p) for r in federation.rounds for p in partitions)
+        table.add_row(shown(device or "-"), shown(", ".join(map(str, partitions)) or "-"), shown(data),
+                      str(len(rows)), _cell(_median(report, "wall_s", rows)),
+                      _cell(_median(report, "energy_j", rows)), shown(_method(rows)), str(unused))
+    return table
+
+
+def rowless_ending(csv_path) -> str | None:
+    """:func:`ending_line` of a report that has no usable row, from its sidecar alone (a Flower run that no node
+    served ends ``failed`` before round 1, its CSV a header); None where the sidecar has no status."""
+    from pathlib import Path
+
+    from edgeprof.report.writer import read_sidecar
+
+    path = Path(csv_path)
+    sidecar, _ = read_sidecar(path.with_suffix(".json"))
+    return ending_line(Report(path, (), [], sidecar)) if path.with_suffix(".json").is_file() else None

@@ -339,7 +339,7 @@ def _parse_sidecar(path: Path) -> object:
     return parsed
 
 
-def _read_sidecar(path: Path) -> tuple[dict, str]:
+def read_sidecar(path: Path) -> tuple[dict, str]:
     """The sidecar as a dict and what was wrong with it ('' when nothing was); a missing one is empty, a damaged
     one (not JSON, not an object, too large, nested too deep, a number too long to convert) is ignored, and
     sections of the wrong shape are left out (:func:`edgeprof.report.sidecar.usable_sidecar`), each with a note."""
@@ -370,7 +370,7 @@ def read_report(path: str | Path) -> Report:
     UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
     or when the file is not an edgeprof report at all. Joules (and grams CO2e) below zero, which no meter reads,
     are read as invalid (:func:`_invalidate_negative`) and counted in one note. A UTF-8 byte-order mark (a CSV
-    saved by a spreadsheet) is skipped. The sidecar is read as :func:`_read_sidecar` says.
+    saved by a spreadsheet) is skipped. The sidecar is read as :func:`read_sidecar` says.
     """
     path = Path(path)
     if path.suffix == ".json":
@@ -418,4 +418,4 @@ def read_report(path: str | Path) -> Report:
         _log.warning(f"{path.name}: read {len(negative)} negative figure(s) as invalid, no meter reads below zero: "
                      f"their method says invalid, medians and totals leave them out ({negative[0]}"
                      f"{'; ...' if len(negative) > 1 else ''})")
-    return Report(path, fieldnames, rows, *_read_sidecar(path.with_suffix(".json")))
+    return Report(path, fieldnames, rows, *read_sidecar(path.with_suffix(".json")))

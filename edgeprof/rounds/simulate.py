@@ -2,7 +2,7 @@
 
 Order of work, so that bad input never leaves a half-written report: validate the config, check the
 output folder, load and partition the data, build the federation (:class:`edgeprof.rounds.federation.Federation`,
-the in-process driver of the algorithm contract); only then open the run (:func:`edgeprof.report.session.open_run`:
+the in-process driver of the algorithm contract); only then open the run (:func:`edgeprof.session.run.open_run`:
 meters, CSV, sidecar). Each client round and each server step runs inside a profiler window and its row is
 flushed as soon as the window closes. Nothing here names an algorithm.
 """
@@ -19,7 +19,7 @@ from edgeprof.algorithms.contract import RoundSettings
 from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.config import RunConfig
 from edgeprof.rounds.federation import Federation
-from edgeprof.report.session import RunContext, base_row, make_run_id, open_run
+from edgeprof.session.run import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
 from edgeprof.rounds.runtime import load_native_libraries
 

@@ -229,7 +229,7 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     build every algorithm and open the meters before any file is created. KeyboardInterrupt is
     re-raised after the sidecar is marked ``interrupted``.
     """
-    from edgeprof.report.session import make_run_id, open_run
+    from edgeprof.session.run import make_run_id, open_run
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
     from edgeprof.rounds.runtime import load_native_libraries

@@ -5,10 +5,11 @@ page. The page needs no network and no server: plotly.js comes from the installe
 (:func:`plotly.offline.get_plotlyjs`, inlined once) and every figure is a JSON object in one
 ``application/json`` script, drawn by a few lines of JavaScript.
 
-Sections: runs and devices, the windows of a user's own code (reports of ``edgeprof.monitor``), verdicts
-(fits, growth, ratios), cost versus tau with fitted lines and 95% bands, per-phase breakdown, power over time
-(reports run with ``--trace``: each algorithm's median-energy client window against time over its phases' bands,
-and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
+Sections: runs and devices, the Flower federation (each Flower run's ending, nodes and their data, and per round
+what was sampled, accepted and rejected: :mod:`edgeprof.report.dashboard.flower`), the windows of a user's own code
+(reports of ``edgeprof.monitor``), verdicts (fits, growth, ratios), cost versus tau with fitted lines and 95% bands,
+per-phase breakdown, power over time (reports run with ``--trace``: each algorithm's median-energy client window
+against time over its phases' bands, and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
 energy (reports with ``kind=eval`` rows), client joules to a target accuracy against tau (the reports of
 ``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. Reports from several devices
 (the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
@@ -26,14 +27,15 @@ from typing import Optional, Sequence
 from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
-from edgeprof.report.dashboard import claim, runs, target, windows
+from edgeprof.report.dashboard import claim, flower, runs, target, windows
 from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_device, esc, rows_of, script_json
 from edgeprof.report.writer import Report, read_report
 
 __all__ = ["SECTIONS", "render", "script_json", "write_dashboard"]
 
 
-SECTIONS = (("runs", "Runs and devices"), ("windows", "Windows of your own code"), ("verdicts", "Verdicts"),
+SECTIONS = (("runs", "Runs and devices"), ("flower", "Flower federation"), ("windows", "Windows of your own code"),
+            ("verdicts", "Verdicts"),
             ("cost-vs-tau", "Cost per client round vs tau"),
             ("phases", "Per-phase breakdown"), ("trace", "Power over time"), ("timeseries", "Per-round time series"),
             ("energy", "Energy and carbon totals"), ("accuracy", "Accuracy against cumulative energy"),
@@ -54,6 +56,7 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
     page = Page()
     bodies = {
         "runs": runs.runs_and_devices(reports, rows),
+        "flower": flower.flower_section(reports),
         "windows": windows.windows(page, reports, devices),
         "verdicts": claim.verdicts(analysis, rows),
         "cost-vs-tau": claim.cost_vs_tau(page, analysis, rows, devices),

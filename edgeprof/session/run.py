@@ -9,6 +9,10 @@ differs between callers is only the sidecar's extra sections (``finish``).
 
 Order of work for callers: validate, check the output folder and load the data *before* calling
 :func:`open_run`, so that bad input never leaves a report behind.
+
+This is the drivers' set-up, so it sits with them: it makes the sampler (:mod:`edgeprof.measure.profiler`),
+gives its window engine the report's phase-name check and starts its tracer, and turns each window's plain result
+into a row through the report's schema and writer (:mod:`edgeprof.report`); neither of those imports it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.profiler import Profiler
-from edgeprof.report.schema import columns_for, row_from_window
+from edgeprof.report.schema import check_phase_name, columns_for, row_from_window
 from edgeprof.report.trace import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
 from edgeprof.signals import HeldSignals, stops_unwrapped
@@ -75,7 +79,7 @@ class RunContext:
 
     def write(self, row: Mapping[str, object], trace: Optional[Sequence] = None, window: str = "") -> None:
         """Append one report row and, when the run is traced and the window it measured has a trace (a
-        :class:`~edgeprof.measure.trace.TraceRow` sequence, here or a Flower client's), that trace labelled as it
+        :class:`~edgeprof.results.TraceRow` sequence, here or a Flower client's), that trace labelled as it
         (after the rows still waiting for their figures, :meth:`record`)."""
         self._queue.append((None, (row, trace, window), None))
         self.flush(wait=False)
@@ -305,6 +309,7 @@ def _create(cfg, out: Path, run_id: str, columns: Sequence[str], sidecar: Callab
         sidecar_written = True
         device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
         ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
+        ctx.profiler.windows.check_phase = check_phase_name  # a phase's columns must be none of the report's own
         hz = cfg.energy.trace_hz
         if hz:
             ctx.trace = TraceWriter(trace_csv_path(csv_path), hz)

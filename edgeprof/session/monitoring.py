@@ -19,14 +19,14 @@ the method of every figure::
 Meters are this machine's, opened as ``edgeprof measure`` opens them
 (:func:`edgeprof.meters.discovery.discover`): every figure is ``counter``, ``integrated_power`` or
 ``estimate`` exactly as there, an estimate always labelled ``estimate``. The report goes through the
-machinery of every run (:func:`edgeprof.report.session.open_run`): the same CSV schema plus the ``window``
+machinery of every run (:func:`edgeprof.session.run.open_run`): the same CSV schema plus the ``window``
 and ``labels`` columns, rows flushed as their windows end, a sidecar that says ``running`` and finally
 ``complete``, ``interrupted`` or ``failed``. Phase columns join the header when a phase is first entered
 (:meth:`~edgeprof.report.writer.ReportWriter.add_columns`); ``phases=`` declares them up front.
 
 Rows and labels. Every window ends as one row of kind ``window`` (or the ``kind`` given: ``client``,
 ``server`` and ``eval`` rows are read as federated client rounds, server steps and evaluations), with its
-name in ``window``. Labels (the monitor's, then the window's) are :mod:`edgeprof.measure.row_labels`: one that names a
+name in ``window``. Labels (the monitor's, then the window's) are :mod:`edgeprof.session.row_labels`: one that names a
 report column fills it, every other goes into ``labels`` as compact JSON, one named after a column the monitor
 fills itself (``wall_s``, ``kind``, ...) is refused.
 
@@ -47,11 +47,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from edgeprof.errors import MonitorError
-from edgeprof.measure.measurement import Measurement, MonitorConfig
-from edgeprof.measure.profiler import Profiler, WindowResult
-from edgeprof.measure.row_labels import labels_cell, split_labels
-from edgeprof.measure.windows import OpenWindow, Windows, check_phase_name, current_window, phase
-from edgeprof.measure.wrapping import in_window
+from edgeprof.measure import windows as engine
+from edgeprof.measure.profiler import Profiler
+from edgeprof.measure.windows import OpenWindow, Windows, current_window
+from edgeprof.report.schema import check_phase_name
+from edgeprof.results import WindowResult
+from edgeprof.session.measurement import Measurement, MonitorConfig
+from edgeprof.session.row_labels import labels_cell, split_labels
+from edgeprof.session.wrapping import in_window
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
@@ -163,7 +166,7 @@ class Monitor:
     def start(self) -> "Monitor":
         """Open the meters, the CSV and a ``running`` sidecar (ConfigError for a bad country, OutputError ...)."""
         from edgeprof.report.schema import columns_for
-        from edgeprof.report.session import make_run_id, open_run
+        from edgeprof.session.run import make_run_id, open_run
 
         if self._state != "new":
             raise MonitorError("a monitor runs once; open a new one with edgeprof.monitor(...)")
@@ -358,7 +361,7 @@ class Monitor:
                **labels: Any) -> dict:
         """Write a row measured elsewhere (a Flower client's profile), as window ``name``: ``cells`` are report
         cells (numbers or strings) of the measured columns, the meter columns and ``<phase>_*`` columns;
-        others are left out. ``trace``: that window's power trace (:class:`~edgeprof.measure.trace.TraceRow`
+        others are left out. ``trace``: that window's power trace (:class:`~edgeprof.results.TraceRow`
         rows, a traced Flower client's), written to this run's trace file when it is traced. Returns the row
         written."""
         from edgeprof.report.schema import domain_columns, format_cells
@@ -386,6 +389,23 @@ def _phase_columns(cells: Mapping[str, Any]) -> set[str]:
                 continue
             out |= {f"{p}_s", f"{p}_cpu_s", f"{p}_j"}
     return out
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Mark the body as phase ``name`` of the innermost window open here; outside any window, do nothing.
+
+    The windows are those of :func:`edgeprof.monitor` and of the Flower mod
+    (:func:`edgeprof.flower.energy.energy_mod`), so code that runs inside a profiled ClientApp, or that may or may
+    not be profiled, marks its phases with ``with edgeprof.phase("forward"): ...``. A name that cannot head a
+    report's phase columns, or would write into one of its own columns, is a MonitorError, in a window or not
+    (:func:`edgeprof.report.schema.check_phase_name`; in a window, its engine checks it:
+    :func:`edgeprof.measure.windows.phase`).
+    """
+    if current_window() is None:
+        check_phase_name(name)
+    with engine.phase(name):
+        yield
 
 
 def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Optional[Mapping[str, Any]] = None,

@@ -1,5 +1,5 @@
 """What a monitor is given and what it gives back: :class:`MonitorConfig`, the settings of one run, validated
-on construction, and :class:`Measurement`, one finished window (:mod:`edgeprof.measure.monitoring`)."""
+on construction, and :class:`Measurement`, one finished window (:mod:`edgeprof.session.monitoring`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from edgeprof.errors import MonitorError
-from edgeprof.measure.profiler import Span, WindowResult
-from edgeprof.measure.row_labels import split_labels
-from edgeprof.measure.windows import check_phase_name
+from edgeprof.report.schema import check_phase_name
+from edgeprof.results import Span, WindowResult
+from edgeprof.session.row_labels import split_labels
 
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings

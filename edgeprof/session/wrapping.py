@@ -1,5 +1,5 @@
 """Run every call of a function inside a window: plain functions, coroutine functions, generator and async
-generator functions, each in the way its caller uses it (:meth:`edgeprof.measure.monitoring.Monitor.measure`)."""
+generator functions, each in the way its caller uses it (:meth:`edgeprof.session.monitoring.Monitor.measure`)."""
 
 from __future__ import annotations
 
