@@ -52,7 +52,7 @@ def check_phase_name(name: str) -> None:
     """MonitorError unless ``name`` can name a phase's columns (:func:`~edgeprof.results.check_phase_syntax`) and
     they, or the name itself, are none of the report's own (a core, generic or meter column; ``setup``,
     ``startup``). The window engine is given this check by whoever writes its windows into a report
-    (:attr:`edgeprof.measure.windows.Windows.check_phase`)."""
+    (``check_phase`` of :class:`edgeprof.measure.windows.Windows`)."""
     check_phase_syntax(name)
     taken = set(CORE_COLUMNS) | set(GENERIC_COLUMNS) | set(domain_columns())
     clash = [c for c in (f"{name}_s", f"{name}_cpu_s", f"{name}_j") if c in taken]
