@@ -14,31 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from edgeprof.algorithms.aggregation import SERVER_OPTIMIZERS
+from edgeprof.algorithms.contract import EVAL_PROTOCOLS
+from edgeprof.algorithms.participants import PARTICIPATION_MODES
 from edgeprof.data import names as data_names
 from edgeprof.errors import ConfigError
 from edgeprof.nn import names as nn_names
-
-PARTICIPATION_MODES = ("fixed", "bernoulli")
-SERVER_OPTIMIZERS = ("adam", "sgd")
-#: how accuracy is measured with ``evaluate``: ``global`` scores every client after the server step (the
-#: unweighted mean of per-client accuracies); ``paper`` scores the round's sampled clients right after their
-#: local update, before the server step, as correct predictions summed over them / their test samples (the
-#: PFLEGO authors' reference code, and so Table 1)
-EVAL_PROTOCOLS = ("global", "paper")
-
-#: names owned by the layers below, read from them whenever asked (``config.DATASETS`` is
-#: ``edgeprof.data.names.DATASETS``): one list each, never a copy here
-_OWNED = {
-    "DATASETS": data_names, "FILE_DATASETS": data_names, "DEGREES": data_names, "SPLITS": data_names,
-    "TABLE4_BACKBONES": nn_names, "VISION_BACKBONES": nn_names, "BACKBONES": nn_names, "FACTORY_FORM": nn_names,
-    "factory_spec": nn_names, "check_backbone": nn_names,
-}
-
-
-def __getattr__(name: str):
-    if name in _OWNED:
-        return getattr(_OWNED[name], name)
-    raise AttributeError(f"module 'edgeprof.config' has no attribute {name!r}")
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -52,11 +33,13 @@ class EnergySettings:
     """How a run's energy is measured and priced: one value, composed into :class:`RunConfig` and
     :class:`edgeprof.session.measurement.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
 
-    ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`, e.g.
-    ``cpu_watts``, ``jetson_hz``), name -> value; each is checked by the back-end that declares it, so a new
-    option of a meter is declared in its module and reaches ``--meter-setting NAME=VALUE``, the Flower node
-    config and ``edgeprof.monitor(meter_settings=...)`` with no change elsewhere. Kept as sorted pairs (the
-    value is hashable: run configs are cache keys); :attr:`meter_settings` gives the mapping. ``idle_seconds``:
+    ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`), name ->
+    value; each is checked by the back-end that declares it, so a new option of a meter is declared in its module
+    and reaches ``--meter-setting NAME=VALUE``, the Flower node config and ``edgeprof.monitor(meter_settings=...)``
+    with no change elsewhere (and, declared as a :class:`~edgeprof.meters.base.MeterOption`, a flag, a Flower key
+    and a keyword argument of its own). Kept as sorted pairs (the value is hashable: run configs are cache keys);
+    :attr:`meter_settings` gives the mapping, and each meter option is answered by its name too
+    (``energy.<option>``: the value given, else its back-end's default). ``idle_seconds``:
     the idle baseline measured before a run (0: none); ``country``, ``region``, ``carbon_intensity``: the
     carbon intensity (codecarbon's data, or the figure given). ``trace_hz``: the rate at which every meter is
     sampled while a window is open, into the run's power trace (0: no trace; ``--trace``,
@@ -82,25 +65,32 @@ class EnergySettings:
             object.__setattr__(self, "meters", tuple((k, v) for k, v in meters if defaults.get(k, object()) != v))
 
     @classmethod
-    def of(cls, *, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] = None,
-           meter_settings: Optional[Mapping[str, Any]] = None, **rest: Any) -> "EnergySettings":
-        """The settings from the options every command shares (``--cpu-watts``, ``--jetson-hz`` are two meter
-        settings with options of their own) and any other meter setting by name."""
-        meters = {**(meter_settings or {}), "cpu_watts": cpu_watts, "jetson_hz": jetson_hz}
-        return cls(meters={k: v for k, v in meters.items() if v is not None}, **rest)
+    def of(cls, *, meter_settings: Optional[Mapping[str, Any]] = None, **given: Any) -> "EnergySettings":
+        """The settings from the options every command shares: each meter option by its name (the registered
+        back-ends' :class:`~edgeprof.meters.base.MeterOption`, None: not given), any other meter setting in
+        ``meter_settings``, and this class's own fields. TypeError for a name that is neither."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {"meters"}
+        options = {k: v for k, v in given.items() if k not in fields}
+        if options:
+            from edgeprof.meters.registry import options as declared
+
+            unknown = sorted(set(options) - {o.name for o in declared()})
+            if unknown:
+                raise TypeError(f"EnergySettings.of() got unexpected keyword argument(s) {', '.join(unknown)}")
+        meters = {**(meter_settings or {}), **options}
+        return cls(meters={k: v for k, v in meters.items() if v is not None},
+                   **{k: v for k, v in given.items() if k in fields})
 
     @property
     def meter_settings(self) -> dict[str, Any]:
         """The meter settings given, name -> value (the back-ends' defaults fill the others)."""
         return dict(self.meters)
 
-    @property
-    def cpu_watts(self) -> Optional[float]:
-        return self.meter_settings.get("cpu_watts")
-
-    @property
-    def jetson_hz(self) -> float:
-        return self.meter_settings.get("jetson_hz", 10.0)
+    def __getattr__(self, name: str):  # energy.<meter option>: the value given, else the back-end's default
+        option = meter_option(name)
+        if option is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return dict(self.__dict__.get("meters", ())).get(name, option.default)
 
     def to_dict(self) -> dict:
         return {"meters": self.meter_settings, "idle_seconds": self.idle_seconds, "country": self.country,
@@ -121,8 +111,18 @@ def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-#: the energy settings' own names, that a RunConfig answers too (``cfg.cpu_watts`` is ``cfg.energy.cpu_watts``)
-ENERGY_NAMES = ("cpu_watts", "jetson_hz", "idle_seconds", "country", "region", "carbon_intensity", "trace_hz")
+def meter_option(name: str):
+    """The meter option ``name`` of a registered back-end (:func:`edgeprof.meters.registry.options`), else None."""
+    if name.startswith("_"):  # no option is private; copy and pickle ask for dunder names before a value is built
+        return None
+    from edgeprof.meters.registry import options
+
+    return next((o for o in options() if o.name == name), None)
+
+
+#: the energy settings' own names, that a RunConfig answers too (``cfg.country`` is ``cfg.energy.country``), as it
+#: answers each meter option (:func:`meter_option`)
+ENERGY_NAMES = ("idle_seconds", "country", "region", "carbon_intensity", "trace_hz")
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         validate(self)
 
-    def __getattr__(self, name: str):  # cfg.cpu_watts, cfg.country, ...: the energy settings' (read only)
-        if name in ENERGY_NAMES:
+    def __getattr__(self, name: str):  # cfg.country, cfg.<meter option>, ...: the energy settings' (read only)
+        if name in ENERGY_NAMES or meter_option(name) is not None:
             return getattr(self.energy, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -257,7 +257,7 @@ def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def check_meter_options(**settings: Any) -> None:
-    """Meter settings by name (``cpu_watts``, ``jetson_hz``, or any a registered back-end declares): ConfigError
+    """Meter settings by name (any a registered back-end declares): ConfigError
     with one line for a name no back-end declares or a value its back-end refuses (:mod:`edgeprof.meters`)."""
     given = {k: v for k, v in settings.items() if v is not None}
     if given:  # nothing given: nothing to check (and no back-end module loaded)

@@ -251,20 +251,81 @@ def test_the_window_engine_is_given_the_reports_phase_check(tmp_path):
 
 
 def test_the_config_reads_the_layers_own_names_and_imports_no_torch():
+    """The config takes the optimizers, participation modes and evaluation protocols from algorithms/ and
+    re-exports no data or backbone name (their importers read edgeprof.data.names, edgeprof.nn.names)."""
     import subprocess
     import sys
 
     from edgeprof import config
-    from edgeprof.data import names as data_names
+    from edgeprof.algorithms import aggregation, contract, participants
     from edgeprof.nn import backbones
     from edgeprof.nn import names as nn_names
 
-    for name in ("DATASETS", "DEGREES", "SPLITS"):
-        assert getattr(config, name) is getattr(data_names, name)
-    assert config.BACKBONES is nn_names.BACKBONES and backbones.BACKBONES is nn_names.TABLE4_BACKBONES
+    owned = ("DATASETS", "FILE_DATASETS", "DEGREES", "SPLITS", "TABLE4_BACKBONES", "VISION_BACKBONES", "BACKBONES",
+             "FACTORY_FORM", "factory_spec", "check_backbone")
+    assert [name for name in owned if hasattr(config, name)] == []
+    assert config.SERVER_OPTIMIZERS is aggregation.SERVER_OPTIMIZERS == ("adam", "sgd")
+    assert config.PARTICIPATION_MODES is participants.PARTICIPATION_MODES
+    assert config.EVAL_PROTOCOLS is contract.EVAL_PROTOCOLS
+    assert backbones.BACKBONES is nn_names.TABLE4_BACKBONES
     probe = "import sys, edgeprof.config, edgeprof.data.names, edgeprof.nn.names; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+#: meter settings that are also another layer's word, so no literal search can tell them apart: ``gpu`` (a report
+#: column, report/gpu_energy.py; as a setting, NVML's round GPU, which session/run.py gives discovery) and
+#: ``cpu_model`` (the host's description, edgeprof/host.py)
+SHARED_WORDS = {"gpu", "cpu_model"}
+
+
+def test_no_file_outside_meters_names_a_meter_setting():
+    """A meter's settings are named in its module and the registry alone: every other file of edgeprof (the config,
+    the CLI, the Flower config and mod, the monitor) reads them from edgeprof.meters.registry, in either spelling
+    (``cpu_watts`` as an argument or ``cpu-watts`` as a flag or a Flower key)."""
+    from edgeprof.meters import registry
+
+    declared = set(registry.settings())
+    names = sorted(declared - SHARED_WORDS)
+    spelled = "|".join(re.escape(s) for n in names for s in {n, n.replace("_", "-")})
+    pattern = re.compile(rf"(?<![\w-])({spelled})(?![\w-])")
+    outside = [p for p in _py(PACKAGE) if "meters" not in p.relative_to(PACKAGE).parts[:1]]
+    found = sorted({f"{p.relative_to(PACKAGE).as_posix()}: {m}" for p in outside for m in pattern.findall(p.read_text())})
+
+    assert {"cpu_watts", "jetson_hz"} <= set(names) and SHARED_WORDS <= declared
+    assert {o.name for o in registry.options()} == {"cpu_watts", "jetson_hz"}
+    assert found == [], found
+
+
+#: public names with one meaning each, and where each is defined (at module level: a class or an assignment)
+DEFINED_ONCE = {
+    "ROW_KINDS": "report/schema.py", "TRACED_KINDS": "report/trace_view.py", "DEVICE_KINDS": "nn/compute.py",
+    "Energy": "session/run.py", "EnergySection": "report/sidecar.py",
+    "Monitor": "session/monitoring.py", "MonitorSection": "report/sidecar.py",
+    "SERVER_OPTIMIZERS": "algorithms/aggregation.py", "PARTICIPATION_MODES": "algorithms/participants.py",
+    "EVAL_PROTOCOLS": "algorithms/contract.py", "DATASETS": "data/names.py", "BACKBONES": "nn/names.py",
+}
+
+
+def test_each_public_name_is_defined_once_and_kinds_means_nothing_alone():
+    """``KINDS`` meant three things in four places: the report's row kinds are report/schema.py's ``ROW_KINDS`` (the
+    writer and ``edgeprof trace`` read them), the device kinds nn/compute.py's ``DEVICE_KINDS``; the sidecar's
+    sections are ``EnergySection`` / ``MonitorSection`` beside the run's ``Energy`` and the public ``Monitor``."""
+    import ast
+
+    where: dict[str, list[str]] = {}
+    for path in _py(PACKAGE):
+        tree = ast.parse(path.read_text())
+        names = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+        for name in names:
+            where.setdefault(name, []).append(path.relative_to(PACKAGE).as_posix())
+
+    assert {name: where.get(name) for name in DEFINED_ONCE} == {n: [p] for n, p in DEFINED_ONCE.items()}
+    assert "KINDS" not in where, where.get("KINDS")
 
 
 def test_importing_edgeprof_sets_nothing_in_the_environment():
@@ -301,13 +362,13 @@ def test_the_device_kind_recipe_is_one_class_and_one_registry_line(tmp_path, mon
     text = ARCHITECTURE_PAGE.read_text()
     block = text[text.index("### Add a device kind"):]
     code = block[block.index("```python") + len("```python"):block.index("```", block.index("```python") + 9)]
-    module_part, registry_part = code.split("# edgeprof/nn/compute.py, KINDS:")
+    module_part, registry_part = code.split("# edgeprof/nn/compute.py, DEVICE_KINDS:")
     line = registry_part.strip().lstrip("#").strip().rstrip(",")
     name, target = (part.strip().strip('"') for part in line.split(": "))
     module = types.ModuleType(target.partition(":")[0])
     exec(module_part, module.__dict__)
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(computelib.KINDS, name, target)  # the recipe's registry line
+    monkeypatch.setitem(computelib.DEVICE_KINDS, name, target)  # the recipe's registry line
     kind_class = getattr(module, target.partition(":")[2])
     placed = []
     monkeypatch.setattr(kind_class, "to_device", lambda self, t, device: placed.append(tuple(t.shape)) or t.clone())

@@ -343,7 +343,7 @@ def fake_kind(monkeypatch):
     from edgeprof.nn import compute as computelib
 
     kind = RecordingKind()
-    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
     return kind
 
 

@@ -250,7 +250,10 @@ def test_readme_command_runs_through_the_console_script(tmp_path):
 # --- options: declared once, choices from the registries, --out a folder, panels ---------------------------
 import typer.main  # noqa: E402
 
-from edgeprof import config  # noqa: E402
+from edgeprof.algorithms.aggregation import SERVER_OPTIMIZERS  # noqa: E402
+from edgeprof.algorithms.participants import PARTICIPATION_MODES  # noqa: E402
+from edgeprof.data import names as data_names  # noqa: E402
+from edgeprof.nn import names as nn_names  # noqa: E402
 from edgeprof.cli import options  # noqa: E402
 from edgeprof.algorithms import ALGORITHMS  # noqa: E402
 from edgeprof.report.analysis import GPU_METRICS, METRICS  # noqa: E402
@@ -267,9 +270,9 @@ def _options(name: str) -> list:
 
 
 def _registry(name: str) -> tuple:
-    return {"algorithms": tuple(ALGORITHMS), "datasets": config.DATASETS, "backbones": config.BACKBONES,
-            "degrees": config.DEGREES, "modes": config.PARTICIPATION_MODES,
-            "optimizers": config.SERVER_OPTIMIZERS, "metrics": METRICS + GPU_METRICS, "splits": config.SPLITS}[name]
+    return {"algorithms": tuple(ALGORITHMS), "datasets": data_names.DATASETS, "backbones": nn_names.BACKBONES,
+            "degrees": data_names.DEGREES, "modes": PARTICIPATION_MODES, "optimizers": SERVER_OPTIMIZERS,
+            "metrics": METRICS + GPU_METRICS, "splits": data_names.SPLITS}[name]
 
 
 CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms"), ("sweep", "--algos", "algorithms"),
@@ -283,7 +286,7 @@ CHOICES = [("measure", "--algo", "algorithms"), ("train", "--algos", "algorithms
 
 @pytest.mark.parametrize("command,option,registry", CHOICES)
 def test_help_shows_the_choices_of_the_registry(command, option, registry):
-    names = (*_registry(registry), config.FACTORY_FORM) if registry == "backbones" else _registry(registry)
+    names = (*_registry(registry), nn_names.FACTORY_FORM) if registry == "backbones" else _registry(registry)
 
     result = CliRunner().invoke(app, [command, "--help"], env=WIDE)
 
@@ -293,7 +296,7 @@ def test_help_shows_the_choices_of_the_registry(command, option, registry):
 
 
 def test_a_name_added_to_a_registry_is_offered_and_accepted(monkeypatch, tmp_path):
-    monkeypatch.setattr("edgeprof.nn.names.BACKBONES", (*config.BACKBONES, "tiny-net"))  # the layer's list
+    monkeypatch.setattr("edgeprof.nn.names.BACKBONES", (*nn_names.BACKBONES, "tiny-net"))  # the layer's list
     received = []
     monkeypatch.setattr("edgeprof.cli._measure_and_report", received.append)
 

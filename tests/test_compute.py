@@ -55,7 +55,7 @@ class RecordingKind(DeviceKind):
 @pytest.fixture
 def fake(monkeypatch):
     kind = RecordingKind()
-    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
     return kind
 
 
@@ -105,7 +105,7 @@ def switches(monkeypatch):
 def gpu_like(monkeypatch, switches):
     """A :class:`GpuLikeKind` registered as ``fakegpu`` (its cuDNN switches going to ``switches``)."""
     kind = GpuLikeKind()
-    monkeypatch.setitem(computelib.KINDS, "fakegpu", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fakegpu", kind)
     return kind
 
 
@@ -429,7 +429,7 @@ class CapturingKind(RecordingKind):
 @pytest.fixture
 def capturing(monkeypatch):
     kind = CapturingKind()
-    monkeypatch.setitem(computelib.KINDS, "capfake", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "capfake", kind)
     return kind
 
 

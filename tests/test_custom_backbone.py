@@ -19,10 +19,11 @@ from typer.testing import CliRunner
 
 from edgeprof.algorithms import ALGORITHMS, pflego
 from edgeprof.cli import app
-from edgeprof.config import RunConfig, check_backbone, factory_spec
+from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError, ModelError
 from edgeprof.nn import ort
 from edgeprof.nn.backbones import build_backbone, get_params, input_shape_for, set_params
+from edgeprof.nn.names import check_backbone, factory_spec
 from edgeprof.nn.custom import CustomBackbone
 from edgeprof.nn.ort import STRATEGIES, FeatureRunner
 from edgeprof.nn.verify import check_export, perturbed
@@ -103,12 +104,11 @@ def test_the_form_of_a_factory_spec(value, parts):
 
 
 def test_config_accepts_names_and_factory_specs_and_refuses_anything_else():
-    from edgeprof import config
-    from edgeprof.nn import backbones
+    from edgeprof.nn import backbones, names
 
     for value in ("mlp", "resnet18", SPEC, FILE_SPEC):
         check_backbone(value)
-    assert config.TABLE4_BACKBONES is backbones.BACKBONES  # one list, owned by edgeprof.nn.names
+    assert names.TABLE4_BACKBONES is backbones.BACKBONES  # one list, owned by edgeprof.nn.names
     with pytest.raises(ConfigError, match="unknown backbone 'vgg'; choose one of: mlp, .*module:factory"):
         RunConfig(backbone="vgg")
 

@@ -139,7 +139,7 @@ class EdgeRecordingKind(RecordingKind):
 def test_a_run_on_a_fake_device_synchronises_it_at_the_edges_of_every_window_and_phase_only(
         tmp_path, monkeypatch, algo, phases):
     kind = EdgeRecordingKind()
-    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
 
     rows = _run(tmp_path, algo, "fake:0")
 
@@ -185,6 +185,6 @@ def test_a_flower_node_names_itself_and_picks_its_compute_device_with_two_keys()
 @pytest.mark.parametrize("device,gpu", [("cpu", "cpu"), ("cuda:1", "cuda:1"), ("fake:0", "cpu")])
 def test_the_device_kind_tells_nvml_which_gpu_runs_the_round(monkeypatch, device, gpu):
     """A CUDA device is matched to its NVML GPU; any other kind (the CPU, a fake one) leaves every GPU beside it."""
-    monkeypatch.setitem(computelib.KINDS, "fake", RecordingKind())
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", RecordingKind())
 
     assert computelib.kind_of(device).nvml_device(device) == gpu

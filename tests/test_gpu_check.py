@@ -368,7 +368,7 @@ def fake_gpu(monkeypatch):
         def place_module(self, module, device):
             return module
 
-    monkeypatch.setitem(computelib.KINDS, "cuda", HostBackedCuda())
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "cuda", HostBackedCuda())
     gpu = _live_gpu(150.0)
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([gpu]))
     return gpu

@@ -93,7 +93,7 @@ def test_the_rule_picks_numpy_on_the_cpu_and_the_device_where_its_kind_says_so(m
         name = "ondevice"
         head_on_device = True
 
-    monkeypatch.setitem(computelib.KINDS, "ondevice", OnDevice())
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "ondevice", OnDevice())
     assert headlib.steps_for(Compute()) is headlib.HOST_HEAD and not headlib.HOST_HEAD.on_device
     steps = headlib.steps_for(Compute("ondevice"))
     assert isinstance(steps, headlib.DeviceHead) and steps.on_device and steps.compute.device == "ondevice"

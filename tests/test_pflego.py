@@ -177,7 +177,7 @@ def on_device(monkeypatch):
 
     kind = RecordingKind()
     kind.head_on_device = True
-    monkeypatch.setitem(computelib.KINDS, "fake", kind)
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
     return kind
 
 

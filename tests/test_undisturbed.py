@@ -259,7 +259,7 @@ def test_trace_ticks_never_synchronise_the_device(tmp_path, monkeypatch, algo):
     counts = {}
     for hz in (0.0, 1000.0):
         kind = EdgeRecordingKind()
-        monkeypatch.setitem(computelib.KINDS, "fake", kind)
+        monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
         cfg = RunConfig(algo=algo, dataset="synthetic", synthetic_samples=60, synthetic_classes=3, clients=3,
                         participation=1.0, backbone="mlp", tau=30, rounds=2, threads=1, device="fake:0",
                         progress=False, out=tmp_path, run_name=f"{algo}-{hz:g}", energy=EnergySettings(trace_hz=hz))

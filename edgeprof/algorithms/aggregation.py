@@ -96,6 +96,11 @@ class Adam:
         return out
 
 
+#: the server optimizers by name (``--server-optimizer``), the first the default
+_OPTIMIZERS = {"adam": Adam, "sgd": SGD}
+SERVER_OPTIMIZERS = tuple(_OPTIMIZERS)
+
+
 def make_optimizer(name: str, lr: float):
-    """'adam' or 'sgd' with step size lr."""
-    return {"adam": Adam, "sgd": SGD}[name](lr)
+    """The server optimizer ``name`` (one of :data:`SERVER_OPTIMIZERS`) with step size lr."""
+    return _OPTIMIZERS[name](lr)

@@ -106,6 +106,12 @@ class EvalResult:
     n_test: int
 
 
+#: how accuracy is measured with ``evaluate`` (the algorithm's :attr:`AlgorithmSpec.evaluate`, called by both
+#: drivers): ``global`` scores every client after the server step (the unweighted mean of per-client accuracies);
+#: ``paper`` scores the round's sampled clients right after their local update, before the server step, as correct
+#: predictions summed over them / their test samples (the PFLEGO authors' reference code, and so Table 1)
+EVAL_PROTOCOLS = ("global", "paper")
+
 #: what a server step does with the replies (declared; the drivers report it)
 SERVER_KINDS = {
     "gradient": "applies the server optimizer to (I/r) sum alpha_i g_i of the replied gradients",

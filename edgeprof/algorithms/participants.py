@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+#: how a round's clients are drawn (``--participation-mode``; :func:`sample_participants`)
+PARTICIPATION_MODES = ("fixed", "bernoulli")
 #: how r follows from pi*I in ``fixed`` mode: ``round`` to the nearest (the default), ``floor`` as the PFLEGO
 #: authors' reference code does (``int(num_clients * users_fraction)``; the ``paper`` split)
 ROUNDINGS = ("round", "floor")

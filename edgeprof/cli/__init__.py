@@ -150,6 +150,7 @@ def _measure_and_report(cfg) -> None:
 
 
 @app.command()
+@o.with_meter_options
 def measure(
     ctx: typer.Context,
     algo: o.Algo = "pflego", engine: o.Engine = None, tau: o.Tau = 50, backbone: o.Backbone = "cnn-omniglot",
@@ -160,13 +161,13 @@ def measure(
     dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
     data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
-    cpu_watts: o.CpuWatts = None, jetson_hz: o.JetsonHz = 10.0, idle_seconds: o.IdleSeconds = 0.0,
+    idle_seconds: o.IdleSeconds = 0.0,
     country: o.Country = None, region: o.Region = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     hold_seconds: o.HoldSeconds = 0.0,
     out: o.Out = Path("profiles"), run_name: o.RunName = None, evaluate: o.Evaluate = False,
     eval_protocol: o.EvalProtocol = "global",
-    progress: o.ShowProgress = True,
+    progress: o.ShowProgress = True, **meter_options,
 ) -> None:
     """Run federated rounds in-process and write a CSV energy report with a JSON sidecar."""
     with guard():
@@ -223,18 +224,20 @@ def trace(report: Annotated[Path, typer.Argument(help="A report CSV written with
 
 # --- doctor (meters) -------------------------------------------------------------------------------------
 @app.command()
-def doctor(cpu_watts: o.CpuWatts = None, meter_setting: o.MeterSetting = None) -> None:
+@o.with_meter_options
+def doctor(meter_setting: o.MeterSetting = None, **meter_options) -> None:
     """List the energy meters found, what each measures and how; for each missing one, why and the fix."""
     with guard():
         from edgeprof.config import EnergySettings, parse_meter_settings
         from edgeprof.meters.doctor import doctor_report, render_doctor
 
-        energy = EnergySettings.of(cpu_watts=cpu_watts, meter_settings=parse_meter_settings(meter_setting or ()))
+        energy = EnergySettings.of(meter_settings=parse_meter_settings(meter_setting or ()), **meter_options)
         typer.echo(render_doctor(doctor_report(**energy.meter_settings)))
 
 
 # --- train (baselines) ------------------------------------------------------------------------------------
 @app.command()
+@o.with_meter_options
 def train(
     ctx: typer.Context,
     algos: o.Algos = "pflego", tau: o.Tau = 50, backbone: o.Backbone = "mlp",
@@ -245,12 +248,12 @@ def train(
     dataset: o.Dataset = "digits", degree: o.Degree = "high", split: o.Split = "balanced",
     data_dir: o.DataDir = None,
     synthetic_samples: o.Samples = 2000, synthetic_classes: o.Classes = 10,
-    cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     out: o.Out = Path("profiles"), run_name: o.RunPrefix = None, target_accuracy: o.TargetAccuracy = 0.9,
     eval_protocol: o.EvalProtocol = "global", taus: o.TrainTaus = None, seeds: o.TrainSeeds = None,
     cost_from: o.CostFrom = None,
-    progress: o.ShowProgress = True,
+    progress: o.ShowProgress = True, **meter_options,
 ) -> None:
     """Train algorithms for T rounds (loss of eq. (1), test accuracy, client energy every round); one report per
     (algorithm, tau, seed); the energy to the target accuracy, and with --taus the tau that needs the fewest joules."""
@@ -309,6 +312,7 @@ def _csv_list(value: str, kind: type, name: str) -> tuple:
 
 
 @app.command()
+@o.with_meter_options
 def sweep(
     ctx: typer.Context,
     algos: o.Variants = "pflego,fedavg", engines: o.Engines = "", backbone: o.Backbone = "cnn-omniglot",
@@ -319,10 +323,11 @@ def sweep(
     samples_per_client: o.SamplesPerClient = 600,
     taus: o.Taus = "1,5,10,25,50,100", repeats: o.Repeats = 3, max_baseline_tau: o.MaxBaselineTau = None,
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
-    cpu_watts: o.CpuWatts = None, country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
+    country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
     hold_seconds: o.HoldSeconds = 0.0,
     out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
+    **meter_options,
 ) -> None:
     """Measure one client round against tau for several algorithms, interleaved, into one report; fit and judge."""
     with guard():

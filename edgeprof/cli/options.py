@@ -1,8 +1,9 @@
 """The command line's options, declared once: choices read from the registries, help panels, one RunConfig.
 
 Each option every command shares is one ``Annotated`` alias below, with its help and its panel; a command
-lists the aliases it takes and their defaults. Choices (algorithms, data sets, backbones, ...) are read from
-their registries when help is printed or a value is parsed, never copied here, so an algorithm added to
+lists the aliases it takes and their defaults (the meter options are built from the meter registry by
+:func:`with_meter_options`: their back-ends declare them alone). Choices (algorithms, data sets, backbones, ...)
+are read from their registries when help is printed or a value is parsed, never copied here, so an algorithm added to
 :data:`edgeprof.algorithms.ALGORITHMS` (even with :func:`~edgeprof.algorithms.register` at run time) is offered
 and accepted with no change to the CLI. A refused choice is the config's own line (``unknown algorithm 'x';
 choose one of: ...``) as a usage error: exit 2. :func:`run_config` turns a command's parsed options
@@ -34,11 +35,12 @@ def _algorithms() -> tuple[str, ...]:
     return tuple(ALGORITHMS)  # names only: looking up a spec would import its module
 
 
-def _config(name: str) -> Callable[[], tuple[str, ...]]:
+def _owned(module: str, name: str) -> Callable[[], tuple[str, ...]]:
+    """A reader of the names ``name`` that the layer ``module`` owns (read when asked, never copied here)."""
     def read() -> tuple[str, ...]:
-        from edgeprof import config
+        import importlib
 
-        return getattr(config, name)
+        return getattr(importlib.import_module(module), name)
 
     return read
 
@@ -104,15 +106,15 @@ class BackboneChoice(RegistryChoice):
     """
 
     def __init__(self) -> None:
-        super().__init__("backbone", _config("BACKBONES"))
+        super().__init__("backbone", _owned("edgeprof.nn.names", "BACKBONES"))
 
     def metavar(self) -> str:
-        from edgeprof.config import FACTORY_FORM
+        from edgeprof.nn.names import FACTORY_FORM
 
         return f"[{' | '.join((*self.choices(), FACTORY_FORM))}]"
 
     def check(self, value: str) -> None:
-        from edgeprof.config import check_backbone
+        from edgeprof.nn.names import check_backbone
 
         check_backbone(value)
 
@@ -136,13 +138,14 @@ def refresh_metavars(command: Any) -> None:
 ALGORITHM = RegistryChoice("algorithm", _algorithms)
 ALGORITHM_LIST = RegistryChoice("algorithm", _algorithms, many=True)
 VARIANT_LIST = RegistryChoice("algorithm", _algorithms, many=True, key=lambda item: item.partition(":")[0])
-DATASET = RegistryChoice("dataset", _config("DATASETS"))
+DATASET = RegistryChoice("dataset", _owned("edgeprof.data.names", "DATASETS"))
 BACKBONE = BackboneChoice()
-DEGREE = RegistryChoice("degree of personalization", _config("DEGREES"))
-PARTICIPATION_MODE = RegistryChoice("participation mode", _config("PARTICIPATION_MODES"))
-SERVER_OPTIMIZER = RegistryChoice("server optimizer", _config("SERVER_OPTIMIZERS"))
-EVAL_PROTOCOL = RegistryChoice("evaluation protocol", _config("EVAL_PROTOCOLS"))
-SPLIT = RegistryChoice("split", _config("SPLITS"))
+DEGREE = RegistryChoice("degree of personalization", _owned("edgeprof.data.names", "DEGREES"))
+PARTICIPATION_MODE = RegistryChoice("participation mode", _owned("edgeprof.algorithms.participants",
+                                                                 "PARTICIPATION_MODES"))
+SERVER_OPTIMIZER = RegistryChoice("server optimizer", _owned("edgeprof.algorithms.aggregation", "SERVER_OPTIMIZERS"))
+EVAL_PROTOCOL = RegistryChoice("evaluation protocol", _owned("edgeprof.algorithms.contract", "EVAL_PROTOCOLS"))
+SPLIT = RegistryChoice("split", _owned("edgeprof.data.names", "SPLITS"))
 METRIC = RegistryChoice("metric", _metrics)
 
 
@@ -220,8 +223,6 @@ Classes = Annotated[int, _opt("--synthetic-classes", panel=DATA, help="--dataset
 SamplesPerClient = Annotated[int, _opt(panel=DATA, help="Training samples kept per client (0: all).")]
 
 # --- energy and carbon ------------------------------------------------------------------------------------
-CpuWatts = Annotated[Optional[float], _opt(panel=ENERGY, help="Watts per busy core for the CPU estimate.")]
-JetsonHz = Annotated[float, _opt(panel=ENERGY, help="Sampling rate of the Jetson power rails, Hz.")]
 IdleSeconds = Annotated[float, _opt(panel=ENERGY, help="Seconds of idle baseline before the run (0: off).")]
 HoldSeconds = Annotated[float, _opt(panel=ENERGY, help="Hold each client window this long: the client's round "
                                                        "repeats inside it and the row is one round's mean "
@@ -238,6 +239,31 @@ Trace = Annotated[bool, _opt(panel=ENERGY, help="Also write the power trace: eve
                                                "while a window is open, into <run>.trace.parquet (CSV without "
                                                "pyarrow) beside the report (docs: Power over time).")]
 TraceHz = Annotated[float, _opt(panel=ENERGY, help="Samples per second of --trace (1 to 1000).")]
+
+
+def with_meter_options(command: Callable) -> Callable:
+    """``command`` with one option per meter option of the registered back-ends (:class:`MeterOption
+    <edgeprof.meters.base.MeterOption>`: ``--<key>``, its type, default and help, in the energy panel before the
+    command's first energy option), received in the command's ``**meter_options``: the CLI names no meter setting,
+    each is declared by its back-end alone. The command's ``ctx.params`` hold them by name for :func:`run_config`."""
+    import inspect
+
+    from edgeprof.meters.registry import options
+
+    signature = inspect.signature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    added = [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default,
+                               annotation=Annotated[Optional[o.type], _opt(f"--{o.key}", panel=ENERGY, help=o.help)])
+             for o in options()]
+    at = next((i for i, p in enumerate(params) if _panel(p.annotation) == ENERGY), len(params))
+    command.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
+    return command
+
+
+def _panel(annotation: Any) -> Optional[str]:
+    """The help panel of an option declared as ``Annotated[..., typer.Option(...)]`` (None for anything else)."""
+    return next((getattr(m, "rich_help_panel", None) for m in getattr(annotation, "__metadata__", ())), None)
+
 
 # --- output: --out is a folder in every command -----------------------------------------------------------
 def out_option(what: str) -> Any:
@@ -340,13 +366,14 @@ def run_config(params: Mapping[str, Any], *, given: Sequence[str] = (), algos: O
     ``--trace`` and ``--trace`` at 0 Hz (the rate counts only with ``--trace``).
     """
     from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, check_used, parse_meter_settings
+    from edgeprof.meters.registry import options
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     values = {**params, **fixed}
     trace = bool(values.pop("trace", False))
     _check_trace(trace, values.get("trace_hz"), "trace_hz" in given)
     values["trace_hz"] = values.get("trace_hz") if trace else None
-    energy = {k: values[k] for k in ENERGY_NAMES if values.get(k) is not None}
+    energy = {k: values[k] for k in (*ENERGY_NAMES, *(o.name for o in options())) if values.get(k) is not None}
     meters = parse_meter_settings(values.get("meter_setting") or ())
     cfg = RunConfig(**{k: v for k, v in values.items() if k in fields},
                     energy=EnergySettings.of(meter_settings=meters, **energy))
@@ -369,9 +396,9 @@ def _check_trace(trace: bool, hz: Optional[float], hz_given: bool) -> None:
 
 # --- trace (one window of a report's power trace) ---------------------------------------------------------
 def _window_kinds() -> tuple[str, ...]:
-    from edgeprof.report.trace_view import KINDS
+    from edgeprof.report.trace_view import TRACED_KINDS
 
-    return KINDS
+    return TRACED_KINDS
 
 
 WINDOW_KIND = RegistryChoice("window kind", _window_kinds)

@@ -23,14 +23,14 @@ from edgeprof.errors import ConfigError
 #: RunConfig fields that are not meaningful in a federation (each node profiles itself; the
 #: per-node meters options come from the node config, see :func:`node_overrides`), or written key by key
 _SKIPPED = ("progress", "energy")
-#: the energy settings a run config carries, as keys of their own (``cpu-watts``, ...): the rest of the meter
-#: settings travel as ``meter-settings`` ("name=value,name=value")
-_ENERGY_KEYS = ("cpu_watts", "jetson_hz", "country", "region", "carbon_intensity", "trace_hz")
+#: the energy settings a run config carries as keys of their own (``country``, ...), besides each meter option
+#: (:func:`_meter_options`); the rest of the meter settings travel as ``meter-settings`` ("name=value,name=value")
+_ENERGY_KEYS = ("country", "region", "carbon_intensity", "trace_hz")
 #: the node-config key of the torch device a node's rounds run on (``device`` is the node's name in the report)
 COMPUTE_DEVICE_KEY = "compute-device"
 #: optional numeric fields, written as "" when unset: a 0 is a value, checked as the CLI checks it (a proximal
 #: mu = 0 is a setting; beta = 0 or carbon-intensity = 0 is refused, never replaced by a default)
-_BLANK_NUMBERS = ("threads", "beta", "rho", "mu", "cpu_watts", "carbon_intensity")
+_BLANK_NUMBERS = ("threads", "beta", "rho", "mu", "carbon_intensity")
 #: optional string/path fields, written as "" when unset
 _OPTIONAL_STRINGS = ("data_dir", "run_name", "engine", "country", "region")
 
@@ -71,6 +71,14 @@ def _key(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
+def _meter_options() -> dict:
+    """The meter options of the registered back-ends by name (:func:`edgeprof.meters.registry.options`): each is a
+    run- and node-config key of its own (``<key>``), blank when its default is None, read as its declared type."""
+    from edgeprof.meters.registry import options
+
+    return {o.name: o for o in options()}
+
+
 def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -> dict[str, Any]:
     """The Flower run config (hyphenated keys, no None) for ``cfg`` and the Flower settings."""
     out: dict[str, Any] = {}
@@ -83,10 +91,11 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
         elif isinstance(value, Path):
             value = str(value)
         out[_key(f.name)] = value
-    for name in _ENERGY_KEYS:
+    options = _meter_options()
+    for name in (*options, *_ENERGY_KEYS):
         value = getattr(cfg.energy, name)
         out[_key(name)] = "" if value is None else value
-    others = {k: v for k, v in cfg.energy.meter_settings.items() if k not in _ENERGY_KEYS}
+    others = {k: v for k, v in cfg.energy.meter_settings.items() if k not in options}
     out["meter-settings"] = ",".join(f"{k}={v}" for k, v in others.items())
     out.update({"round-timeout": float(settings.round_timeout_s), "node-wait": float(settings.node_wait_s),
                 "total-samples": int(settings.total_samples), "simulation": bool(settings.simulation)})
@@ -95,8 +104,8 @@ def to_run_config(cfg: RunConfig, settings: FlowerSettings = FlowerSettings()) -
 
 #: settings that hold whole numbers, and those that hold any number (the others hold text or a bool)
 _INTEGERS = ("rounds", "clients", "tau", "seed", "synthetic_samples", "synthetic_classes", "threads", "total_samples")
-_NUMBERS = ("beta", "rho", "mu", "cpu_watts", "jetson_hz", "carbon_intensity", "trace_hz", "participation", "test_fraction",
-            "round_timeout", "node_wait")
+_NUMBERS = ("beta", "rho", "mu", "carbon_intensity", "trace_hz", "participation", "test_fraction", "round_timeout",
+            "node_wait")
 
 
 def _kind_of(value: Any) -> str:
@@ -108,6 +117,9 @@ def _from_value(name: str, value: Any, default: Any) -> Any:
     """A run-config value as the setting ``name`` takes it, strictly: ConfigError with one line naming the key and
     what it accepts (a TOML or ``flwr run -c`` value of another type is never coerced)."""
     key = _key(name)
+    option = _meter_options().get(name)
+    if option is not None:
+        return _option_value(key, option, value)
     if name in _OPTIONAL_STRINGS + _BLANK_NUMBERS and value == "":
         return None
     if isinstance(default, bool) or name == "simulation":
@@ -127,6 +139,20 @@ def _from_value(name: str, value: Any, default: Any) -> Any:
     return Path(value) if name in ("data_dir", "out") else value
 
 
+def _option_value(key: str, option, value: Any) -> Any:
+    """A meter option's run-config value: blank (``""``) for an option whose default is None, else a value of its
+    declared type (a whole number counts as a number); ConfigError with one line for anything else."""
+    if value == "" and option.default is None:
+        return None
+    if option.type is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"run-config key {key} takes a number, got {value!r} ({_kind_of(value)})")
+        return float(value)
+    if not isinstance(value, option.type) or isinstance(value, bool) and option.type is not bool:
+        raise ConfigError(f"run-config key {key} takes {option.type.__name__}, got {value!r} ({_kind_of(value)})")
+    return value
+
+
 def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
                     ) -> tuple[RunConfig, FlowerSettings]:
     """Parse a Flower run config (over ``defaults``, itself a run config) into (RunConfig, settings).
@@ -136,7 +162,7 @@ def from_run_config(run_config: Mapping[str, Any], defaults: Mapping[str, Any] |
     merged = {**(defaults or {}), **dict(run_config)}
     base = RunConfig()
     known = {_key(f.name): f.name for f in dataclasses.fields(base) if f.name not in _SKIPPED}
-    energy_keys = {_key(n): n for n in _ENERGY_KEYS}
+    energy_keys = {_key(n): n for n in (*_meter_options(), *_ENERGY_KEYS)}
     unknown = sorted(k for k in merged if k not in known and k not in FLOWER_DEFAULTS and k not in energy_keys
                      and k != "meter-settings")
     if unknown:
@@ -181,19 +207,20 @@ def check_trust(cfg: RunConfig, node_config: Mapping[str, Any]) -> None:
 
 
 def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings()) -> EnergySettings:
-    """The energy settings a run or node config gives (``cpu-watts``, ``jetson-hz``, ``country``, ``region``,
-    ``carbon-intensity``, ``trace-hz`` (0: no power trace), and ``meter-settings`` = "name=value,..." for any setting a meter back-end declares),
-    over ``base``."""
+    """The energy settings a run or node config gives (each meter option's key, ``country``, ``region``,
+    ``carbon-intensity``, ``trace-hz`` (0: no power trace), and ``meter-settings`` = "name=value,..." for any setting a
+    meter back-end declares), over ``base``."""
     meters = base.meter_settings
     text = str(config.get("meter-settings", "") or "")
     meters.update(parse_meter_settings([w for w in text.split(",") if w.strip()]))
     fields = {"country": base.country, "region": base.region, "carbon_intensity": base.carbon_intensity,
               "idle_seconds": base.idle_seconds, "trace_hz": base.trace_hz}
-    for name in _ENERGY_KEYS:
+    options = _meter_options()
+    for name in (*options, *_ENERGY_KEYS):
         if _key(name) not in config:
             continue
         value = _from_value(name, config[_key(name)], getattr(base, name))
-        if name in ("cpu_watts", "jetson_hz"):
+        if name in options:
             meters[name] = value
         else:
             fields[name] = value
@@ -204,7 +231,7 @@ def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     """``cfg`` with the per-device settings a SuperNode may set in its ``--node-config``.
 
     ``threads``, ``execution``, ``compute-device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``: where its rounds run;
-    the key ``device`` names the node in the report) and the energy settings (``cpu-watts``, ``jetson-hz``, ``country``,
+    the key ``device`` names the node in the report) and the energy settings (each meter option's key, ``country``,
     ``region``, ``carbon-intensity``, ``meter-settings``) describe the device, not the experiment, so each node
     may set its own.
     """
@@ -214,7 +241,7 @@ def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
             changes[name] = _from_value(name, node_config[_key(name)], getattr(cfg, name))
     if COMPUTE_DEVICE_KEY in node_config:  # where this node's rounds run; "device" is the node's name in reports
         changes["device"] = str(node_config[COMPUTE_DEVICE_KEY])
-    if any(_key(n) in node_config for n in _ENERGY_KEYS) or "meter-settings" in node_config:
+    if any(_key(n) in node_config for n in (*_meter_options(), *_ENERGY_KEYS)) or "meter-settings" in node_config:
         changes["energy"] = energy_from(node_config, cfg.energy)
     return dataclasses.replace(cfg, **changes) if changes else cfg
 

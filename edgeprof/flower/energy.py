@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import TYPE_CHECKING, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message
 
@@ -206,12 +206,12 @@ def _carbon(country: Optional[str], region: Optional[str], override: Optional[fl
     return (None, note or "") if intensity is None else (intensity.g_per_kwh, intensity.source)
 
 
-def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] = None,
-               country: Optional[str] = None, region: Optional[str] = None, carbon_intensity: Optional[float] = None,
-               device: Optional[str] = None, metrics: bool = True,
+def energy_mod(*, country: Optional[str] = None, region: Optional[str] = None,
+               carbon_intensity: Optional[float] = None, device: Optional[str] = None, metrics: bool = True,
                meters: Optional[Callable[[], object]] = None, energy: Optional["EnergySettings"] = None,
-               trace_hz: float = 0.0) -> Callable[[Message, Context, Callable], Message]:
-    """The mod. Settings as the options of ``edgeprof measure``, or whole as ``energy`` (an
+               trace_hz: float = 0.0, **meter_options: Any) -> Callable[[Message, Context, Callable], Message]:
+    """The mod. Settings as the options of ``edgeprof measure`` (each meter option of the registered back-ends by
+    its name, :func:`edgeprof.meters.registry.options`), or whole as ``energy`` (an
     :class:`~edgeprof.config.EnergySettings`, with any setting a meter back-end declares); checked now: a bad
     one fails at import.
 
@@ -224,8 +224,8 @@ def energy_mod(*, cpu_watts: Optional[float] = None, jetson_hz: Optional[float] 
     from edgeprof.config import EnergySettings
 
     if energy is None:
-        energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, country=country, region=region,
-                                   carbon_intensity=carbon_intensity, trace_hz=trace_hz)
+        energy = EnergySettings.of(country=country, region=region, carbon_intensity=carbon_intensity,
+                                   trace_hz=trace_hz, **meter_options)
     _carbon(energy.country, energy.region, energy.carbon_intensity)  # a bad country fails now, at import
 
     def open_meters(_context):

@@ -174,6 +174,29 @@ class MeterContext:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MeterOption:
+    """A meter setting with front doors of its own, declared by its back-end and named nowhere else.
+
+    Besides ``--meter-setting NAME=VALUE`` (every setting), an option is the flag ``--<key>`` of the commands that
+    measure (``edgeprof measure``, ``train``, ``sweep``, ``doctor``), the Flower run- and node-config key ``<key>``,
+    and a keyword argument ``<name>`` of :func:`edgeprof.monitor`, :func:`edgeprof.flower.energy.energy_mod` and
+    :meth:`edgeprof.config.EnergySettings.of`; each of them reads the option from
+    :func:`edgeprof.meters.registry.options`. ``default`` is the back-end's (None: not set), ``type`` what a value
+    is read as (a flag's type, a config value's), ``help`` the flag's help text.
+    """
+
+    name: str
+    default: Any
+    help: str
+    type: type = float
+
+    @property
+    def key(self) -> str:
+        """The option as a flag (after ``--``) and a Flower config key: its name with ``-`` for ``_``."""
+        return self.name.replace("_", "-")
+
+
 @dataclass(frozen=True, eq=False)
 class Backend:
     """One energy back-end as discovery and the report see it; each back-end module declares one.
@@ -181,7 +204,8 @@ class Backend:
     ``name`` is the :attr:`Meter.name` of what ``open`` returns and the ``meter`` of what ``probe``
     returns; ``title`` names it in a sentence ("CPU energy is measured by RAPL"). ``columns`` are the
     report columns its domains add into, in header order. ``settings`` are the keyword settings of
-    ``discover()`` it reads from :attr:`MeterContext.settings`, with their defaults.
+    ``discover()`` it reads from :attr:`MeterContext.settings`, with their defaults; ``options`` are those of them
+    with front doors of their own (:class:`MeterOption`), added to ``settings`` with their defaults.
 
     Its role in discovery: ``measures_cpu`` when, once opened, the CPU's energy is measured (RAPL, the
     Jetson rails); ``cpu_fallback`` for a back-end tried only after every other and opened only when no
@@ -194,6 +218,7 @@ class Backend:
     probe: Callable[[MeterContext], ProbeResult]
     open: Callable[[MeterContext], Meter]
     settings: Mapping[str, Any] = field(default_factory=dict)
+    options: tuple[MeterOption, ...] = ()
     measures_cpu: bool = False
     cpu_fallback: bool = False
     #: checks the values of its own settings a user gave (a mapping of those of :attr:`settings` given): the
@@ -206,3 +231,4 @@ class Backend:
             raise ValueError(f"back-end {self.name!r} must declare lower-case report columns, got {self.columns!r}")
         if self.measures_cpu and self.cpu_fallback:
             raise ValueError(f"back-end {self.name!r} cannot both measure the CPU and be its fallback")
+        object.__setattr__(self, "settings", {**self.settings, **{o.name: o.default for o in self.options}})

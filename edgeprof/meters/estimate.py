@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, MeterOption, ProbeResult
 from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag, usable_cpus
 
 #: watts per busy core when nothing better is known (a mid-range laptop/desktop x86 core)
@@ -183,6 +183,7 @@ def _is_number(value) -> bool:
 
 BACKEND = Backend(
     name="cpu_estimate", title="the CPU-time estimate", columns=("cpu_estimate",), cpu_fallback=True,
-    settings={"cpu_watts": None, "cpu_model": None, "cpu_clock_lag_s": None}, check=check_settings,
+    settings={"cpu_model": None, "cpu_clock_lag_s": None}, check=check_settings,
+    options=(MeterOption("cpu_watts", None, "Watts per busy core for the CPU estimate."),),
     probe=lambda ctx: ProbeResult("cpu_estimate", True, domains=("cpu_estimate",)), open=_open,
 )

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
-from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
+from edgeprof.meters.base import Backend, Domain, Invalid, Meter, MeterOption, ProbeResult
 from edgeprof.meters.sampler import Implausible, PowerSample, PowerSampler
 from edgeprof.meters.sysfs import IntFile, read_label
 
@@ -286,7 +286,8 @@ def check_settings(given) -> str | None:
 #: discovery's view of the Jetson rails (sampled at ``jetson_hz``); the CPU rail measures the CPU side
 BACKEND = Backend(
     name="jetson", title="the Jetson rails", columns=("board_total", "board_cpu", "board_gpu", "board_soc"),
-    settings={"jetson_hz": 10.0}, measures_cpu=True, check=check_settings,
+    options=(MeterOption("jetson_hz", 10.0, "Sampling rate of the Jetson power rails, Hz."),),
+    measures_cpu=True, check=check_settings,
     probe=lambda ctx: probe(ctx.sysfs_root),
     open=lambda ctx: JetsonMeter(ctx.sysfs_root, hz=ctx.settings["jetson_hz"]),
 )

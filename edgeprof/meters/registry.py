@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from edgeprof.errors import MeterError
-from edgeprof.meters.base import Backend
+from edgeprof.meters.base import Backend, MeterOption
 
 #: the back-ends in discovery order: "module:attribute" of each Backend (or a Backend added at run time)
 BACKENDS: list[str | Backend] = [
@@ -63,6 +63,16 @@ def settings() -> dict[str, Any]:
         for key, default in backend.settings.items():
             out.setdefault(key, default)
     return out
+
+
+def options() -> tuple[MeterOption, ...]:
+    """The meter options of every registered back-end (settings with a flag, a Flower config key and a keyword
+    argument of their own: :class:`~edgeprof.meters.base.MeterOption`), in registry order, each name once."""
+    out: dict[str, MeterOption] = {}
+    for backend in backends():
+        for option in backend.options:
+            out.setdefault(option.name, option)
+    return tuple(out.values())
 
 
 def check_settings(given: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ synchronisation of the device goes through it:
   decided here the same for every algorithm and applied once by :func:`resolve` (:func:`apply_numerics`);
   :meth:`Compute.describe` records them in the sidecar.
 
-What differs between devices is a :class:`DeviceKind` in :data:`KINDS` (``cpu``, and ``cuda`` in
+What differs between devices is a :class:`DeviceKind` in :data:`DEVICE_KINDS` (``cpu``, and ``cuda`` in
 :mod:`edgeprof.nn.cuda`). A new kind is one class and one registry line; a test plugs in a fake kind that records
 every placement and synchronisation and runs a round of every algorithm through it. ``--device auto`` is
 ``cuda`` where torch sees a GPU, else ``cpu`` (:func:`resolve_device`).
@@ -153,7 +153,7 @@ def tf32_refused(device: str) -> str:
 
 #: the device kinds, by the word before ``:`` in ``--device`` (``cuda:1`` -> ``cuda``): an instance, or where
 #: its module imports this one, ``module:Class`` (built on first use)
-KINDS: dict = {"cpu": DeviceKind(), "cuda": "edgeprof.nn.cuda:CudaKind"}
+DEVICE_KINDS: dict = {"cpu": DeviceKind(), "cuda": "edgeprof.nn.cuda:CudaKind"}
 #: the ``--device`` word that picks a kind for this machine
 AUTO = "auto"
 
@@ -171,14 +171,15 @@ def check_device(device: str) -> None:
 def kind_of(device: str) -> DeviceKind:
     """The :class:`DeviceKind` of a device word (ConfigError with one line for an unknown kind)."""
     name = str(device).partition(":")[0]
-    if name not in KINDS:
-        raise ConfigError(f"device must be {AUTO}, {', '.join(KINDS)} or KIND:N (a device index), got {device!r}")
-    kind = KINDS[name]
+    if name not in DEVICE_KINDS:
+        raise ConfigError(f"device must be {AUTO}, {', '.join(DEVICE_KINDS)} or KIND:N (a device index), "
+                          f"got {device!r}")
+    kind = DEVICE_KINDS[name]
     if isinstance(kind, str):
         import importlib
 
         module, _, cls = kind.partition(":")
-        kind = KINDS[name] = getattr(importlib.import_module(module), cls)()
+        kind = DEVICE_KINDS[name] = getattr(importlib.import_module(module), cls)()
     return kind
 
 

@@ -36,8 +36,9 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
-#: kinds of row; ``window``: a window of a user's own code (:mod:`edgeprof.session.monitoring`)
-KINDS = ("client", "server", "eval", "window")
+#: the ``kind`` of a report row, the one list (the writer reads rows back by it, ``edgeprof trace`` and the monitor
+#: choose from it); ``window``: a window of a user's own code (:mod:`edgeprof.session.monitoring`)
+ROW_KINDS = ("client", "server", "eval", "window")
 
 #: columns of the reports that :func:`edgeprof.monitor` writes, after the core ones
 GENERIC_COLUMNS = ("window", "labels")

@@ -24,7 +24,7 @@ class Carbon(_Section):
     source: str = ""
 
 
-class Energy(_Section):
+class EnergySection(_Section):
     carbon: Optional[Carbon] = None
     idle: Optional[dict[str, Any]] = None
 
@@ -44,7 +44,7 @@ class Meters(_Section):
     invalid: dict[str, Any] = Field(default_factory=dict)
 
 
-class Monitor(_Section):
+class MonitorSection(_Section):
     notes: list[str] = Field(default_factory=list)
 
 
@@ -76,8 +76,8 @@ class Sidecar(_Section):
     device: Optional[dict[str, Any]] = None
     libraries: Optional[dict[str, Any]] = None
     meters: Optional[Meters] = None
-    energy: Optional[Energy] = None
-    monitor: Optional[Monitor] = None
+    energy: Optional[EnergySection] = None
+    monitor: Optional[MonitorSection] = None
     trace: Optional[Trace] = None
     phases: Optional[list[str]] = None
     notes: Optional[list[str]] = None

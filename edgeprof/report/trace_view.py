@@ -34,6 +34,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
 from edgeprof.meters.base import RESOLVED_PERIODS
+from edgeprof.report.schema import ROW_KINDS
 from edgeprof.report.summary import printable, shown
 from edgeprof.report.trace import LABELS, locate, read_trace, trace_hz
 from edgeprof.report.writer import Report, read_report
@@ -44,7 +45,8 @@ _log = logging.getLogger("edgeprof")
 OUTSIDE = "(no phase)"
 WHOLE = "whole window"
 ESTIMATE = "estimate"
-KINDS = ("client", "server", "window")
+#: the kinds of window a trace holds: every kind of row but ``eval`` (an evaluation is written outside any window)
+TRACED_KINDS = tuple(k for k in ROW_KINDS if k != "eval")
 #: the columns read here (a trace written before the ``window`` column was added reads too)
 USED = (*LABELS, "row", "phase", "t_s", "dt_s", "domain", "in_total", "w", "method", "short_phase")
 #: the mark of a mean the meter cannot resolve (the mean power of the spans around the phase, not its own)
@@ -342,8 +344,8 @@ class TraceView:
 def view(report_path: Path, round: Optional[int] = None, kind: str = "client",
          client: Optional[int] = None) -> TraceView:
     """The view of one window of a report's trace (ReportError exit 7, ConfigError exit 2)."""
-    if kind not in KINDS:
-        raise ConfigError(f"unknown window kind {kind!r}; choose one of: {', '.join(KINDS)}")
+    if kind not in TRACED_KINDS:
+        raise ConfigError(f"unknown window kind {kind!r}; choose one of: {', '.join(TRACED_KINDS)}")
     report = read_report(report_path)
     path, found = load(report)
     window, why = choose(found, round=round, kind=kind, client=client)

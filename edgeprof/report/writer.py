@@ -27,6 +27,7 @@ from typing import Iterable, Mapping, Sequence
 
 from edgeprof.atomic import write_all as _write_all, write_bytes
 from edgeprof.errors import OutputError, ReportError
+from edgeprof.report.schema import ROW_KINDS
 from edgeprof.signals import signals_held
 
 _log = logging.getLogger("edgeprof")
@@ -245,7 +246,6 @@ RESULT_COLUMNS = ("train_loss",)
 INTEGER_COLUMNS = ("tau", "seed", "round", "client", "n_samples", "n_participants", "short_window", "held_rounds")
 _TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
                  "labels", "device_kind", "short_phases")
-KINDS = ("client", "server", "eval", "window")
 
 
 def _is_numeric_column(name: str) -> bool:
@@ -283,8 +283,8 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
         return "wrong number of cells (a torn or extended line)"
     if any("\udc80" <= ch <= "\udcff" for v in row.values() for ch in v):  # undecodable bytes
         return "not UTF-8"
-    if row.get("kind") not in KINDS:
-        return f"kind {row.get('kind')!r} is not one of {', '.join(KINDS)}"
+    if row.get("kind") not in ROW_KINDS:
+        return f"kind {row.get('kind')!r} is not one of {', '.join(ROW_KINDS)}"
     for name in columns:
         value = row.get(name, "")
         if value == "" or not _is_numeric_column(name):

@@ -21,7 +21,7 @@ class MonitorConfig:
     """Settings of one monitor run; validated on construction (MonitorError / ConfigError, one line).
 
     ``name`` prefixes the run id (``<name>-<time>-<random>``) unless ``run_name`` gives it whole; the meter
-    and carbon settings are those of ``edgeprof measure`` (``--cpu-watts``, ``--country``, ...).
+    and carbon settings are those of ``edgeprof measure`` (its meter options, ``--country``, ...).
     """
 
     out: Path = Path("profiles")

@@ -234,14 +234,14 @@ class Monitor:
 
     # --- windows --------------------------------------------------------------------------------------------
     def _check(self, name: str, kind: str) -> None:
-        from edgeprof.report.schema import KINDS
+        from edgeprof.report.schema import ROW_KINDS
 
         if self._state != "running":
             raise MonitorError("the monitor is not running: use `with edgeprof.monitor(...) as mon:` or mon.start()")
         if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
             raise MonitorError(f"a window name is printable text of 1 to 200 characters, got {name!r}")
-        if kind not in KINDS:
-            raise MonitorError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+        if kind not in ROW_KINDS:
+            raise MonitorError(f"kind {kind!r} is not one of {', '.join(ROW_KINDS)}")
 
     def _begin(self, name: str, kind: str, labels: Mapping[str, Any]) -> MonitorWindow:
         self._check(name, kind)
@@ -409,18 +409,18 @@ def phase(name: str) -> Iterator[None]:
 
 
 def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Optional[Mapping[str, Any]] = None,
-            *, run_id: Optional[str] = None, phases: Sequence[str] = (), cpu_watts: Optional[float] = None,
-            jetson_hz: Optional[float] = None, idle_seconds: float = 0.0, country: Optional[str] = None,
-            region: Optional[str] = None, carbon_intensity: Optional[float] = None,
+            *, run_id: Optional[str] = None, phases: Sequence[str] = (), idle_seconds: float = 0.0,
+            country: Optional[str] = None, region: Optional[str] = None, carbon_intensity: Optional[float] = None,
             meter_settings: Optional[Mapping[str, Any]] = None, energy: Optional["EnergySettings"] = None,
-            profiler: Optional[Profiler] = None, trace_hz: float = 0.0) -> Monitor:
+            profiler: Optional[Profiler] = None, trace_hz: float = 0.0, **meter_options: Any) -> Monitor:
     """A :class:`Monitor` writing ``<out>/<run id>.csv`` and ``.json``; use it in ``with`` or start it.
 
     ``name`` prefixes the run id (default ``monitor``: ``monitor-<time>-<random>``); ``run_id`` gives the id
     whole. ``labels`` go on every row (module docstring). ``phases`` declares phase columns up front (others
-    join the header when first entered). ``cpu_watts``, ``jetson_hz``, ``idle_seconds``, ``country``,
-    ``region``, ``carbon_intensity``: as the options of ``edgeprof measure``; ``meter_settings``: any setting a
-    meter back-end declares, by name; or all of them whole as ``energy`` (an
+    join the header when first entered). ``idle_seconds``, ``country``, ``region``, ``carbon_intensity`` and each
+    meter option of the registered back-ends by its name (``meter_options``, :func:`edgeprof.meters.registry.options`:
+    the CPU estimate's watts per busy core, the Jetson rails' sampling rate): as the options of ``edgeprof measure``;
+    ``meter_settings``: any setting a meter back-end declares, by name; or all of them whole as ``energy`` (an
     :class:`~edgeprof.config.EnergySettings`). ``trace_hz``: write the power trace of every window
     (``<run id>.trace.parquet``, or CSV without pyarrow) at that many samples a second, e.g. 50 (0: none). ``profiler``: a ready :class:`~edgeprof.measure.profiler.Profiler` over its
     own meters and clocks (tests: fake ones).
@@ -428,9 +428,9 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
     from edgeprof.config import EnergySettings
 
     if energy is None:
-        energy = EnergySettings.of(cpu_watts=cpu_watts, jetson_hz=jetson_hz, meter_settings=meter_settings,
-                                   idle_seconds=idle_seconds, country=country, region=region,
-                                   carbon_intensity=carbon_intensity, trace_hz=trace_hz)
+        energy = EnergySettings.of(meter_settings=meter_settings, idle_seconds=idle_seconds, country=country,
+                                   region=region, carbon_intensity=carbon_intensity, trace_hz=trace_hz,
+                                   **meter_options)
     config = MonitorConfig(out=Path(out), name=name or "monitor", run_name=run_id, labels=dict(labels or {}),
                            phases=tuple(phases), energy=energy)
     return Monitor(config, profiler=profiler)

@@ -4,7 +4,7 @@
 Setting of ``edgeprof train --algos pflego --dataset digits --degree high --clients 20 --tau 25 --rounds 100
 --backbone mlp --seed S --threads T``: every cell is one :func:`edgeprof.rounds.simulate.run` with ``evaluate=True``
 in a fresh process (so that each thread count is set before torch and ONNX Runtime start, as in the CLI),
-one cell at a time. For each seed and evaluation protocol (:data:`edgeprof.config.EVAL_PROTOCOLS`) it prints
+one cell at a time. For each seed and evaluation protocol (:data:`edgeprof.algorithms.contract.EVAL_PROTOCOLS`) it prints
 the final test accuracy and the mean over the last ``--last`` rounds for every thread count, and whether the
 runs are the same run: ``identical`` when every per-round eval row (training loss and accuracy, 6 significant
 digits) and the final accuracy agree across the thread counts. ``--capabilities default,avx2`` adds torch's
@@ -111,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--protocols", default=None, help="default: every one in edgeprof.config.EVAL_PROTOCOLS")
+    parser.add_argument("--protocols", default=None, help="default: every one in edgeprof.algorithms.contract.EVAL_PROTOCOLS")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--tau", type=int, default=25)
     parser.add_argument("--clients", type=int, default=20)
@@ -123,7 +123,7 @@ def main() -> None:
     if args.cell:
         print(json.dumps(run_cell(json.loads(args.cell))))
         return
-    from edgeprof.config import EVAL_PROTOCOLS
+    from edgeprof.algorithms.contract import EVAL_PROTOCOLS
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.threads = [int(t) for t in args.threads.split(",")]
