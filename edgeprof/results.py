@@ -4,7 +4,7 @@ phase's name.
 Nothing here measures or writes: a :class:`Sample` is what the profiler read at one instant, a :class:`Span` the
 difference of two, a :class:`WindowResult` one finished window of the window engine (:mod:`edgeprof.measure.windows`)
 and a :class:`TraceRow` one interval of its power trace (:mod:`edgeprof.measure.trace`). The report's schema
-(:mod:`edgeprof.report.schema`) turns them into rows, the trace file (:mod:`edgeprof.report.trace`) into its rows,
+(:mod:`edgeprof.report.schema`) turns them into rows, the trace file (:mod:`edgeprof.report.trace_file`) into its rows,
 and a Flower client's profile carries them across the wire; none of those imports the machinery that made them
 (pyinstrument's shape: the profiler returns plain data, the renderers read it).
 """

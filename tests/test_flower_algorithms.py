@@ -175,7 +175,7 @@ def test_a_traced_run_config_traces_every_client_round_and_server_step(tmp_path,
     from edgeprof.flower.config import FlowerSettings, to_run_config
     from edgeprof.flower.server_app import run_server
     from edgeprof.report import read_report
-    from edgeprof.report.trace import read_trace
+    from edgeprof.report.trace_file import read_trace
 
     cfg = dataclasses.replace(tiny_cfg("pflego", tmp_path), energy=EnergySettings(trace_hz=200.0))
     run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))
@@ -202,7 +202,7 @@ def test_a_node_config_trace_hz_0_keeps_that_device_from_tracing(tmp_path, task_
     from edgeprof.flower.config import FlowerSettings, to_run_config
     from edgeprof.flower.server_app import run_server
     from edgeprof.report import read_report
-    from edgeprof.report.trace import read_trace
+    from edgeprof.report.trace_file import read_trace
 
     cfg = dataclasses.replace(tiny_cfg("fedavg", tmp_path), participation=1.0, energy=EnergySettings(trace_hz=200.0))
     run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))

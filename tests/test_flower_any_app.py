@@ -158,7 +158,7 @@ def test_the_wrapper_needs_its_start_loop(tmp_path):
 
 def test_a_traced_mod_sends_each_windows_trace_and_the_wrapper_writes_it_beside_the_report(tmp_path,
                                                                                           task_identity):
-    from edgeprof.report.trace import read_trace
+    from edgeprof.report.trace_file import read_trace
 
     strategy = ProfiledStrategy(FedAvg(fraction_train=1.0, fraction_evaluate=1.0), out=tmp_path, run_id="fl",
                                 trace_hz=200)
@@ -204,7 +204,7 @@ def test_an_untraced_server_takes_a_traced_clients_trace_out_of_the_reply(tmp_pa
 def test_a_trace_record_the_server_cannot_read_is_dropped_and_the_row_still_written(tmp_path, task_identity,
                                                                                   caplog, bad):
     from edgeprof.flower.energy import TRACE_RECORD
-    from edgeprof.report.trace import read_trace
+    from edgeprof.report.trace_file import read_trace
 
     def spoil(msg, context, call_next):
         reply = call_next(msg, context)

@@ -13,7 +13,7 @@ from edgeprof.cli import app
 from edgeprof.config import EnergySettings, RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.report import read_report
-from edgeprof.report.trace import read_trace
+from edgeprof.report.trace_file import read_trace
 from edgeprof.rounds.federation import Federation
 from edgeprof.rounds.sweep import SweepConfig, run_sweep
 

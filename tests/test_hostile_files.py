@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 import edgeprof
 from edgeprof.cli import app
 from edgeprof.errors import MonitorError, OutputError
-from edgeprof.report.trace import TRACE_COLUMNS, read_trace
+from edgeprof.report.trace_file import TRACE_COLUMNS, read_trace
 from edgeprof.report import writer
 from edgeprof.report.writer import ReportWriter, read_report
 

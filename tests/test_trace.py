@@ -19,7 +19,7 @@ from edgeprof.meters.estimate import CpuTimeEstimateMeter
 from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.measure.trace import TracePoint, trace_rows
 from edgeprof.report import read_report
-from edgeprof.report.trace import TRACE_COLUMNS, read_trace
+from edgeprof.report.trace_file import TRACE_COLUMNS, read_trace
 
 PKG = Domain("cpu_package_0", "cpu_package", "counter", True)
 GPU = Domain("gpu_0", "gpu", "integrated_power", True)

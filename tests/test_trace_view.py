@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from edgeprof.cli import app
 from edgeprof.measure.trace import TraceRow
 from edgeprof.report.dashboard import render
-from edgeprof.report.trace import EARLIER_COLUMNS, TraceWriter
-from edgeprof.report.dashboard.windows import HOLLOW
+from edgeprof.report.trace_file import EARLIER_COLUMNS, TraceWriter
+from edgeprof.report.dashboard.window_charts import HOLLOW
 from edgeprof.report.writer import read_report, write_sidecar
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """One window of a power trace, per phase: the ``edgeprof trace`` table, and the figures the dashboard's power
-plots draw (:mod:`edgeprof.report.dashboard.windows`).
+plots draw (:mod:`edgeprof.report.dashboard.window_charts`).
 
-A trace (:mod:`edgeprof.report.trace`) has one row per interval between samples of a window and per meter
+A trace (:mod:`edgeprof.report.trace_file`) has one row per interval between samples of a window and per meter
 domain. Here its rows are grouped into :class:`Window` values (one per report row that was traced), a window is
 chosen (by default the median-energy client window), and each phase of it is summed up per domain:
 
@@ -36,7 +36,7 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.meters.base import RESOLVED_PERIODS
 from edgeprof.report.schema import ROW_KINDS
 from edgeprof.report.summary import printable, shown
-from edgeprof.report.trace import LABELS, locate, read_trace, trace_hz
+from edgeprof.report.trace_file import LABELS, locate, read_trace, trace_hz
 from edgeprof.report.writer import Report, read_report
 
 _log = logging.getLogger("edgeprof")
@@ -65,7 +65,7 @@ class Window:
     periods_s: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     def label(self, name: str):
-        """One of the report row's cells the trace repeats (:data:`edgeprof.report.trace.LABELS`)."""
+        """One of the report row's cells the trace repeats (:data:`edgeprof.report.trace_file.LABELS`)."""
         return self.rows[0][name]
 
     run_id = property(lambda self: self.label("run_id"))

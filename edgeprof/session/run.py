@@ -31,7 +31,7 @@ from edgeprof.errors import OutputError
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import check_phase_name, columns_for, row_from_window
-from edgeprof.report.trace import TraceWriter, trace_csv_path
+from edgeprof.report.trace_file import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
 from edgeprof.signals import HeldSignals, stops_unwrapped
 

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
-from edgeprof.report.dashboard import claim, flower, runs, target, windows
+from edgeprof.report.dashboard import claim, flower, runs, target, window_charts
 from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_device, esc, rows_of, script_json
 from edgeprof.report.writer import Report, read_report
 
@@ -57,11 +57,11 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
     bodies = {
         "runs": runs.runs_and_devices(reports, rows),
         "flower": flower.flower_section(reports),
-        "windows": windows.windows(page, reports, devices),
+        "windows": window_charts.windows(page, reports, devices),
         "verdicts": claim.verdicts(analysis, rows),
         "cost-vs-tau": claim.cost_vs_tau(page, analysis, rows, devices),
         "phases": claim.phases(page, reports, devices),
-        "trace": windows.power_over_time(page, reports, trace_round, trace_client),
+        "trace": window_charts.power_over_time(page, reports, trace_round, trace_client),
         "timeseries": runs.timeseries(page, devices),
         "energy": runs.energy(page, devices),
         "accuracy": runs.accuracy(page, devices),

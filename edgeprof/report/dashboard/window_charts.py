@@ -17,7 +17,7 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, device_of, energy_note, esc, grid,
                                             listing, marked, median, methods_of, num_text, phase_names, table)
-from edgeprof.report.trace import NO_TRACE, locate, trace_hz
+from edgeprof.report.trace_file import NO_TRACE, locate, trace_hz
 from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
                                         phase_stats, report_row, segments)
 from edgeprof.report.writer import Report
