@@ -189,7 +189,7 @@ def test_no_import_cycle_spans_two_folders():
 
 #: what each lower layer may import besides itself (errors, the host description and whole-or-absent writes are
 #: below everything)
-LOWER = {"data": {"data"}, "nn": {"nn", "data", "hardware"}, "meters": {"meters"}, "hardware": {"hardware"},
+LOWER = {"data": {"data"}, "nn": {"nn", "data"}, "meters": {"meters"}, "hardware": {"hardware", "nn"},
          "algorithms": {"algorithms", "nn", "data"}}
 
 
@@ -455,3 +455,146 @@ def test_ci_legs_and_the_helpers_they_source_live_with_ci():
     assert called and all((PACKAGE.parent / c).is_file() for c in called + sourced), (called, sourced)
     assert [c for c in called if not c.startswith(".ci/") and c != "scripts/setup.sh"] == []
     assert [s for s in sourced if not s.startswith(".ci/") and s != "scripts/torch_index.sh"] == []
+
+
+# ---------------------------------------------------------------------------------------------------- the one sync
+
+#: torch.cuda calls that only ask (a device's properties, how many there are, its memory in use): no wait, no copy
+CUDA_QUERIES = {"get_device_properties", "get_device_name", "is_available", "device_count", "current_device",
+                "is_initialized", "memory_allocated", "max_memory_allocated", "mem_get_info"}
+
+
+def _syncs_and_moves(source: str) -> list[str]:
+    """The calls in ``source`` that synchronise a device (any ``synchronize(``: torch.cuda's, a stream's, a kind's)
+    or move a tensor or module between host and device (``.cuda(``, ``.cpu(``, ``.to(`` with a device or any
+    positional argument, a copy or buffer ``non_blocking`` or ``pin_memory``) or run work on torch.cuda's streams
+    and graphs (any ``torch.cuda.<call>`` but :data:`CUDA_QUERIES`). ``.to(dtype=...)`` and
+    ``.to(memory_format=...)`` move nothing."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func, keywords = ast.unparse(node.func), {k.arg for k in node.keywords}
+        attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        moves = attr in ("cuda", "cpu") or (attr == "to" and (node.args or keywords - {"dtype", "memory_format"}))
+        cuda = re.search(r"\bcuda\.(\w+)$", func)
+        if attr == "synchronize" or moves or keywords & {"non_blocking", "pin_memory"} or (
+                cuda and cuda[1] not in CUDA_QUERIES):
+            found.append(f"{node.lineno}: {func}(...)")
+    return found
+
+
+@pytest.mark.parametrize("source,caught", [
+    ("torch.cuda.synchronize(device)", True),  # hardware/rates.py before it used the seam
+    ("a = torch.randn(n, n).to(dev, dtype)", True),
+    ("sync = lambda: torch.cuda.current_stream(dev).synchronize()", True),
+    ("x.cuda()", True), ("p.detach().cpu().numpy()", True), ("b.copy_(a, non_blocking=True)", True),
+    ("torch.empty(3, pin_memory=True)", True), ("torch.cuda.CUDAGraph()", True),
+    ("a = compute.tensor(x).to(dtype=dtype); compute.sync()", False),
+    ("torch.cuda.get_device_properties(dev); torch.backends.cuda.matmul.allow_tf32", False),
+])
+def test_the_one_sync_rule_catches_a_module_that_syncs_or_moves_on_its_own(source, caught):
+    assert bool(_syncs_and_moves(source)) is caught, _syncs_and_moves(source)
+
+
+def test_the_one_sync():
+    """Only the compute seam synchronises the device or moves a tensor: no module of edgeprof outside edgeprof/nn/
+    (the seam, its device kinds and the device programs that run inside it) does (the meters, the window engine,
+    hardware/'s GEMM, the drivers); inside it, only compute.py (Compute.sync) and cuda.py (the CUDA kind) call
+    ``synchronize(``; and the scripts (the benchmarks) call it nowhere, their waits being ``compute.sync``."""
+    import ast
+
+    outside = {p.relative_to(PACKAGE).as_posix(): _syncs_and_moves(p.read_text()) for p in _py(PACKAGE)
+               if p.relative_to(PACKAGE).parts[0] != "nn"}
+    syncing = sorted(p.relative_to(PACKAGE).as_posix() for p in _py(PACKAGE / "nn")
+                     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                            and n.func.attr == "synchronize" for n in ast.walk(ast.parse(p.read_text()))))
+    scripts = {p.name: [f for f in _syncs_and_moves(p.read_text()) if "synchronize" in f or ".cuda." in f]
+               for p in sorted(SCRIPTS.rglob("*.py"))}
+
+    assert len(outside) >= 80 and {"hardware/rates.py", "meters/nvml.py", "measure/windows.py"} <= set(outside)
+    assert {path: found for path, found in outside.items() if found} == {}
+    assert syncing == ["nn/compute.py", "nn/cuda.py"]
+    assert {name: found for name, found in scripts.items() if found} == {}
+
+
+# ---------------------------------------------------------------------------------------------------- resolved once
+
+def _counting(monkeypatch, module, name: str, counts: dict, key=lambda *a, **k: True) -> None:
+    """``module.name`` still called, each call for which ``key(...)`` holds counted in ``counts[name]``."""
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        counts[name] = counts.get(name, 0) + bool(key(*args, **kwargs))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, counted)
+
+
+def _loopback_run(tmp_path, *, device: str, execution: str, nodes: dict) -> dict:
+    """A real ServerApp start (:func:`edgeprof.flower.server_app.run_server`) driving the real ClientApp of 3 nodes
+    in this process, PFLEGO for 2 rounds on ``device`` with ``--execution execution``; ``nodes``: each node's
+    config beyond its partition. Returns the sidecar."""
+    import dataclasses
+    import json
+
+    pytest.importorskip("flwr")
+    from flwr.app import Context, RecordDict
+
+    from edgeprof.flower.client_app import make_client_app
+    from edgeprof.flower.config import FlowerSettings, to_run_config
+    from edgeprof.flower.server_app import run_server
+    from test_flower_algorithms import LoopbackGrid, tiny_cfg
+
+    cfg = dataclasses.replace(tiny_cfg("pflego", tmp_path), device=device, execution=execution)
+    run_config = to_run_config(cfg, FlowerSettings(node_wait_s=0.0))
+    contexts = {pid + 1: Context(run_id=1, node_id=pid + 1, state=RecordDict(), run_config=run_config, node_config={
+        "partition-id": pid, "num-partitions": 3, "warmup": "0", **nodes[pid]}) for pid in range(3)}
+    run_id = run_server(LoopbackGrid(make_client_app(), contexts), run_config)
+    return json.loads((tmp_path / f"{run_id}.json").read_text())
+
+
+def test_the_flower_server_builds_its_runtime_once_so_calibrate_calibrates_once(tmp_path, monkeypatch, task_identity):
+    """``--execution calibrate`` on the server: one runtime (the round-0 arrays and the server steps share it), one
+    calibration, ``auto`` resolved once; the nodes, told a plan and a device of their own, calibrate nothing."""
+    from edgeprof.flower import strategy
+    from edgeprof.nn import compute as computelib
+    from edgeprof.nn import execution
+
+    # a cache of its own: the calibration this run stores would be every later auto run's plan in this session
+    monkeypatch.setenv("EDGEPROF_CACHE_DIR", str(tmp_path / "cache"))
+    counts: dict = {}
+    _counting(monkeypatch, execution, "calibrate", counts)
+    _counting(monkeypatch, strategy, "server_runtime", counts)
+    _counting(monkeypatch, computelib, "resolve_device", counts, key=lambda device: device == "auto")
+    nodes = {pid: {"compute-device": "cpu", "execution": "contiguous:all"} for pid in range(3)}
+
+    sidecar = _loopback_run(tmp_path, device="auto", execution="calibrate", nodes=nodes)
+
+    assert sidecar["status"] == "complete"
+    assert counts == {"calibrate": 1, "server_runtime": 1, "resolve_device": 1}
+    assert sidecar["numerics"]["compute"]["execution"]["requested"] == "calibrate"
+
+
+def test_a_flower_node_resolves_auto_once_and_its_set_up_window_waits_for_the_device(tmp_path, monkeypatch,
+                                                                                     task_identity):
+    """Three nodes on ``compute-device=auto`` (each its own settings, as nodes in processes of their own), one of them
+    sampled in both rounds: ``auto`` is resolved once per node, never again per message; and the device the mod's
+    profiler synchronises is its own from the start: the set-up window's edges wait for it too."""
+    from edgeprof.nn import compute as computelib
+    from test_device_sync import EdgeRecordingKind
+
+    kind = EdgeRecordingKind()
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
+    monkeypatch.setattr(computelib, "resolve_device", lambda device, real=computelib.resolve_device: (
+        resolved.append(device) or "fake:0") if device == "auto" else real(device))
+    resolved: list = []
+    nodes = {pid: {"compute-device": "auto", "cpu-watts": 10.0 + pid} for pid in range(3)}
+
+    sidecar = _loopback_run(tmp_path, device="cpu", execution="contiguous:all", nodes=nodes)
+
+    rounds = {int(t): r["accepted"] for t, r in sidecar["flower"]["rounds"].items()}
+    assert sidecar["status"] == "complete" and sorted(sum(rounds.values(), [])) == [0, 0, 1, 2]
+    assert resolved == ["auto"] * 3  # one per node, though node 0 trained twice
+    assert ("setup", None) in kind.edges and kind.edges.count((None, None)) == 2 * 4  # set-up and client, each round

@@ -248,6 +248,22 @@ def test_a_cuda_device_this_machine_lacks_is_refused_in_one_line(gpus, count, de
     assert "\n" not in str(err.value)
 
 
+def test_the_rows_device_kind_is_the_computes_own_and_a_kind_named_unlike_its_registry_word_is_refused(monkeypatch):
+    """``device_kind`` is read from the Compute (its kind's name, the kind's word in DEVICE_KINDS), not parsed from the
+    device: a kind registered under a word other than its own name would label rows wrongly, so it is refused."""
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", RecordingKind())
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "other", RecordingKind())  # named "fake"
+    compute = computelib.Compute("fake:3")
+
+    assert compute.kind_name == "fake" and Profiler(MeterSet([]), device=compute).device_kind == "fake"
+    with pytest.raises(ConfigError, match="registered as 'other' in DEVICE_KINDS but named 'fake'") as err:
+        computelib.Compute("other:0")
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("available,want", [
     (["CPUExecutionProvider"], []),
     (["CUDAExecutionProvider", "CPUExecutionProvider"],

@@ -42,6 +42,7 @@ class FakeDevice:
     """The Device protocol, recording into the shared log; peak memory grows by 10 MiB per window."""
 
     device = "fakegpu:0"
+    kind_name = "fakegpu"
 
     def __init__(self, log: list) -> None:
         self.log, self.resets, self.peak = log, 0, 0.0

@@ -296,14 +296,20 @@ def test_a_gemm_is_timed_between_two_synchronisations():
     assert events == ["sync", "clock", "mm", "sync", "clock"] * 2 and best == 1
 
 
-def test_a_cuda_device_is_synchronised_and_a_cpu_is_not(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+def test_a_gemm_reaches_its_device_and_waits_for_it_through_the_compute_seam(monkeypatch):
+    """The GEMM's operands are placed, and its timings synchronised, by the device's kind through the compute seam
+    (a recording kind whose tensors stay in host memory): two placements, a sync before and after each timing."""
+    from edgeprof.nn import compute as computelib
+    from test_compute import RecordingKind
 
-    rates._sync_for(torch.device("cpu"))()
-    rates._sync_for(torch.device("cuda:1"))()
+    kind = RecordingKind()
+    monkeypatch.setitem(computelib.DEVICE_KINDS, "fake", kind)
 
-    assert calls == [torch.device("cuda:1")]
+    rate = gemm_gflops("fake:1", n=16, repeats=3)
+
+    assert rate > 0 and math.isfinite(rate)
+    assert [e for e in kind.log if e[0] == "to_device"] == [("to_device", "fake:1", (16, 16))] * 2
+    assert kind.count("sync") == 2 * 3 and {e[1] for e in kind.log if e[0] == "sync"} == {"fake:1"}
 
 
 def test_gemm_on_the_cpu_returns_a_positive_rate():

@@ -47,7 +47,7 @@ from flwr.clientapp import ClientApp
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.flower.config import check_trust, from_run_config, node_overrides
-from edgeprof.flower.mod import current_phase, device_name, make_profile_mod
+from edgeprof.flower.mod import current_phase, device_name, make_profile_mod, node_compute
 from edgeprof.flower.node_checks import DATA_RECORD
 from edgeprof.flower.strategy import ARRAYS_KEY, CONFIG_KEY, METRICS_KEY
 
@@ -135,10 +135,11 @@ def data_line(pid: int, n_train: int, data: Mapping[str, Any]) -> str:
 @functools.lru_cache(maxsize=2)
 def runtime_for(cfg: RunConfig, num_outputs: int):
     """This process's runtime for ``cfg`` (a freshly seeded backbone, its ONNX session once built), kept
-    across the messages a process serves."""
+    across the messages a process serves; its Compute is the node's (:func:`edgeprof.flower.mod.node_compute`,
+    whose device is not resolved again) with the plan ``cfg.execution`` gives the backbone."""
     from edgeprof.rounds.runtime import build_runtime
 
-    return build_runtime(cfg, num_outputs)
+    return build_runtime(cfg, num_outputs, device=node_compute(cfg))
 
 
 def personal_state(spec, rt, client, state: RecordDict):
@@ -221,11 +222,6 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
         rt.cached("warm-up", lambda: spec.client(rt, arrays, own, client, settings) and True)
 
 
-def round_device(cfg_of, msg: Message, context: Context):
-    """The Compute this node's rounds run on (after :func:`prepare_round`), for the mod's profiler."""
-    return runtime_for(cfg_of(context), int(msg.content[CONFIG_KEY]["num-outputs"])).compute
-
-
 def refuse_in_one_line(msg: Message, context: Context, call_next) -> Message:
     """A Flower mod: an :class:`~edgeprof.errors.EdgeprofError` raised while the node handles ``msg`` becomes one
     line in the node's log and a failed reply carrying it (the server logs it as the node's reason), not a
@@ -247,8 +243,7 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     """The ClientApp; ``defaults`` (a run config) fills keys the run config lacks (simulation)."""
     cfg_of = functools.partial(node_cfg, defaults=defaults)
     app = ClientApp(mods=[refuse_in_one_line, make_profile_mod(cfg_of, functools.partial(prepare_round, cfg_of),
-                                           functools.partial(local_evaluation, cfg_of),
-                                           functools.partial(round_device, cfg_of))])
+                                           functools.partial(local_evaluation, cfg_of))])
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:

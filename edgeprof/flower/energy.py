@@ -248,8 +248,9 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
     Each message (of the types in ``only``; all by default) runs in a window of the one engine named ``window``
     (default: the message type) over the meters ``open_meters(context)`` opens; ``prepare(msg, context)`` runs
     first in its own ``setup`` window (its cells travel as ``setup_*``), and ``startup`` adds the process's own
-    start-up (``startup_*``); ``compute_of(msg, context)`` is the compute device the profiler synchronises at
-    every edge; ``after(msg, context, reply)`` runs once the window is closed, unprofiled. The reply of a
+    start-up (``startup_*``); ``compute_of(msg, context)`` is the compute device, asked for before anything else
+    (its resolution is start-up) and handed to the profiler when it is built, which synchronises it at every edge,
+    the set-up window's too; ``after(msg, context, reply)`` runs once the window is closed, unprofiled. The reply of a
     message without an error gets the profile record :data:`PROFILE_RECORD` (and, with ``metrics``, the
     :data:`METRIC_KEYS` in its MetricRecord).
     """
@@ -260,19 +261,18 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
 
         if only is not None and msg.metadata.message_type not in only:
             return call_next(msg, context)
+        compute = None if compute_of is None else compute_of(msg, context)  # before any window: part of start-up
         started = startup_cells() if startup else {}
         kind = str(msg.metadata.message_type)
         energy = energy_of(context)
         meter_set = open_meters(context)
         setup = profiler = None
         try:
-            profiler = Profiler(meter_set)
+            profiler = Profiler(meter_set, device=compute)
             profiler.windows.check_phase = check_phase_name  # a phase's columns must be none of the report's own
             if prepare is not None:
                 with profiler.window("setup") as setup:
                     prepare(msg, context)
-            if compute_of is not None:
-                profiler.device = compute_of(msg, context)
             if energy.trace_hz:
                 profiler.windows.start_trace(energy.trace_hz)
             try:

@@ -43,7 +43,6 @@ from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ProfiledStrategy, RunRows
 from edgeprof.flower.node_checks import NodeLimits, RejectedReply, read_node_info
 from edgeprof.flower.strategy import Directory, EdgeprofStrategy, make_strategy
-from edgeprof.flower.strategy import initial_arrays as strategy_initial_arrays
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -162,9 +161,11 @@ def unserved(cfg: RunConfig, settings: FlowerSettings, directory: Directory) -> 
             f"that its num-partitions matches the run's clients ({cfg.clients})")
 
 
-def initial_arrays(cfg: RunConfig, directory: Directory) -> list[np.ndarray]:
-    """The global model of round 0 (:func:`edgeprof.flower.strategy.initial_arrays`, max_i K_i outputs)."""
-    return strategy_initial_arrays(cfg, directory.num_outputs)
+def initial_arrays(strategy: EdgeprofStrategy) -> list[np.ndarray]:
+    """The global model of round 0, as the in-process driver builds it (``AlgorithmSpec.init_global``), on the
+    server's one runtime (``strategy.runtime()``, max_i K_i outputs: its backbone and Compute built once, so
+    ``--execution calibrate`` calibrates once)."""
+    return strategy.spec.init_global(strategy.runtime())
 
 
 def shared_machine(settings: FlowerSettings, directory: Directory) -> Optional[str]:
@@ -264,7 +265,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish) as session:
             log.error("edgeprof: the run failed: %s; report %s (failed)", why, session.csv_path)
             raise NoNodeError(why)
-    theta0 = initial_arrays(cfg, directory)
+    theta0 = initial_arrays(strategy)
     # the server step's device: synchronised at the server window's edges, its kind in the server rows
     with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases, finish=finish,
                   runtime=strategy.runtime()) as session:

@@ -361,8 +361,3 @@ def server_runtime(cfg: RunConfig, num_outputs: int):
     from edgeprof.rounds.runtime import build_runtime
 
     return build_runtime(cfg, num_outputs)
-
-
-def initial_arrays(cfg: RunConfig, num_outputs: int) -> list[np.ndarray]:
-    """The global arrays of round 0, as the in-process driver builds them (``AlgorithmSpec.init_global``)."""
-    return ALGORITHMS[cfg.algo].init_global(server_runtime(cfg, num_outputs))

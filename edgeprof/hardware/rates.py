@@ -18,15 +18,6 @@ from edgeprof.hardware.peak import PeakEstimate, cpu_fp32_peak, describe, gpu_fp
 # --------------------------------------------------------------------------------------------- measured rate
 
 
-def _sync_for(device: Any) -> Any:
-    """What waits for ``device``'s queued work: ``torch.cuda.synchronize(device)`` on CUDA, nothing on a CPU."""
-    import torch
-
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
 def _best_seconds(run: Any, sync: Any, repeats: int, clock: Any = time.perf_counter) -> float:
     """The shortest of ``repeats`` timings of ``run()``, each from a synchronised start to a synchronised end
     (so a GPU's time is its kernel's, not its launch's)."""
@@ -42,27 +33,32 @@ def _best_seconds(run: Any, sync: Any, repeats: int, clock: Any = time.perf_coun
 
 def gemm_gflops(device: Any = "cpu", n: int = 2048, threads: int | None = None, repeats: int = 3,
                 dtype: Any = None) -> float:
-    """The best of ``repeats`` timed ``n x n @ n x n`` torch matmuls on ``device`` (a torch device or its name),
-    in GFLOP/s (``2 n^3`` FLOPs each): MKL/OpenBLAS sgemm on a CPU, cuBLAS on a GPU.
+    """The best of ``repeats`` timed ``n x n @ n x n`` torch matmuls on ``device`` (a torch device or its name, a
+    device word of :data:`edgeprof.nn.compute.DEVICE_KINDS`), in GFLOP/s (``2 n^3`` FLOPs each): MKL/OpenBLAS sgemm on a
+    CPU, cuBLAS on a GPU.
 
     ``dtype`` defaults to float32; on CUDA a float32 product uses TF32 tensor cores when
-    ``torch.backends.cuda.matmul.allow_tf32`` is set, as the benchmark's own products do then. One untimed
-    product first warms the kernels; every timing starts and ends synchronised (:func:`_best_seconds`).
-    ``threads`` (default: torch's current setting) is set for the measurement and restored afterwards.
+    ``torch.backends.cuda.matmul.allow_tf32`` is set, as the benchmark's own products do then. The operands reach
+    the device, and every timing starts and ends synchronised, through the compute seam
+    (:class:`~edgeprof.nn.compute.Compute`: its :meth:`~edgeprof.nn.compute.Compute.tensor` and
+    :meth:`~edgeprof.nn.compute.Compute.sync`; :func:`_best_seconds`), after one untimed product that warms the
+    kernels. ``threads`` (default: torch's current setting) is set for the measurement and restored afterwards.
     """
+    import numpy as np
     import torch
 
-    dev, dtype = torch.device(device), dtype or torch.float32
+    from edgeprof.nn.compute import Compute
+
+    compute, dtype = Compute(str(device)), dtype or torch.float32
     saved = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
-        gen = torch.Generator().manual_seed(0)
-        a, b = (torch.randn(n, n, generator=gen).to(dev, dtype) for _ in range(2))
-        out = torch.empty(n, n, dtype=dtype, device=dev)
-        sync = _sync_for(dev)
+        gen = np.random.default_rng(0)
+        a, b = (compute.tensor(gen.standard_normal((n, n), dtype=np.float32)).to(dtype=dtype) for _ in range(2))
+        out = torch.empty_like(a)
         torch.mm(a, b, out=out)
-        best = _best_seconds(lambda: torch.mm(a, b, out=out), sync, repeats)
+        best = _best_seconds(lambda: torch.mm(a, b, out=out), compute.sync, repeats)
     finally:
         torch.set_num_threads(saved)
     return 2.0 * n**3 / max(best, 1e-9) / 1e9

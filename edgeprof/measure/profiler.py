@@ -76,6 +76,8 @@ class Device(Protocol):
     """Where the measured work runs (:class:`edgeprof.nn.compute.Compute` is one): what the profiler needs of it."""
 
     device: str
+    #: the device's kind (``cpu``, ``cuda``), each window's ``device_kind``
+    kind_name: str
 
     def sync(self) -> None:
         """Wait for the device's queued work."""
@@ -128,8 +130,9 @@ class Profiler:
 
     @property
     def device_kind(self) -> str:
-        """``cpu``, ``cuda``, ... of :attr:`device` (``""`` without one)."""
-        return "" if self.device is None else str(self.device.device).partition(":")[0]
+        """The kind of :attr:`device` as it says (``cpu``, ``cuda``: :attr:`Compute.kind_name
+        <edgeprof.nn.compute.Compute.kind_name>`; ``""`` without one)."""
+        return "" if self.device is None else self.device.kind_name
 
     def sync(self) -> None:
         """Wait for the device's queued work (the compute seam's sync; nothing without a device)."""

@@ -45,6 +45,7 @@ class DeviceKind:
     calibration times ``candidates`` over ``calibration_images`` images and is stored under :meth:`identity`.
     """
 
+    #: its word in :data:`DEVICE_KINDS` (``--device NAME`` or ``NAME:N``): the report's ``device_kind``
     name = "cpu"
     keeps_data = False
     #: the calibration's candidates for a network with convolutions (True) and without (False)
@@ -180,6 +181,9 @@ def kind_of(device: str) -> DeviceKind:
 
         module, _, cls = kind.partition(":")
         kind = DEVICE_KINDS[name] = getattr(importlib.import_module(module), cls)()
+    if kind.name != name:  # the rows' device_kind is the kind's own name (Compute.kind_name)
+        raise ConfigError(f"device kind {type(kind).__name__} is registered as {name!r} in DEVICE_KINDS but "
+                          f"named {kind.name!r}: set its name to {name!r}")
     return kind
 
 
@@ -209,9 +213,21 @@ class Compute:
         if self.kind is None:
             object.__setattr__(self, "kind", kind_of(self.device))
 
+    @property
+    def kind_name(self) -> str:
+        """The device's kind (``cpu``, ``cuda``: :attr:`DeviceKind.name`), each report row's ``device_kind``."""
+        return self.kind.name
+
     def with_plan(self, plan: ExecutionPlan) -> "Compute":
         """The same device and threads with another plan."""
         return dataclasses.replace(self, plan=plan, _kept={}, _programs={})
+
+    def with_execution(self, execution: str, module) -> "Compute":
+        """The same device and threads with the plan the ``--execution`` word gives ``module`` on this device
+        (:func:`edgeprof.nn.execution.resolve`: a calibration, when asked for, runs here, on this device)."""
+        from edgeprof.nn import execution as executionlib
+
+        return self.with_plan(executionlib.resolve(execution, module, self.threads, self.device, self.kind))
 
     # ---------------------------------------------------------------------------------------- host -> device
 
@@ -468,16 +484,22 @@ def check_usable(device: str, tf32: bool = False) -> DeviceKind:
     return kind
 
 
-def resolve(device: str, execution: str, module, threads: Optional[int] = None, tf32: bool = False) -> Compute:
-    """The run's Compute: ``device`` checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
-    without TF32), the threads and the numerics set (:func:`apply_numerics`), then the ``--execution`` word
-    resolved for ``module`` on this device (:func:`edgeprof.nn.execution.resolve`; a calibration runs under the
-    run's numerics)."""
-    from edgeprof.nn import execution as executionlib
-
+def device_compute(device: str, threads: Optional[int] = None, tf32: bool = False) -> Compute:
+    """The Compute of ``device`` before its execution plan (the default one): ``device`` resolved (``auto``:
+    :func:`resolve_device`) and checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
+    without TF32), the threads and the numerics set (:func:`apply_numerics`). A driver resolves it once per process
+    (a Flower node: :func:`edgeprof.flower.mod.node_compute`) and hands it to its profiler and, for its plan
+    (:meth:`Compute.with_execution`), to the runtime factory."""
     device = resolve_device(device)
     kind = check_usable(device, tf32)
     set_threads(threads)
     compute = Compute(device, ExecutionPlan(), threads, kind, tf32)
     apply_numerics(compute)
-    return compute.with_plan(executionlib.resolve(execution, module, threads, device, kind))
+    return compute
+
+
+def resolve(device: str, execution: str, module, threads: Optional[int] = None, tf32: bool = False) -> Compute:
+    """The run's Compute: :func:`device_compute` (``device`` resolved and checked, the threads and the numerics
+    set), then the ``--execution`` word resolved for ``module`` on this device (:meth:`Compute.with_execution`; a
+    calibration runs under the run's numerics)."""
+    return device_compute(device, threads, tf32).with_execution(execution, module)
