@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 from edgeprof.report import gpu_energy
 from edgeprof.report.analysis import is_short, variant_of
-from edgeprof.report.dashboard import flower
+from edgeprof.report.dashboard.flower import status_text
 from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
                                             short_labels, table)
 from edgeprof.report.writer import Report
@@ -57,7 +57,7 @@ def runs_and_devices(reports: Sequence[Report], rows: Sequence[Row]) -> str:
         devices = sorted({r.device for r in rows if r.report is rep})
         body.append((rep.rows[0].get("run_id", rep.path.stem) if rep.rows else rep.path.stem, ", ".join(devices),
                      dev.get("cpu_model", "-"), dev.get("cpu_cores_logical", "-"), dev.get("memory_gib", "-"),
-                     flower.status_text(rep), len(rep.rows),
+                     status_text(rep), len(rep.rows),
                      ", ".join(sorted(dict.fromkeys(variant_of(r.get("algo", ""), r.get("engine", ""))
                                                     for r in rep.rows)))))
     runs = table(("run", "device", "CPU", "logical cores", "memory GiB", "status", "rows", "algorithms"), body)
