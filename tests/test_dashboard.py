@@ -273,6 +273,18 @@ def test_one_tau_says_no_fit_instead_of_verdicts_and_strips(tmp_path, taus, sent
     assert len(_figures(page, "per client round")) == cost_plots
 
 
+def test_no_pair_to_compare_says_so_instead_of_a_table_of_headers(tmp_path):
+    from edgeprof.report.dashboard.claim import NO_RATIOS
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    pflego_only = _render(tmp_path / "one", [r for r in rows_for(TWO) if r["algo"] == "pflego"])
+    both = _render(tmp_path / "two", rows_for(TWO))
+
+    assert NO_RATIOS in pflego_only and '<table class="ratios">' not in pflego_only
+    assert NO_RATIOS not in both and _cells(both, "ratios")  # PFLEGO and FedAvg at the same taus: ratios drawn
+
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",

@@ -59,7 +59,14 @@ def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
                    for f in analysis.fits], "verdicts")
 
 
+#: what the ratios' place says when there is none (a table of headers alone would say nothing)
+NO_RATIOS = ("<p>No ratios: a ratio needs PFLEGO and another algorithm measured at the same tau on the same "
+             "device.</p>")
+
+
 def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
+    if not analysis.ratios:
+        return NO_RATIOS
     taus = sorted({r.tau for r in analysis.ratios})
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
