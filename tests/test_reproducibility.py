@@ -39,12 +39,19 @@ def torch_threads():
 def _pflego_run(threads: int, engine: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Three rounds of a small PFLEGO federation through the in-process driver: (theta, every client's head)."""
     from edgeprof.config import RunConfig
+
+    return run_in_process(RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=240, synthetic_classes=4,
+                                    clients=4, participation=0.5, tau=5, rounds=3, backbone="mlp", seed=7,
+                                    threads=threads, engine=engine))
+
+
+def run_in_process(cfg) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``cfg.rounds`` rounds of ``cfg``'s federation through the in-process driver, at ``cfg.threads`` threads:
+    (the global arrays, every client's head) after the last round (tests/test_thread_count.py uses it too)."""
     from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.nn.compute import set_threads
     from edgeprof.rounds.simulate import build_federation, load_clients
 
-    cfg = RunConfig(algo="pflego", dataset="synthetic", synthetic_samples=240, synthetic_classes=4, clients=4,
-                    participation=0.5, tau=5, rounds=3, backbone="mlp", seed=7, threads=threads, engine=engine)
     set_threads(cfg.threads)
     federation = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)

@@ -11,37 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
-
-@pytest.fixture
-def torch_threads():
-    """Restores torch's intra-op thread count (conftest sets 1) after the test changes it."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
+from test_reproducibility import run_in_process, torch_threads  # noqa: F401 (a fixture)
 
 
 def _table1_run(threads: int) -> list[np.ndarray]:
     """Rounds of PFLEGO at Table 6's rho on digits, High-Pers, 20 clients, 20% participation, tau=25, mlp, through
     the in-process driver: theta and every client's head after the last round."""
-    from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.config import RunConfig
-    from edgeprof.nn.compute import set_threads
-    from edgeprof.rounds.simulate import build_federation, load_clients
 
-    cfg = RunConfig(algo="pflego", dataset="digits", degree="high", clients=20, participation=0.2, tau=25, rounds=6,
-                    backbone="mlp", seed=1, threads=threads)
-    set_threads(cfg.threads)
-    federation = build_federation(cfg, load_clients(cfg))
-    rng = participant_rng(cfg)
-    try:
-        for _ in range(cfg.rounds):
-            who = sample_participants(rng, federation.num_clients, cfg.participation, cfg.participation_mode)
-            federation.server_step([federation.client_round(c) for c in who])
-        return [a.copy() for a in federation.global_arrays] + [p[0].copy() for p in federation.personal]
-    finally:
-        federation.close()
+    theta, heads = run_in_process(RunConfig(algo="pflego", dataset="digits", degree="high", clients=20,
+                                            participation=0.2, tau=25, rounds=6, backbone="mlp", seed=1,
+                                            threads=threads))
+    return theta + heads
 
 
 def test_one_and_two_threads_give_a_bitwise_identical_pflego_run(torch_threads):
