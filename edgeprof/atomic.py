@@ -12,6 +12,7 @@ it (0o666 less the umask).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 from pathlib import Path
@@ -33,24 +34,45 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f"{path.name}.{os.getpid()}-{threading.get_native_id()}.tmp")
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Put ``data`` at ``path`` whole or not at all (module docstring); OSError on failure, nothing left behind."""
+def write_bytes(path: str | Path, data: bytes, *, mode: int = 0o666, replace: bool = True) -> Path:
+    """Put ``data`` at ``path`` whole or not at all (module docstring); OSError on failure, nothing left behind.
+
+    ``mode``: the new file's permissions (less the umask). ``replace=False``: never replace a file, even one that
+    appeared meanwhile: the written file is hard-linked into place, which fails with FileExistsError where ``path``
+    exists (where the file system has no hard links, a rename after a last look for the file)."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
         tmp.unlink(missing_ok=True)  # a leftover at the temporary name, whatever it is (a FIFO), removed unopened
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
         try:
             write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
     except BaseException:  # an OSError, or a stop signal between the write and the rename
         with contextlib.suppress(OSError):  # the original error is the one to report
             tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _place_new(tmp: Path, path: Path) -> None:
+    """Put the written file ``tmp`` at ``path`` where no file is: a hard link (then ``tmp`` removed), or where the
+    file system has none, a rename after a last look for ``path``."""
+    try:
+        os.link(tmp, path)
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS) or os.path.lexists(path):
+            raise
+        os.rename(tmp, path)
+    else:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import ipaddress
 import os
 import re
@@ -152,27 +151,8 @@ def write_certs(folder: Path, names: Sequence[str], days: int = 365) -> list[Pat
 
 
 def _place(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to a new file ``path`` with ``mode``, whole or not at all: written and synced beside it, then
-    hard-linked into place, which fails (FileExistsError) rather than replace a file that appeared meanwhile.
-    Where the file system has no hard links, a rename after a last look for the file."""
-    from edgeprof.atomic import temporary_name, write_all
+    """Write ``data`` to a new file ``path`` with ``mode``, whole or not at all, never replacing a file that
+    appeared meanwhile (FileExistsError): :func:`edgeprof.atomic.write_bytes` with ``replace=False``."""
+    from edgeprof.atomic import write_bytes
 
-    tmp = temporary_name(path)
-    try:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except OSError as err:
-            if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS) \
-                    or os.path.lexists(path):
-                raise
-            os.rename(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    write_bytes(path, data, mode=mode, replace=False)
