@@ -1,4 +1,5 @@
-"""Builders of real sysfs-like trees (powercap RAPL zones, Jetson INA3221 rails) and a fake pynvml.
+"""Builders of real sysfs-like trees (powercap RAPL zones, Jetson INA3221 rails) and fakes of the meter libraries at
+their module boundary: pynvml, amdsmi and zeus-apple-silicon.
 
 Each builder writes the files the kernel would show under a root directory that the production code
 reads as its ``sysfs_root``; tests then change the counter files between reads.
@@ -233,4 +234,151 @@ def slow_stepping_pynvml(*, power_w: float, period_s: float = 0.1, read_s: float
         return int(round(steps * period_s * power_w * 1000))
 
     mod.nvmlDeviceGetTotalEnergyConsumption = energy_mj
+    return mod
+
+
+# --- AMD SMI ----------------------------------------------------------------------------------------
+
+
+def fake_amdsmi(gpus: list[dict], *, init_error: int | None = None, old_api: bool = False) -> types.ModuleType:
+    """A module with amdsmi's functions and exceptions, as its Python library (amdsmi 7.0) has them.
+
+    Each GPU dict: ``counts`` (the energy accumulator, an int; None: ``AMDSMI_STATUS_NOT_SUPPORTED``),
+    ``resolution_uj`` (``counter_resolution``, default 15.3), ``current_w`` and ``average_w`` (the power info's
+    ``current_socket_power`` and ``average_socket_power`` in watts; absent or None: ``"N/A"``), ``cap_w`` (the
+    ``max_power_cap``, reported in microwatts; absent: NOT_SUPPORTED), ``bdf`` (``"0000:03:00.0"``), ``name``
+    (``market_name``), ``hip_uuid`` and ``error`` (a status code every energy and power call raises). ``old_api``:
+    the energy dict's counts under ``power``, as before ROCm 6.2.1. Tests change the dicts between reads;
+    ``module.calls`` records function names.
+    """
+    mod = types.ModuleType("amdsmi")
+    mod.calls = []
+    info = {2: "AMDSMI_STATUS_NOT_SUPPORTED - Feature not supported", 10: "AMDSMI_STATUS_NO_PERM - Permission Denied",
+            34: "AMDSMI_STATUS_DRIVER_NOT_LOADED - Driver not loaded"}
+
+    class AmdSmiException(Exception):
+        """Base smi exception class"""
+
+    class AmdSmiLibraryException(AmdSmiException):
+        def __init__(self, err_code: int) -> None:
+            err_code = abs(err_code)
+            super().__init__(err_code)
+            self.err_code = err_code
+            self.err_info = info.get(err_code, "AMDSMI_STATUS_UNKNOWN_ERROR - An unknown error occurred")
+
+        def __str__(self) -> str:
+            return f"Error code:\n\t{self.err_code} | {self.err_info}"
+
+        def get_error_info(self, detailed=True):
+            return self.err_info if detailed else self.err_info.split(" - ")[0]
+
+        def get_error_code(self):
+            return self.err_code
+
+    mod.AmdSmiException, mod.AmdSmiLibraryException = AmdSmiException, AmdSmiLibraryException
+
+    def amdsmi_init(flag=2):  # AmdSmiInitFlags.INIT_AMD_GPUS
+        mod.calls.append("amdsmi_init")
+        if init_error is not None:
+            raise AmdSmiLibraryException(init_error)
+
+    def amdsmi_shut_down():
+        mod.calls.append("amdsmi_shut_down")
+
+    def _gpu(handle, what):
+        mod.calls.append(what)
+        if gpus[handle].get("error") is not None:
+            raise AmdSmiLibraryException(gpus[handle]["error"])
+        return gpus[handle]
+
+    def amdsmi_get_energy_count(handle):
+        gpu = _gpu(handle, "amdsmi_get_energy_count")
+        if gpu.get("counts") is None:
+            raise AmdSmiLibraryException(2)
+        return {"power" if old_api else "energy_accumulator": gpu["counts"],
+                "counter_resolution": gpu.get("resolution_uj", 15.3), "timestamp": 1_000_000}
+
+    def amdsmi_get_power_info(handle):
+        gpu = _gpu(handle, "amdsmi_get_power_info")
+        na = lambda key: "N/A" if gpu.get(key) is None else gpu[key]  # noqa: E731 (amdsmi's 0xFFFF -> "N/A")
+        return {"socket_power": na("average_w"), "current_socket_power": na("current_w"),
+                "average_socket_power": na("average_w"), "gfx_voltage": "N/A", "soc_voltage": "N/A",
+                "mem_voltage": "N/A", "power_limit": na("cap_w")}
+
+    def amdsmi_get_power_cap_info(handle):
+        if gpus[handle].get("cap_w") is None:
+            raise AmdSmiLibraryException(2)
+        cap_uw = gpus[handle]["cap_w"] * 10**6
+        return {"power_cap": cap_uw, "default_power_cap": cap_uw, "dpm_cap": 0, "min_power_cap": 0,
+                "max_power_cap": cap_uw}
+
+    mod.amdsmi_init, mod.amdsmi_shut_down = amdsmi_init, amdsmi_shut_down
+    mod.amdsmi_get_processor_handles = lambda: list(range(len(gpus)))
+    mod.amdsmi_get_energy_count, mod.amdsmi_get_power_info = amdsmi_get_energy_count, amdsmi_get_power_info
+    mod.amdsmi_get_power_cap_info = amdsmi_get_power_cap_info
+    mod.amdsmi_get_gpu_device_bdf = lambda h: gpus[h].get("bdf", f"0000:{h + 3:02x}:00.0")
+    mod.amdsmi_get_gpu_asic_info = lambda h: {"market_name": gpus[h].get("name", "AMD Instinct MI210"),
+                                              "vendor_id": "0x1002", "device_id": "0x740f", "rev_id": "0x02",
+                                              "asic_serial": "0x0", "family": 141}
+    mod.amdsmi_get_gpu_enumeration_info = lambda h: {"drm_render": 128 + h, "drm_card": h, "hsa_id": h + 1,
+                                                     "hip_id": h, "hip_uuid": gpus[h].get("hip_uuid", "")}
+    return mod
+
+
+# --- Apple silicon (zeus-apple-silicon) -------------------------------------------------------------
+
+
+#: the fields of zeus-apple-silicon's AppleEnergyMetrics (integer mJ, or lists of them; None where not measured)
+APPLE_FIELDS = ("cpu_total_mj", "efficiency_cores_mj", "performance_cores_mj", "efficiency_cluster_mj",
+                "performance_cluster_mj", "efficiency_core_manager_mj", "performance_core_manager_mj", "dram_mj",
+                "gpu_mj", "gpu_sram_mj", "ane_mj")
+
+
+def fake_zeus_apple_silicon(counters: dict, *, init_error: str | None = None) -> types.ModuleType:
+    """A module with zeus-apple-silicon's ``AppleEnergyMonitor`` and ``AppleEnergyMetrics``.
+
+    ``counters`` maps AppleEnergyMetrics fields to cumulative mJ (fields left out are None, as on a chip without
+    that channel); tests change it between reads. ``init_error``: the RuntimeError the monitor's constructor
+    raises (IOReport refusing the subscription). ``module.calls`` records method names.
+    """
+    mod = types.ModuleType("zeus_apple_silicon")
+    mod.calls = []
+
+    class AppleEnergyMetrics:
+        def __init__(self) -> None:
+            for name in APPLE_FIELDS:
+                setattr(self, name, None)
+
+    def snapshot() -> AppleEnergyMetrics:
+        metrics = AppleEnergyMetrics()
+        for name, value in counters.items():
+            setattr(metrics, name, list(value) if isinstance(value, list) else value)
+        return metrics
+
+    class AppleEnergyMonitor:
+        def __init__(self) -> None:
+            mod.calls.append("AppleEnergyMonitor")
+            if init_error is not None:
+                raise RuntimeError(init_error)
+            self._windows: dict = {}
+
+        def get_cumulative_energy(self) -> AppleEnergyMetrics:
+            mod.calls.append("get_cumulative_energy")
+            return snapshot()
+
+        def begin_window(self, key: str, restart: bool = False) -> None:
+            if key in self._windows and not restart:
+                raise RuntimeError("Measurement with specified key already exists.")
+            self._windows[key] = dict(counters)
+
+        def end_window(self, key: str) -> AppleEnergyMetrics:
+            if key not in self._windows:
+                raise RuntimeError("No measurement with provided key had been started.")
+            start, metrics = self._windows.pop(key), snapshot()
+            for name, value in start.items():
+                now = getattr(metrics, name)
+                setattr(metrics, name, [a - b for a, b in zip(now, value)] if isinstance(value, list) else now - value)
+            return metrics
+
+    mod.AppleEnergyMetrics, mod.AppleEnergyMonitor = AppleEnergyMetrics, AppleEnergyMonitor
     return mod

@@ -44,9 +44,9 @@ def test_order_and_estimate_fallback(tmp_path, rapl_layout, board, nvml_module, 
         not_found = {row["meter"] for row in found.describe()["not_found"]}
 
     assert names == meters
-    assert [p.meter for p in found.probes] == ["rapl", "nvml", "jetson", "cpu_estimate"]
+    assert [p.meter for p in found.probes] == ["rapl", "nvml", "amdsmi", "jetson", "apple", "cpu_estimate"]
     assert probes["cpu_estimate"].available is estimate_used
-    for missing in {"rapl", "nvml", "jetson"} - set(names):
+    for missing in {"rapl", "nvml", "amdsmi", "jetson", "apple"} - set(names):
         assert missing in not_found and probes[missing].reason and probes[missing].fix
     if estimate_used:
         assert found.methods[-1] == "estimate"

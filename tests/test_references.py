@@ -16,9 +16,9 @@ FILES = sorted([*(ROOT / "edgeprof").rglob("*.py"), *(ROOT / "scripts").glob("*.
                 *(ROOT / "docs").glob("*.md")])
 REFERENCE = re.compile(r"(?<![\w/.-])edgeprof(?:\.[A-Za-z_]\w*)+(?![\w-])")
 #: dotted names that are no Python objects: reply-metric keys, the personal-state key, the older wire record,
-#: and the recipes' examples of a module one would add (README: an AMD meter; docs: a device kind)
+#: and the recipes' examples of a module one would add (docs: an AMD SMI-like meter, a device kind)
 NOT_OBJECTS = {"edgeprof.wall_s", "edgeprof.cpu_s", "edgeprof.energy_j", "edgeprof.carbon_g", "edgeprof.personal",
-               "edgeprof.profile", "edgeprof.meters.amdsmi", "edgeprof.nn.mydevice"}
+               "edgeprof.profile", "edgeprof.meters.amdsmi_like", "edgeprof.nn.mydevice"}
 
 
 def _resolves(reference: str) -> bool:

@@ -4,8 +4,10 @@ The order is :data:`edgeprof.meters.registry.BACKENDS` (each back-end is probed;
 opened; a failure to open is reported like a failed probe and discovery goes on with the next):
   1. CPU counters: Intel/AMD RAPL via powercap  -> method ``counter``          (:mod:`.rapl`)
   2. NVIDIA GPUs via NVML                      -> ``counter`` or ``integrated_power`` (:mod:`.nvml`)
-  3. Jetson INA3221 power rails                -> ``integrated_power``          (:mod:`.jetson`)
-  4. CPU-time estimate                         -> ``estimate``                  (:mod:`.estimate`),
+  3. AMD GPUs via AMD SMI                      -> ``counter`` or ``integrated_power`` (:mod:`.amdsmi`)
+  4. Jetson INA3221 power rails                -> ``integrated_power``          (:mod:`.jetson`)
+  5. Apple silicon via IOReport                -> ``counter``                   (:mod:`.apple`)
+  6. CPU-time estimate                         -> ``estimate``                  (:mod:`.estimate`),
      opened only when nothing measures the CPU side.
 The loop names no back-end: each declares its role (:class:`~edgeprof.meters.base.Backend`). A
 ``cpu_fallback`` back-end is decided after all the others and opened only when no ``measures_cpu`` one

@@ -164,29 +164,33 @@ def parse_visible(value: str | None) -> list[int] | list[str] | None:
 
 
 def map_device(ordinal: int, gpus: Sequence[NvmlGpu], props: Any = None, *, visible: str | None = None,
-               device_order: str | None = None) -> Mapped:
+               device_order: str | None = None, library: str = "NVML",
+               variable: str = "CUDA_VISIBLE_DEVICES") -> Mapped:
     """The NVML GPU of ``cuda:<ordinal>`` (see the module docstring for the order of the evidence).
 
     ``props``: torch's device properties of that ordinal, or None; ``visible`` and ``device_order``: the
     values of ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` (None when unset). MeterError (one line) when
-    the device cannot be mapped.
+    the device cannot be mapped. ``library`` and ``variable`` name the GPUs' lister and the visible-devices
+    variable in what it says (AMD SMI and ``HIP_VISIBLE_DEVICES`` for :mod:`edgeprof.meters.amdsmi`).
     """
     pci = pci_from_torch(props)
     torch_uuid = uuid_key(getattr(props, "uuid", None))
     if pci is not None:
         found = [g for g in gpus if g.pci == pci]
         if len(found) != 1:
-            raise _unmapped(ordinal, f"torch reports PCI {_pci_text(pci)}, where NVML has {len(found)} GPUs "
-                                     f"(NVML sees {', '.join(_pci_text(g.pci) for g in gpus) or 'no GPU'})")
+            raise _unmapped(ordinal, f"torch reports PCI {_pci_text(pci)}, where {library} has {len(found)} GPUs "
+                                     f"({library} sees {', '.join(_pci_text(g.pci) for g in gpus) or 'no GPU'})",
+                            library)
         mig = bool(torch_uuid) and torch_uuid in {uuid_key(u) for u in found[0].mig_uuids}
-        return Mapped(ordinal, found[0].index, f"PCI {_pci_text(pci)} (torch and NVML)", mig)
+        return Mapped(ordinal, found[0].index, f"PCI {_pci_text(pci)} (torch and {library})", mig)
     if torch_uuid:
-        return _by_uuid(ordinal, torch_uuid, gpus, f"UUID {torch_uuid} (torch and NVML)", prefix=False)
-    return _by_visible(ordinal, gpus, visible, device_order)
+        return _by_uuid(ordinal, torch_uuid, gpus, f"UUID {torch_uuid} (torch and {library})", prefix=False,
+                        library=library)
+    return _by_visible(ordinal, gpus, visible, device_order, library, variable)
 
 
-def _unmapped(ordinal: int, why: str) -> MeterError:
-    return MeterError(f"cannot tell which NVML GPU runs torch device cuda:{ordinal}: {why}")
+def _unmapped(ordinal: int, why: str, library: str = "NVML") -> MeterError:
+    return MeterError(f"cannot tell which {library} GPU runs torch device cuda:{ordinal}: {why}")
 
 
 def _uuid_matches(gpus: Sequence[NvmlGpu], key: str, prefix: bool) -> list[tuple[NvmlGpu, bool, str]]:
@@ -198,11 +202,13 @@ def _uuid_matches(gpus: Sequence[NvmlGpu], key: str, prefix: bool) -> list[tuple
     return out
 
 
-def _by_uuid(ordinal: int, key: str, gpus: Sequence[NvmlGpu], how: str, *, prefix: bool) -> Mapped:
+def _by_uuid(ordinal: int, key: str, gpus: Sequence[NvmlGpu], how: str, *, prefix: bool,
+             library: str = "NVML") -> Mapped:
     found = _uuid_matches(gpus, key, prefix)
     if len(found) != 1:
-        what = "no NVML GPU or MIG device has" if not found else f"{len(found)} NVML GPUs or MIG devices match"
-        raise _unmapped(ordinal, f"{how.split(' (')[0]}: {what} it")
+        what = (f"no {library} GPU or MIG device has" if not found
+                else f"{len(found)} {library} GPUs or MIG devices match")
+        raise _unmapped(ordinal, f"{how.split(' (')[0]}: {what} it", library)
     gpu, mig, _ = found[0]
     return Mapped(ordinal, gpu.index, how, mig)
 
@@ -219,7 +225,8 @@ def _resolve_entry(entry: str, gpus: Sequence[NvmlGpu]) -> tuple[NvmlGpu, bool, 
     return found[0] if len(found) == 1 else None
 
 
-def _by_entries(ordinal: int, entries: list[str], gpus: Sequence[NvmlGpu], shown: str) -> Mapped:
+def _by_entries(ordinal: int, entries: list[str], gpus: Sequence[NvmlGpu], shown: str, library: str = "NVML",
+                variable: str = "CUDA_VISIBLE_DEVICES") -> Mapped:
     """``cuda:<ordinal>`` from ``GPU-``/``MIG-`` entries, resolved as torch's ``_transform_uuid_to_ordinals``:
     the first entry that names no single device ends the list; a device named twice hides every GPU."""
     resolved: list[tuple[NvmlGpu, bool, str]] = []
@@ -232,30 +239,31 @@ def _by_entries(ordinal: int, entries: list[str], gpus: Sequence[NvmlGpu], shown
             break
         resolved.append(hit)
     if ordinal >= len(resolved):
-        raise _unmapped(ordinal, f"CUDA_VISIBLE_DEVICES={shown} names {len(resolved)} devices NVML has")
+        raise _unmapped(ordinal, f"{variable}={shown} names {len(resolved)} devices {library} has", library)
     gpu, mig, _ = resolved[ordinal]
-    return Mapped(ordinal, gpu.index, f"CUDA_VISIBLE_DEVICES={shown}, entry {ordinal} (torch gave no PCI address "
+    return Mapped(ordinal, gpu.index, f"{variable}={shown}, entry {ordinal} (torch gave no PCI address "
                                       "or UUID)", mig)
 
 
-def _by_visible(ordinal: int, gpus: Sequence[NvmlGpu], visible: str | None, device_order: str | None) -> Mapped:
+def _by_visible(ordinal: int, gpus: Sequence[NvmlGpu], visible: str | None, device_order: str | None,
+                library: str = "NVML", variable: str = "CUDA_VISIBLE_DEVICES") -> Mapped:
     entries = parse_visible(visible)
     shown = "unset" if visible is None else repr(visible)
     if entries and isinstance(entries[0], str):
-        return _by_entries(ordinal, entries, gpus, shown)
+        return _by_entries(ordinal, entries, gpus, shown, library, variable)
     by_index = {g.index: g for g in gpus}
     order = list(range(len(gpus))) if entries is None else entries
     usable = _until_missing(order, by_index)
     if ordinal >= len(usable):
-        raise _unmapped(ordinal, f"CUDA_VISIBLE_DEVICES={shown} makes {len(usable)} of NVML's {len(gpus)} GPUs "
-                                 "visible to torch")
+        raise _unmapped(ordinal, f"{variable}={shown} makes {len(usable)} of {library}'s {len(gpus)} GPUs "
+                                 "visible to torch", library)
     models = {g.name for g in gpus}
     if (device_order or "").strip().upper() != "PCI_BUS_ID" and len(models) > 1:
         raise _unmapped(ordinal, "torch gives no PCI address or UUID, and CUDA numbers unlike GPUs "
-                                 f"({', '.join(sorted(models))}) fastest first, not in NVML's order; set "
-                                 "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+                                 f"({', '.join(sorted(models))}) fastest first, not in {library}'s order; set "
+                                 "CUDA_DEVICE_ORDER=PCI_BUS_ID", library)
     why = "PCI_BUS_ID order" if len(models) > 1 else "every GPU the same model"
-    return Mapped(ordinal, usable[ordinal], f"CUDA_VISIBLE_DEVICES={shown}, entry {ordinal} ({why}; torch gave "
+    return Mapped(ordinal, usable[ordinal], f"{variable}={shown}, entry {ordinal} ({why}; torch gave "
                                             "no PCI address or UUID)")
 
 

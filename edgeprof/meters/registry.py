@@ -23,7 +23,9 @@ from edgeprof.meters.base import Backend, MeterOption
 BACKENDS: list[str | Backend] = [
     "edgeprof.meters.rapl:BACKEND",
     "edgeprof.meters.nvml:BACKEND",
+    "edgeprof.meters.amdsmi:BACKEND",
     "edgeprof.meters.jetson:BACKEND",
+    "edgeprof.meters.apple:BACKEND",
     "edgeprof.meters.estimate:BACKEND",
 ]
 
