@@ -23,7 +23,7 @@ _HOMES = {
     "RunResult": "edgeprof.rounds.simulate",
     "monitor": "edgeprof.session.monitoring",
     "Monitor": "edgeprof.session.monitoring",
-    "Measurement": "edgeprof.session.monitoring",
+    "Measurement": "edgeprof.session.measurement",
     "phase": "edgeprof.session.monitoring",
 }
 

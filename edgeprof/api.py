@@ -23,7 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeprof.config import RunConfig
-from edgeprof.session.monitoring import Measurement, Monitor, monitor, phase
+from edgeprof.session.measurement import Measurement
+from edgeprof.session.monitoring import Monitor, monitor, phase
 from edgeprof.report.writer import Report, read_report
 from edgeprof.rounds.simulate import RunResult
 from edgeprof.rounds.simulate import run as _run

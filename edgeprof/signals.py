@@ -1,15 +1,17 @@
 """Signals a run may receive: SIGTERM and SIGHUP end it like Ctrl-C, and none can tear its last write.
 
 Under ``timeout``, ``docker stop`` or systemd a run gets SIGTERM, and a closed terminal sends SIGHUP.
-:func:`handle_termination` turns both into :class:`Terminated`, a :class:`KeyboardInterrupt`, so every
-place that already finishes or drops the current window on Ctrl-C does the same for them; the CLI then
-exits with 128 + the signal number (130, 143, 129). :func:`signals_held` defers these signals around the
-final sidecar write, so a second Ctrl-C takes effect after it, never in the middle. :func:`stops_unwrapped`
-gives back a stop that Python wrapped in another exception on its way up. In a program of the user's own (the
-monitor), :func:`handle_termination` takes only the signals the program left at their default, and a
-:class:`Terminated` that the program does not catch ends it with one line and 128 + the signal, as a command
-ends; :func:`end_on_stop` ends a process at once where nothing is left to close (the wait for threads that a
-command's own code left running).
+:func:`handle_termination` turns both into :class:`Terminated`, which edgeprof handles as it handles Ctrl-C's
+KeyboardInterrupt (:data:`STOP_EXCEPTIONS`: every place that finishes or drops the current window on Ctrl-C catches
+both); the CLI then exits with 128 + the signal number (130, 143, 129). Terminated is no KeyboardInterrupt, so a
+program's own ``except KeyboardInterrupt`` (its Ctrl-C) does not catch a SIGTERM. :func:`signals_held` defers these
+signals around the final sidecar write, so a second Ctrl-C takes effect after it, never in the middle.
+:func:`stops_unwrapped` gives back a stop that Python wrapped in another exception on its way up. In a program of
+the user's own (the monitor), :func:`handle_termination` chains to the program's own handlers: it tells the monitor
+the signal came, then runs the handler the program had set (the program decides how it ends), leaves alone a signal
+the program ignores, and raises :class:`Terminated` for a signal left at its default, which, if the program does not
+catch it, ends the program with one line and 128 + the signal, as a command ends; :func:`end_on_stop` ends a process
+at once where nothing is left to close (the wait for threads that a command's own code left running).
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ from typing import Callable, Iterator
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Terminated(KeyboardInterrupt):
-    """A run stopped by SIGTERM or SIGHUP (a KeyboardInterrupt, so it is handled like Ctrl-C)."""
+class Terminated(BaseException):
+    """A run stopped by SIGTERM or SIGHUP; ``signum`` the signal, ``reason`` its words (``interrupted (SIGTERM)``).
+
+    A BaseException, as KeyboardInterrupt is, but not one: a program's ``except KeyboardInterrupt`` (its Ctrl-C)
+    lets it pass, and ``except Exception`` does not catch it either. edgeprof catches both
+    (:data:`STOP_EXCEPTIONS`)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -34,11 +40,14 @@ class Terminated(KeyboardInterrupt):
         self.reason = f"interrupted ({signal.Signals(signum).name})"
 
 
+#: the exceptions a stop signal ends a run with: Ctrl-C's KeyboardInterrupt, and Terminated for SIGTERM and SIGHUP
+STOP_EXCEPTIONS = (KeyboardInterrupt, Terminated)
+
 #: the stop signals raised in this process so far (by any handler here): :func:`stop_once` raises only the first
 _raised: list[int] = []
 
 
-def stop_exception(signum: int) -> KeyboardInterrupt:
+def stop_exception(signum: int) -> BaseException:
     """The exception stop signal ``signum`` ends a run with (KeyboardInterrupt for SIGINT, else
     :class:`Terminated`), counted as raised; also where the signal did not arrive: in another thread (a Flower
     simulation's ServerApp), or later."""
@@ -46,15 +55,16 @@ def stop_exception(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
-    """The stop signal (KeyboardInterrupt, or :class:`Terminated`) that ``err`` is or that caused it, if any.
+def stop_behind(err: BaseException | None) -> BaseException | None:
+    """The stop (KeyboardInterrupt, or :class:`Terminated`: :data:`STOP_EXCEPTIONS`) that ``err`` is or that
+    caused it, if any.
 
     Python wraps some exceptions on their way up: 3.11 raises an exception from a descriptor's ``__set_name__``
     while a class is created (a dataclass's fields, as a module is imported) as a RuntimeError caused by it, so
     a Ctrl-C that lands there arrives as that RuntimeError."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
+        if isinstance(err, STOP_EXCEPTIONS):
             return err
         seen.add(id(err))
         err = err.__cause__
@@ -74,7 +84,7 @@ def stops_unwrapped() -> Iterator[None]:
         raise stop from None
 
 
-def exit_code(err: KeyboardInterrupt) -> int:
+def exit_code(err: BaseException) -> int:
     """128 + the signal number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
     return 128 + getattr(err, "signum", signal.SIGINT)
 
@@ -117,23 +127,46 @@ class _UncaughtStop:
 
 
 @contextlib.contextmanager
-def handle_termination(*, program: bool = False) -> Iterator[None]:
+def handle_termination(*, program: bool = False, heard: Callable[[int], None] = lambda signum: None
+                       ) -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only; else a no-op).
 
-    ``program``: the block is a program of the user's own (:func:`edgeprof.monitor`): a signal whose handler the
-    program set (or ignores) is left to it, and a Terminated that the program does not catch ends it with one
-    line and 128 + the signal (:class:`_UncaughtStop`)."""
+    ``program``: the block is a program of the user's own (:func:`edgeprof.monitor`), whose own handling comes
+    first. Each signal the program handles goes to ``heard(signum)`` (the monitor records it), then to the
+    handler the program had set, which decides what happens next (it may return, or raise, or exit); a signal
+    left at its default raises Terminated, which, if the program does not catch it, ends it with one line and
+    128 + the signal (:class:`_UncaughtStop`); a signal the program ignores is left alone. At the block's end
+    each handler is put back, unless the program set another one meanwhile (that one stays)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    taken = [s for s in (signal.SIGTERM, signal.SIGHUP) if not program or signal.getsignal(s) == signal.SIG_DFL]
-    handler = _raise_in_program if program else _raise_terminated
-    previous = {s: signal.signal(s, handler) for s in taken}
+    installed = {}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        was = signal.getsignal(s)
+        if program and was == signal.SIG_IGN:
+            continue
+        handler = _raise_terminated if not program else _chained(was, heard)
+        signal.signal(s, handler)
+        installed[s] = (was, handler)
     try:
         yield
     finally:
-        for s, was in previous.items():
-            signal.signal(s, was)
+        for s, (was, handler) in installed.items():
+            if signal.getsignal(s) is handler:
+                signal.signal(s, was)
+
+
+def _chained(was, heard: Callable[[int], None]) -> Callable:
+    """The monitor's handler of a signal whose handler in the program was ``was`` (see :func:`handle_termination`)."""
+
+    def chained(signum, frame) -> None:
+        heard(signum)
+        if callable(was):
+            was(signum, frame)
+        else:  # SIG_DFL, or a handler not set from Python (None): the signal's default is to end the program
+            _raise_in_program(signum, frame)
+
+    return chained
 
 
 def stop_once() -> None:

@@ -50,7 +50,7 @@ def main(epochs: int = 3, batches: int = 20, out: str = "profiles") -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="A plain PyTorch training loop, profiled by edgeprof.")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--out", default="profiles")

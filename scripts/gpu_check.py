@@ -54,6 +54,8 @@ import time
 import traceback
 from pathlib import Path
 
+from edgeprof.signals import STOP_EXCEPTIONS
+
 ROOT = Path(__file__).resolve().parents[1]
 #: this script's folder: gpu_cases.py and bench_head_steps.py, imported from here, lie next to it
 HERE = Path(__file__).resolve().parent
@@ -1030,7 +1032,7 @@ def main(argv=None) -> int:
             print_figures(backbone, fig)
         if reports:
             steps.run("dashboard", write_dashboard, reports, args.out)
-    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP run as a script (``timeout``): keep what is done
+    except STOP_EXCEPTIONS as err:  # Ctrl-C, or SIGTERM / SIGHUP run as a script (``timeout``): keep what is done
         stopped = err
         result["stopped"] = getattr(err, "reason", "interrupted (SIGINT)")
         print(f"gpu_check: {result['stopped']}: writing what is done")

@@ -157,3 +157,11 @@ def exits(input_shape):
     import sys
 
     sys.exit(3)
+
+
+class NeedsWidth(nn.Module):
+    """A class whose constructor takes other positional arguments than the input shape."""
+
+    def __init__(self, width, depth):
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])

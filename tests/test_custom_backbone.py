@@ -128,6 +128,10 @@ REFUSED = [
     ("not_a_module", ModelError, "the factory returned a str, not a torch.nn.Module"),
     ("fails", ModelError, "the factory failed for input shape (1, 8, 8): ValueError: this factory cannot"),
     ("exits", ModelError, "the factory failed for input shape (1, 8, 8): it called sys.exit(3)"),
+    # a class whose constructor takes more than the shape: named, not a bare TypeError from its __init__
+    ("NeedsWidth", ModelError, "edgeprof calls the factory as factory(input_shape) with the data's (C, H, W), or "
+                               "factory() if it takes no positional argument, and it cannot be called so (missing a "
+                               "required argument: 'depth')"),
     ("no_such_factory", ConfigError, "custom_backbones has no 'no_such_factory'"),
 ]
 

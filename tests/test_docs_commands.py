@@ -97,6 +97,8 @@ RUNS: dict[str, Here | Elsewhere] = {
     "edgeprof export --backbone mynets:edge_cnn --dataset cifar10": Here(given="mynets"),
     "edgeprof sweep --backbone mobilenet_v3_small --dataset cifar10 --data-dir data":
         Here(given="cifar10 and torchvision", smaller=SHRINK_SWEEP),
+    "edgeprof measure --backbone examples.own_loop.model:factory --algo pflego":
+        Elsewhere("tests/test_examples.py::test_the_own_loop_model_is_a_backbone_for_measure"),
     "edgeprof summary profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     "edgeprof dashboard profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     FLOWER_APP: Here(given="server folder"),

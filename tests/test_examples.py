@@ -63,3 +63,84 @@ def test_the_docs_show_the_examples_code(path):
     code = (EXAMPLES / path).read_text()
     body = code[code.index("\nfrom __future__ import annotations\n") + len("\nfrom __future__ import annotations\n"):]
     assert body.strip() in shown, f"docs/own-code.md does not show {path}"
+
+
+# ------------------------------------------------------------------------ examples/own_loop: a loop of one's own
+
+OWN_LOOP = EXAMPLES / "own_loop" / "train.py"
+
+
+def test_the_own_loop_example_labels_its_windows_phases_and_evaluations(tmp_path):
+    """A real run of two epochs: each epoch window has the four phases and the train_loss set while it was open,
+    each decorated evaluation a row of kind eval labelled with the accuracy it returned, the decorated load the
+    number of training samples it returned, every row the run's labels."""
+    done = subprocess.run([sys.executable, str(OWN_LOOP), "--epochs", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    (csv,) = tmp_path.glob("own-loop-*.csv")
+    report = read_report(csv)
+    assert [r["window"] for r in report.rows] == ["load", "epoch", "evaluate", "epoch", "evaluate"]
+    epochs, evaluations = report.where(window="epoch"), report.where(window="evaluate")
+    assert [r["round"] for r in epochs] == ["1", "2"] and all(r["kind"] == "window" for r in epochs)
+    for row in epochs:
+        assert all(float(row[f"{p}_s"]) > 0 for p in ("data", "forward", "backward", "step"))
+        assert 0 < float(row["train_loss"]) < 3 and row["energy_method"]
+    printed = [float(line.rsplit(" ", 1)[1].rstrip("%")) / 100 for line in done.stdout.splitlines()
+               if line.startswith("epoch ")]
+    assert [r["kind"] for r in evaluations] == ["eval", "eval"]
+    assert [float(r["test_accuracy"]) for r in evaluations] == pytest.approx(printed, abs=1e-3)
+    assert report.where(window="load")[0]["n_samples"] == str(1797 * 4 // 5)
+    assert {r["labels"] for r in report.rows} == {'{"batch_size":64,"lr":0.05,"model":"small-cnn-bn"}'}
+    assert report.sidecar["status"] == "complete" and report.sidecar["rounds_completed"] == 2
+    assert report.sidecar["monitor"]["windows"] == {"load": 1, "epoch": 2, "evaluate": 2}
+
+
+def test_a_sigterm_runs_the_own_loops_handler_and_ends_it_with_143_and_an_interrupted_report(tmp_path):
+    """The program's own SIGTERM handler (a checkpoint, then exit 143) runs under the monitor, which records the
+    signal: no traceback, the report says interrupted (SIGTERM) and keeps the epochs that finished."""
+    import json
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, str(OWN_LOOP), "--epochs", "500", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 240
+    while not any(b",epoch," in p.read_bytes() for p in tmp_path.glob("own-loop-*.csv")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no epoch ended"
+        time.sleep(0.05)
+
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and stderr.strip() == ""
+    assert f"SIGTERM: checkpoint saved to {tmp_path / 'own-loop-checkpoint.pt'}" in stdout
+    assert (tmp_path / "own-loop-checkpoint.pt").stat().st_size > 0
+    (csv,) = tmp_path.glob("own-loop-*.csv")
+    sidecar = json.loads(csv.with_suffix(".json").read_text())
+    assert (sidecar["status"], sidecar["reason"]) == ("interrupted", "interrupted (SIGTERM)")
+    assert sidecar["monitor"]["signals"] == ["SIGTERM"]
+    assert read_report(csv).where(window="epoch")
+
+
+def test_the_own_loop_model_is_a_backbone_for_measure(tmp_path):
+    """The example's model, by module and factory from the repository root, as the docs show it: a real PFLEGO
+    run of one round on the digits."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        mp.syspath_prepend(str(ROOT))
+        result = CliRunner().invoke(app, ["measure", "--backbone", "examples.own_loop.model:factory", "--algo", "pflego",
+                                          "--rounds", "1",
+                                          "--tau", "2", "--threads", "1", "--no-progress", "--out", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert sidecar["status"] == "complete" and sidecar["config"]["backbone"] == "examples.own_loop.model:factory"

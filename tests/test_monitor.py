@@ -131,7 +131,8 @@ def test_windows_phases_begin_end_and_decorator_to_the_microjoule(tmp_path, mach
     assert float(rows["evaluate"]["energy_j"]) == pytest.approx(3.75, abs=1e-6)
     assert rows["evaluate"]["forward_s"] == ""  # a window without the phase: empty, never 0
     sidecar = report.sidecar
-    assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == 3 and sidecar["rows"] == 3
+    # rounds_completed: the rounds the rows name (only the epoch's round=1), not the windows
+    assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == 1 and sidecar["rows"] == 3
     assert sidecar["phases"] == ["forward", "backward"] and sidecar["config"]["labels"] == {"model": "mlp"}
     assert sidecar["monitor"]["windows"] == {"epoch": 1, "callback": 1, "evaluate": 1}
     assert sidecar["monitor"]["overlapping_windows"] == 0 and sidecar["monitor"]["notes"] == []
@@ -434,3 +435,112 @@ with mon.window("cut"):
     rows = read_report(tmp_path / "left.csv").rows
     assert (sidecar["status"], sidecar["reason"]) == (status, reason), result.stderr
     assert [r["window"] for r in rows][0] == "done" and "ImportError" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------- results as labels
+
+def test_labels_set_while_a_window_is_open_label_its_row_and_none_after_it_ended(tmp_path):
+    from edgeprof.errors import MonitorError
+    from edgeprof.report.writer import read_report
+
+    with edgeprof.monitor(out=tmp_path, run_id="labels", labels={"model": "mlp"}, cpu_watts=1.0) as mon:
+        with mon.window("epoch", round=1) as w:
+            w.labels["train_loss"] = 0.5  # a documented column, set once the loss is known
+            w.labels.update(lr=0.1, model="cnn")  # any other label, and one overriding the monitor's
+            with pytest.raises(MonitorError, match="fills the report column 'test_accuracy'"):
+                w.labels["test_accuracy"] = float("nan")
+        with pytest.raises(MonitorError, match="has ended and its row is written"):
+            w.labels["train_loss"] = 0.25
+
+    (row,) = read_report(tmp_path / "labels.csv").rows
+    assert row["train_loss"] == "0.5" and row["test_accuracy"] == "" and row["round"] == "1"
+    assert json.loads(row["labels"]) == {"lr": 0.1, "model": "cnn"}
+    assert w.measurement.labels == {"model": "cnn", "round": 1, "train_loss": 0.5, "lr": 0.1}
+
+
+def test_a_decorated_function_labels_its_row_with_what_it_returns(tmp_path):
+    """``returns=`` a label name, or a function of the result; a generator's return value too; None labels
+    nothing; a refused label fails the call, whose row says so; an async generator is refused up front."""
+    from edgeprof.errors import MonitorError
+    from edgeprof.report.writer import read_report
+
+    mon = edgeprof.monitor(out=tmp_path, run_id="returns", cpu_watts=1.0)
+
+    @mon.measure(kind="eval", returns="test_accuracy")
+    def evaluate(value):
+        return value
+
+    @mon.measure(returns=lambda r: {"train_loss": r[0], "n_samples": r[1]})
+    def train():
+        return 0.75, 32
+
+    @mon.measure(returns="test_accuracy")
+    def batches():
+        yield 1
+        return 0.5
+
+    with pytest.raises(MonitorError, match="async generator function"):
+        @mon.measure(returns="test_accuracy")
+        async def stream():
+            yield 1
+
+    with mon:
+        assert evaluate(0.9) == 0.9 and evaluate(None) is None and train() == (0.75, 32)
+        assert list(batches()) == [1]
+        with pytest.raises(MonitorError, match="must be a finite number"):
+            evaluate("high")
+
+    rows = read_report(tmp_path / "returns.csv").rows
+    assert [(r["window"], r["kind"], r["test_accuracy"]) for r in rows if r["window"] != "train"] == [
+        ("evaluate", "eval", "0.9"), ("evaluate", "eval", ""), ("batches", "window", "0.5"),
+        ("evaluate", "eval", "")]
+    assert json.loads(rows[-1]["labels"]) == {"error": "MonitorError"}
+    (trained,) = [r for r in rows if r["window"] == "train"]
+    assert (trained["train_loss"], trained["n_samples"]) == ("0.75", "32")
+
+
+# ---------------------------------------------------------------------------------------- signals
+
+def test_terminated_is_not_a_keyboard_interrupt_and_edgeprof_catches_both():
+    import signal
+
+    from edgeprof.signals import STOP_EXCEPTIONS, Terminated, stop_behind
+
+    term = Terminated(signal.SIGTERM)
+    caught_by_ctrl_c = False
+    try:
+        raise term
+    except KeyboardInterrupt:  # a program's own Ctrl-C handling
+        caught_by_ctrl_c = True
+    except BaseException:
+        pass
+
+    assert not caught_by_ctrl_c and not isinstance(term, (KeyboardInterrupt, Exception))
+    assert isinstance(term, STOP_EXCEPTIONS) and stop_behind(RuntimeError().with_traceback(None)) is None
+    assert term.reason == "interrupted (SIGTERM)"
+
+
+def test_the_monitor_chains_to_the_programs_handler_records_the_signal_and_puts_it_back(tmp_path):
+    """A handler the program set before the monitor started runs on SIGTERM (the monitor does not take its
+    place); the monitor records the signal, the sidecar says interrupted; after the run the program's handler is
+    its own again."""
+    import os
+    import signal
+
+    heard = []
+    own = lambda signum, frame: heard.append(signum)  # noqa: E731
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with edgeprof.monitor(out=tmp_path, run_id="chained", cpu_watts=1.0) as mon:
+            with mon.window("step"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+            assert signal.getsignal(signal.SIGTERM) is not own  # the monitor's, which chains to it
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    sidecar = json.loads((tmp_path / "chained.json").read_text())
+    assert heard == [signal.SIGTERM] and after is own
+    assert (sidecar["status"], sidecar["reason"]) == ("interrupted", "interrupted (SIGTERM)")
+    assert sidecar["monitor"]["signals"] == ["SIGTERM"] and sidecar["rows"] == 1

@@ -87,3 +87,24 @@ def test_every_listed_name_is_rendered_on_the_api_page(name):
 
 def test_the_version_is_named_on_the_api_page():
     assert "`edgeprof.__version__`" in API_PAGE.read_text()
+
+
+@pytest.mark.parametrize("home,name", [("edgeprof.config", "RunConfig"), ("edgeprof.rounds.simulate", "RunResult"),
+                                       ("edgeprof.report.writer", "Report"),
+                                       ("edgeprof.session.measurement", "MonitorConfig"),
+                                       ("edgeprof.session.measurement", "Measurement")])
+def test_the_api_page_lists_every_field_of_each_public_dataclass_once_by_its_name(home, name):
+    """Readable in the repository and rendered on the site: the page's table of a dataclass's fields names each
+    field of the code, in order, with its type, and nothing else; the class is rendered by one directive alone."""
+    import dataclasses
+    import importlib
+
+    cls = getattr(importlib.import_module(home), name)
+    text = API_PAGE.read_text()
+    block = text[text.index(f"Fields of `{name}`"):]
+    block = block[:block.index("\n\n", block.index("| --- |"))]
+    listed = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", block, flags=re.M)
+
+    assert [f for f, _ in listed] == [f.name for f in dataclasses.fields(cls)]
+    assert [t.replace("\\|", "|") for _, t in listed] == [str(f.type).strip("'") for f in dataclasses.fields(cls)]
+    assert sum(o is cls for o in _rendered_objects()) == 1, f"{name} is rendered more than once"

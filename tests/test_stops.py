@@ -134,7 +134,8 @@ print("the program's own handler ended the loop")
 def test_a_monitored_program_stopped_by_a_signal_ends_in_one_line_or_as_it_handles_it(tmp_path, mode, sig, code,
                                                                                      line):
     """Uncaught, the stop the monitor raised was a traceback and exit 1; a handler of the program's own was
-    replaced by the monitor's while it ran."""
+    replaced by the monitor's while it ran. Now the monitor chains to it: the program's handler runs and the
+    program ends as it decides; the sidecar records the signal."""
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     out = tmp_path / "profiles"
@@ -150,7 +151,8 @@ def test_a_monitored_program_stopped_by_a_signal_ends_in_one_line_or_as_it_handl
     sidecar = json.loads(csv_path.with_suffix(".json").read_text())
     if line is None:  # the program's own handler: its loop ended, the monitor stopped as written
         assert stderr == "" and stdout == "the program's own handler ended the loop\n"
-        assert sidecar["status"] == "complete"
+        assert (sidecar["status"], sidecar["reason"]) == ("interrupted", "interrupted (SIGTERM)")
+        assert sidecar["monitor"]["signals"] == ["SIGTERM"]
         return
     assert _one_line(stderr) == (f"{line} ({csv_path})" if "keeps" in line else line)
     assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({signal.Signals(sig).name})"

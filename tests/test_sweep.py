@@ -248,6 +248,19 @@ def test_a_gpu_sweep_prints_and_checks_the_gpus_own_joules(monkeypatch, tmp_path
     assert "energy_j adds cpu_estimate_j (estimate) to it" in result.stdout
 
 
+@pytest.mark.parametrize("method,label", [("counter", "energy_j (counter)"), ("estimate", "energy_j (ESTIMATE)")])
+def test_the_sweeps_table_shows_the_energy_fits_without_check(monkeypatch, tmp_path, method, label):
+    """The terminal's fit table has an energy row per variant, named with how its joules were obtained, also
+    when no --check asks for energy (it showed only wall and CPU seconds)."""
+    _fake_sweep(monkeypatch, tmp_path, CLAIM_HOLDS, method)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    assert _fit_rows(result.stdout, label) == {"pflego", "pflego[torch-reuse]", "fedavg"}
+    assert _fit_rows(result.stdout, "wall_s") == {"pflego", "pflego[torch-reuse]", "fedavg"}
+
+
 def test_a_cpu_sweep_prints_no_gpu_figures(monkeypatch, tmp_path):
     _fake_sweep(monkeypatch, tmp_path, CLAIM_HOLDS)
 

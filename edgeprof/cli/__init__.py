@@ -59,7 +59,7 @@ def _run_with_progress(cfg, display=None, sidecar=None) -> "object":
                     bar[0](finished, total)
 
             done.append(run(cfg, progress=progress, stage=display.stage, sidecar=sidecar))
-    except KeyboardInterrupt as err:  # after the run returned (the display closing): its report is whole
+    except exits.STOP_EXCEPTIONS as err:  # after the run returned (the display closing): its report is whole
         if done and getattr(err, "report", None) is None:
             err.report, err.report_complete = done[0].csv_path, done[0].status == "complete"
         raise

@@ -28,6 +28,7 @@ except ImportError:  # typer 0.16 to 0.25 run on click itself
 
 from edgeprof.cli import options as o
 from edgeprof.errors import EdgeprofError
+from edgeprof.signals import STOP_EXCEPTIONS
 
 
 INTERRUPTED_EXIT = 130
@@ -57,7 +58,7 @@ class _Stopped(Exception):
     """A stop signal outside a command's guard (while typer parses the command line): typer would turn it into a
     silent exit 130; carried out as this instead, it gets its one line."""
 
-    def __init__(self, err: KeyboardInterrupt) -> None:
+    def __init__(self, err: BaseException) -> None:
         super().__init__(str(err))
         self.err = err
 
@@ -68,13 +69,13 @@ class OneLineErrors(TyperGroup):
     def make_context(self, *args, **kwargs):
         try:
             return super().make_context(*args, **kwargs)
-        except KeyboardInterrupt as err:
+        except STOP_EXCEPTIONS as err:
             raise _Stopped(err) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt as err:  # outside the command's own guard (parsing its options)
+        except STOP_EXCEPTIONS as err:  # outside the command's own guard (parsing its options)
             raise _Stopped(err) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -135,12 +136,12 @@ def guard() -> Iterator[None]:
     except EdgeprofError as err:
         error_line(str(err))
         raise typer.Exit(err.exit_code) from None
-    except KeyboardInterrupt as err:
+    except STOP_EXCEPTIONS as err:
         typer.echo(f"edgeprof: {stopped_line(err)}", err=True)
         raise typer.Exit(exit_code(err)) from None
 
 
-def stopped_line(err: KeyboardInterrupt) -> str:
+def stopped_line(err: BaseException) -> str:
     """What a stop signal left: the report it names (``err.report``: set where a report was open, see
     :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds."""
     what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
@@ -156,7 +157,7 @@ def report_done(csv_path: Path) -> Iterator[None]:
     """Around what a command prints after its run completed: a Ctrl-C there names the whole report."""
     try:
         yield
-    except KeyboardInterrupt as err:
+    except STOP_EXCEPTIONS as err:
         err.report, err.report_complete = csv_path, True
         raise
 
@@ -187,7 +188,7 @@ def run(app: typer.Typer) -> None:
         code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
     except SystemExit as done:
         code = 0 if done.code is None else done.code
-    except KeyboardInterrupt as err:  # before the command's own guard took over, or after it let go
+    except STOP_EXCEPTIONS as err:  # before the command's own guard took over, or after it let go
         typer.echo(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
                    "nothing was written", err=True)
         code = exit_code(err)

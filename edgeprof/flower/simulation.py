@@ -134,7 +134,7 @@ def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any],
     """
     from edgeprof.flower.config import write_app_dir
     from edgeprof.flower.superlink import LocalSuperLink
-    from edgeprof.signals import signals_held
+    from edgeprof.signals import STOP_EXCEPTIONS, signals_held
 
     logs = csv_path.with_suffix(".flower")
     link, run, ended = LocalSuperLink(logs, echo=sys.stderr), None, False
@@ -144,7 +144,7 @@ def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any],
             run = link.run(write_app_dir(link.root / "app", run_config).parent, federation)
             run.wait()
             ended = True
-        except KeyboardInterrupt:
+        except STOP_EXCEPTIONS:
             with signals_held(deliver=False):
                 if run is not None:
                     link.stop(run)
@@ -152,7 +152,7 @@ def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any],
         finally:
             with signals_held(deliver=ended):  # a stop once the run has ended: after the runtime has
                 link.close()
-    except KeyboardInterrupt as stop:
+    except STOP_EXCEPTIONS as stop:
         data = _sidecar(csv_path)
         if data is not None:
             stop.report, stop.report_complete = csv_path, data.get("status") == "complete"

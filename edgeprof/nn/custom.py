@@ -143,8 +143,20 @@ def _takes_shape(factory: Callable[..., Any]) -> bool:
 
 
 def _call(factory: Callable[..., Any], spec: str, shape: tuple[int, int, int]) -> Any:
+    """``factory(shape)`` or ``factory()``; a factory that cannot be called either way (a class whose constructor
+    takes other positional arguments) is a ModelError naming what it takes, never a bare TypeError."""
+    takes_shape = _takes_shape(factory)
     try:
-        return factory(shape) if _takes_shape(factory) else factory()
+        inspect.signature(factory).bind(*([shape] if takes_shape else []))
+    except TypeError as err:
+        raise ModelError(f"backbone {spec!r}: edgeprof calls the factory as factory(input_shape) with the data's "
+                         f"(C, H, W), or factory() if it takes no positional argument, and it cannot be called so "
+                         f"({err}): give a function that builds the module, e.g. lambda input_shape: MyNet(...) "
+                         f"{SEE}") from None
+    except ValueError:  # no signature to read (a builtin): call it and see
+        pass
+    try:
+        return factory(shape) if takes_shape else factory()
     except EdgeprofError:
         raise
     except (Exception, SystemExit) as err:

@@ -51,8 +51,9 @@ from edgeprof.errors import EdgeprofError
 METRICS = ("wall_s", "cpu_s", "energy_j")
 #: the round GPU's joules by its own meter, and net of its idle power (:mod:`edgeprof.report.gpu_energy`)
 GPU_METRICS = ("gpu_j", "gpu_net_j")
-#: the metrics :func:`render` tables show unless told otherwise (``sweep --check`` adds the one it judges)
-TABLE_METRICS = ("wall_s", "cpu_s") + GPU_METRICS
+#: the metrics :func:`render` tables show unless told otherwise (``sweep --check`` adds the one it judges):
+#: time, the round's energy (named with its method, :func:`metric_label`) and the GPU's
+TABLE_METRICS = ("wall_s", "cpu_s", "energy_j") + GPU_METRICS
 #: the column that says how an energy metric's rows were obtained
 METHOD_COLUMNS = {"energy_j": "energy_method", "gpu_j": "gpu_method", "gpu_net_j": "gpu_method"}
 CONFIDENCE = 0.95
@@ -463,7 +464,8 @@ def render(analysis: Analysis, metrics: Sequence[str] = TABLE_METRICS):
     ratios = Table(title="ratio to PFLEGO per client round at each tau (geometric means)")
     taus = sorted({r.tau for r in analysis.ratios if r.metric in metrics})
     for name in ("device",) * several + ("algo", "over", "metric") + tuple(f"tau={t}" for t in taus):
-        ratios.add_column(name, justify="right" if name.startswith("tau") else "left", no_wrap=True)
+        # a long metric label (energy_j (counter+estimate: ...)) wraps in its cell, never the ratios
+        ratios.add_column(name, justify="right" if name.startswith("tau") else "left", no_wrap=name != "metric")
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
         if r.metric in metrics:

@@ -21,6 +21,7 @@ from edgeprof.config import RunConfig
 from edgeprof.rounds.federation import Federation
 from edgeprof.session.run import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
+from edgeprof.signals import STOP_EXCEPTIONS
 from edgeprof.rounds.runtime import load_native_libraries
 
 
@@ -152,8 +153,9 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
 
     ``stage(text)`` is called as each set-up step starts (loading data, building the backbone, opening
     meters); ``progress(0, total)`` when set-up is over, then ``progress(done, total)`` after every round.
-    KeyboardInterrupt is re-raised after the sidecar is marked ``interrupted``; the CSV keeps every
-    finished round. ``sidecar``: sections the caller adds to the run's sidecar (``train``: its target and protocol).
+    A stop (KeyboardInterrupt, or Terminated for SIGTERM and SIGHUP) is re-raised after the sidecar is marked
+    ``interrupted``; the CSV keeps every finished round. ``sidecar``: sections the caller adds to the run's
+    sidecar (``train``: its target and protocol).
     """
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
@@ -172,7 +174,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))
         return RunResult(session.ctx.run_id, session.csv_path, session.sidecar_path, session.done, session.status)
-    except KeyboardInterrupt as err:
+    except STOP_EXCEPTIONS as err:
         if session is not None and session.status == "complete":  # a stop after the final sidecar: the report is whole
             err.report, err.report_complete = session.csv_path, True
         raise

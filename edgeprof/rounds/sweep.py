@@ -226,8 +226,8 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     ``progress(0, total)`` once set-up is over.
 
     Order of work as in :func:`edgeprof.rounds.simulate.run`: validate, check the output folder, load the data,
-    build every algorithm and open the meters before any file is created. KeyboardInterrupt is
-    re-raised after the sidecar is marked ``interrupted``.
+    build every algorithm and open the meters before any file is created. A stop (KeyboardInterrupt,
+    or Terminated for SIGTERM and SIGHUP) is re-raised after the sidecar is marked ``interrupted``.
     """
     from edgeprof.session.run import make_run_id, open_run
     from edgeprof.report.writer import check_writable

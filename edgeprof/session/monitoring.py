@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import re
+import signal
 import threading
 import time
 from pathlib import Path
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from edgeprof.errors import MonitorError
@@ -59,7 +62,7 @@ from edgeprof.session.wrapping import in_window
 if TYPE_CHECKING:
     from edgeprof.config import EnergySettings
 
-__all__ = ["monitor", "Monitor", "MonitorConfig", "MonitorWindow", "Measurement", "phase"]
+__all__ = ["monitor", "Monitor", "MonitorWindow", "WindowLabels", "phase"]
 
 
 def _split(labels: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
@@ -95,16 +98,53 @@ class _NotStopped(KeyboardInterrupt):
         self.reason = reason
 
 
-class MonitorWindow:
-    """An open window of a :class:`Monitor`; ``phase(name)`` marks a part of it, ``measurement`` once ended."""
+class WindowLabels(MutableMapping):
+    """The labels of one window (the monitor's, then the window's own), settable while the window is open.
 
-    def __init__(self, win: OpenWindow, kind: str, labels: Mapping[str, Any], cells: Mapping[str, str],
-                 other: Mapping[str, Any]) -> None:
+    ``w.labels["train_loss"] = loss`` or ``w.labels.update(test_accuracy=acc)`` before the window ends label its
+    row; each label is checked as it is set (:mod:`edgeprof.session.row_labels`: MonitorError, one line), and
+    setting or removing one once the window has ended (its row written) is a MonitorError."""
+
+    def __init__(self, window: "MonitorWindow", labels: Mapping[str, Any]) -> None:
+        self._window = window
+        self._data = dict(labels)
+
+    def _open(self, key: str) -> None:
+        if not self._window.is_open:
+            raise MonitorError(f"window {self._window.name!r} has ended and its row is written: label {key!r} "
+                               "must be set while the window is open")
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._open(key)
+        _split({**self._data, key: value})
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        self._open(key)
+        del self._data[key]
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+
+class MonitorWindow:
+    """An open window of a :class:`Monitor`; ``phase(name)`` marks a part of it, ``labels`` label its row while
+    it is open (:class:`WindowLabels`), ``measurement`` holds its figures once ended."""
+
+    def __init__(self, win: OpenWindow, kind: str, labels: Mapping[str, Any]) -> None:
         self._win = win
         self.kind = kind
-        self.labels = dict(labels)
-        self._cells = dict(cells)
-        self._other = dict(other)
+        self.labels = WindowLabels(self, labels)
+        self._error: Optional[str] = None  # the type of the exception the window's body raised
         self.measurement: Optional[Measurement] = None
 
     @property
@@ -143,6 +183,8 @@ class Monitor:
         self._overlapped = 0
         self._no_peak = 0
         self._unclosed: list[str] = []
+        self._signals: list[int] = []  # the stop signals that came while the monitor ran (SIGTERM, SIGHUP)
+        self._rounds: set[str] = set()  # the ``round`` cells of the rows written: the sidecar's rounds_completed
         #: extra sidecar sections (name -> JSON-able data), written with the final sidecar
         self.sidecar_sections: dict[str, Any] = {}
 
@@ -178,9 +220,9 @@ class Monitor:
         self._windows = self._session.ctx.profiler.windows
         from edgeprof.signals import handle_termination
 
-        # SIGTERM and SIGHUP end the run as in measure (main thread), unless the program handles them itself;
-        # one the program does not catch ends it with one line and 143 / 129 (edgeprof.signals)
-        stack.enter_context(handle_termination(program=True))
+        # SIGTERM and SIGHUP (main thread): recorded, then the program's own handler runs; left at their default,
+        # they end the run as in measure, and one the program does not catch ends it with one line and 143 / 129
+        stack.enter_context(handle_termination(program=True, heard=self._signals.append))
         atexit.register(self._at_exit)
         stack.callback(atexit.unregister, self._at_exit)
         self._stack, self._state = stack, "running"
@@ -197,9 +239,17 @@ class Monitor:
 
     def stop(self, error: Optional[BaseException] = None) -> None:
         """Close the report: the final sidecar says ``complete`` (or, given the ``error`` that ended the run,
-        ``interrupted`` or ``failed``). Windows still open are not recorded; the sidecar names them."""
+        ``interrupted`` or ``failed``). Windows still open are not recorded; the sidecar names them.
+
+        A stop signal that came while the monitor ran and that the program's own handler took (SIGTERM, SIGHUP)
+        makes the run ``interrupted (SIGTERM)`` when it then ends normally or by the program's own exit
+        (``sys.exit``); its ``monitor`` section lists the signals that came."""
+        from edgeprof.signals import Terminated
+
         if self._state != "running":
             return
+        if self._signals and (error is None or isinstance(error, SystemExit)):
+            error = Terminated(self._signals[0])  # how the sidecar tells the run's end; the caller's error goes on
         with self._lock:
             for win in self._windows.open_windows:
                 self._unclosed.append(win.name)
@@ -229,7 +279,8 @@ class Monitor:
             [PEAK_NOTE.format(n=self._no_peak)] if self._no_peak else [])
         section = {"name": self.config.name, "labels": dict(self.config.labels), "windows": dict(self._counts),
                    "overlapping_windows": self._overlapped, "windows_without_peak_rss": self._no_peak,
-                   "unclosed_windows": list(self._unclosed), "notes": notes}
+                   "unclosed_windows": list(self._unclosed), "notes": notes,
+                   "signals": [signal.Signals(s).name for s in self._signals]}
         return {**data, "phases": phases, "monitor": section, **self.sidecar_sections}
 
     # --- windows --------------------------------------------------------------------------------------------
@@ -246,8 +297,8 @@ class Monitor:
     def _begin(self, name: str, kind: str, labels: Mapping[str, Any]) -> MonitorWindow:
         self._check(name, kind)
         merged = {**self.config.labels, **labels}
-        cells, other = _split(merged)
-        return MonitorWindow(self._windows.begin(name), kind, merged, cells, other)
+        _split(merged)
+        return MonitorWindow(self._windows.begin(name), kind, merged)
 
     def _end(self, mw: MonitorWindow) -> Measurement:
         self._windows.end(mw._win)
@@ -255,11 +306,10 @@ class Monitor:
         with self._lock:
             row = self._row(mw, result)
             self._write(row, result.trace, mw.name)
-            self._session.done += 1  # the sidecar's rounds_completed: windows measured here (Flower: rounds)
             self._counts[mw.name] = self._counts.get(mw.name, 0) + 1
             self._overlapped += mw._win.overlapped
             self._no_peak += not mw._win.peak_rss_exact
-        mw.measurement = Measurement(mw.name, mw.kind, mw.labels, result, row, mw._win.overlapped)
+        mw.measurement = Measurement(mw.name, mw.kind, dict(mw.labels), result, row, mw._win.overlapped)
         return mw.measurement
 
     def _base(self, name: str, kind: str, cells: Mapping[str, str], other: Mapping[str, Any]) -> dict:
@@ -271,7 +321,10 @@ class Monitor:
         from edgeprof.report.schema import row_from_window
 
         energy = self._session.ctx.energy
-        row = row_from_window(result, self._base(mw.name, mw.kind, mw._cells, mw._other),
+        cells, other = _split(mw.labels)  # as they are now: set while the window was open
+        if mw._error is not None:  # the row says how the window ended: its labels carry the exception's type
+            other["error"] = mw._error
+        row = row_from_window(result, self._base(mw.name, mw.kind, cells, other),
                               idle_power_w=energy.idle_power_w, carbon_g_per_kwh=energy.carbon_g_per_kwh)
         if not mw._win.peak_rss_exact:
             row["peak_rss_mb"] = ""
@@ -284,6 +337,9 @@ class Monitor:
         if missing:
             writer.add_columns(missing)
         self._session.ctx.write(row, trace, window)
+        if row.get("round"):  # the sidecar's rounds_completed: the rounds the rows name (Flower: its rounds)
+            self._rounds.add(row["round"])
+            self._session.done = len(self._rounds)
 
     @contextlib.contextmanager
     def window(self, name: str, /, *, kind: str = "window", **labels: Any) -> Iterator[MonitorWindow]:
@@ -297,7 +353,7 @@ class Monitor:
             yield mw
         except BaseException as err:
             if mw.is_open:  # the row says how the window ended: its labels carry the exception's type
-                mw._other = {**mw._other, "error": type(err).__name__}
+                mw._error = type(err).__name__
                 self._end(mw)
             raise
         if mw.is_open:
@@ -333,7 +389,7 @@ class Monitor:
         return win.phase(name)
 
     def measure(self, fn: Optional[Callable] = None, /, *, name: Optional[str] = None, kind: str = "window",
-                **labels: Any):
+                returns: "str | Callable[[Any], Mapping[str, Any]] | None" = None, **labels: Any):
         """Decorator: every call of the function is a window, named after it (its qualified name without an
         enclosing function's ``<locals>``) unless a name is given.
 
@@ -343,16 +399,36 @@ class Monitor:
         included; one it never finishes ends when it is closed or collected). A call that recurses opens a
         window inside the caller's (and double counts, as nested windows do). Calling the function while the
         monitor is not running is a MonitorError.
+
+        ``returns`` labels each call's row with what the call returns, set before its window ends:
+        ``returns="test_accuracy"`` makes the return value that label; a function, ``returns=lambda r: {"test_loss":
+        r[0], "test_accuracy": r[1]}``, makes labels of it. A call that returns None adds no label; a label that is
+        refused (``test_accuracy`` not a finite number) is a MonitorError raised by the call, whose row then says
+        ``"error": "MonitorError"``. An async generator returns nothing: ``returns`` is refused for one.
         """
         if isinstance(fn, str):  # @mon.measure("step"): the name, as codecarbon's and Zeus's decorators take it
             fn, name = None, fn
         if fn is not None and not callable(fn):
             raise MonitorError(f"mon.measure takes a function or a window name, got {fn!r}")
+        if returns is not None and not (callable(returns) or isinstance(returns, str) and returns):
+            raise MonitorError(f"returns= takes a label name or a function of the return value, got {returns!r}")
         _split({**self.config.labels, **labels})  # a bad label fails here, not at the first call
 
+        def label(mw: MonitorWindow, value: Any) -> None:
+            if value is None:
+                return
+            found = returns(value) if callable(returns) else {returns: value}
+            if not isinstance(found, Mapping):
+                raise MonitorError(f"returns= gave {found!r} for the value {value!r}: it must give a mapping of labels")
+            mw.labels.update(found)
+
         def wrap(func: Callable) -> Callable:
+            if returns is not None and inspect.isasyncgenfunction(func):
+                raise MonitorError(f"{func.__qualname__} is an async generator function: it returns nothing for "
+                                   "returns= to label a row with")
             window_name = name or re.sub(r".*<locals>\.", "", func.__qualname__)
-            return in_window(func, lambda: self.window(window_name, kind=kind, **labels))
+            return in_window(func, lambda: self.window(window_name, kind=kind, **labels),
+                             label if returns is not None else None)
 
         return wrap if fn is None else wrap(fn)
 
@@ -431,6 +507,6 @@ def monitor(out: str | Path = "profiles", name: Optional[str] = None, labels: Op
         energy = EnergySettings.of(meter_settings=meter_settings, idle_seconds=idle_seconds, country=country,
                                    region=region, carbon_intensity=carbon_intensity, trace_hz=trace_hz,
                                    **meter_options)
-    config = MonitorConfig(out=Path(out), name=name or "monitor", run_name=run_id, labels=dict(labels or {}),
+    config = MonitorConfig(out=Path(out), name=name or "monitor", run_id=run_id, labels=dict(labels or {}),
                            phases=tuple(phases), energy=energy)
     return Monitor(config, profiler=profiler)

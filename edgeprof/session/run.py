@@ -33,7 +33,7 @@ from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import check_phase_name, columns_for, row_from_window
 from edgeprof.report.trace_file import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
-from edgeprof.signals import HeldSignals, stops_unwrapped
+from edgeprof.signals import STOP_EXCEPTIONS, HeldSignals, stops_unwrapped
 
 #: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
 log = logging.getLogger("edgeprof")
@@ -213,7 +213,7 @@ def ending(err: BaseException | None) -> tuple[str, str]:
     ``sys.exit(0)`` under the ServerApp); anything else fails it."""
     if err is None:
         return "complete", ""
-    if isinstance(err, KeyboardInterrupt):  # Ctrl-C, and SIGTERM / SIGHUP through edgeprof.signals
+    if isinstance(err, STOP_EXCEPTIONS):  # Ctrl-C, and SIGTERM / SIGHUP through edgeprof.signals
         return "interrupted", str(getattr(err, "reason", "") or "interrupted (SIGINT)")
     if isinstance(err, SystemExit):
         if err.code in (None, 0):
@@ -286,7 +286,7 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
                     session.ctx.flush()  # the rows still waiting for a slow meter's series
             except BaseException as err:
                 error = err
-                if isinstance(err, KeyboardInterrupt):
+                if isinstance(err, STOP_EXCEPTIONS):
                     err.report = session.csv_path  # the CLI's line names the report that keeps the finished rounds
                 raise
             finally:
@@ -355,7 +355,7 @@ def _close(session: ReportSession, sidecar: Callable[..., dict], error: BaseExce
 
     try:
         final(error)
-    except KeyboardInterrupt as late:  # a stop that landed before the write held the signals back,
+    except STOP_EXCEPTIONS as late:  # a stop that landed before the write held the signals back,
         if not written:                # or one held during it and raised after
             final(late)
         late.report, late.report_complete = session.csv_path, written[-1:] == ["complete"]

@@ -5,21 +5,29 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager, Optional
 
 
-def in_window(func: Callable, window: Callable[[], ContextManager]) -> Callable:
+def in_window(func: Callable, window: Callable[[], ContextManager],
+              returned: Optional[Callable[[Any, Any], None]] = None) -> Callable:
     """``func`` wrapped so that each call runs inside a fresh ``window()``.
 
     A coroutine function is awaited inside its window; a generator (or async generator) function's window spans
     its whole iteration, from the first item asked for to its end (what the consumer does between items
-    included; one it never finishes ends when it is closed or collected).
+    included; one it never finishes ends when it is closed or collected). ``returned(win, value)``, when given,
+    is called inside the window with what the window's context manager gave and the call's return value (a
+    generator's: the value its ``return`` gives), before the window ends; an async generator returns nothing.
     """
+    def finish(win, value):
+        if returned is not None:
+            returned(win, value)
+        return value
+
     if inspect.isgeneratorfunction(func):
         @functools.wraps(func)
         def measured_generator(*args, **kwargs):
-            with window():
-                return (yield from func(*args, **kwargs))
+            with window() as win:
+                return finish(win, (yield from func(*args, **kwargs)))
 
         return measured_generator
     if inspect.isasyncgenfunction(func):
@@ -42,14 +50,14 @@ def in_window(func: Callable, window: Callable[[], ContextManager]) -> Callable:
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def measured_async(*args, **kwargs):
-            with window():
-                return await func(*args, **kwargs)
+            with window() as win:
+                return finish(win, await func(*args, **kwargs))
 
         return measured_async
 
     @functools.wraps(func)
     def measured(*args, **kwargs):
-        with window():
-            return func(*args, **kwargs)
+        with window() as win:
+            return finish(win, func(*args, **kwargs))
 
     return measured
