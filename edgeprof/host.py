@@ -44,12 +44,14 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
-def device_label(configured: str | None = None) -> str:
-    """The name rows carry in their ``device`` column: $EDGEPROF_DEVICE, else ``configured``, else the host name."""
-    return os.environ.get("EDGEPROF_DEVICE") or configured or socket.gethostname()
+def host_label(configured: str | None = None) -> str:
+    """The name rows carry in their ``host`` column: $EDGEPROF_HOST, else $EDGEPROF_DEVICE (its old name, read
+    while EDGEPROF_HOST is unset), else ``configured``, else the host name."""
+    return (os.environ.get("EDGEPROF_HOST") or os.environ.get("EDGEPROF_DEVICE") or configured
+            or socket.gethostname())
 
 
-def device_info() -> dict:
+def host_info() -> dict:
     """CPU model, cores, memory, OS, Python and the host's name."""
     import psutil
 

@@ -71,10 +71,10 @@ def report_figures(csv_path: Path) -> None:
                 g = ratio_of_means(hi, lo)
                 print(f"{variant} growth tau=5 -> tau=100 ({metric}): {(g.value - 1):+.1%}"
                       + (f" [{g.lo - 1:+.1%}, {g.hi - 1:+.1%}]" if g.lo is not None else ""))
-        fit = analysis.fit_for(next(iter({f.device for f in analysis.fits})), variant, "wall_s")
+        fit = analysis.fit_for(next(iter({f.host for f in analysis.fits})), variant, "wall_s")
         if fit is not None:
             print(f"{variant} verdict (wall_s): {fit.verdict.label}: {fit.verdict.reason}")
-    fed = analysis.fit_for(next(iter({f.device for f in analysis.fits})), "fedavg", "wall_s")
+    fed = analysis.fit_for(next(iter({f.host for f in analysis.fits})), "fedavg", "wall_s")
     if fed is not None:
         print(f"fedavg verdict (wall_s): {fed.verdict.label}: {fed.verdict.reason}")
     rates(rows)

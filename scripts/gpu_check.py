@@ -256,9 +256,9 @@ def environment(device: str, nvml=None, handle=None) -> dict:
     """The machine and the software the figures were measured with."""
     import torch
 
-    from edgeprof.host import device_info, library_versions
+    from edgeprof.host import host_info, library_versions
 
-    env = {"device": device, "host": device_info(), "libraries": library_versions(), "commit": _commit(),
+    env = {"device": device, "host": host_info(), "libraries": library_versions(), "commit": _commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     env.update(_software())
     if device != "cpu":

@@ -198,7 +198,7 @@ def test_ratio_of_means_exact_and_with_interval():
     assert math.isnan(ratio_of_means([], [1.0]).value)
 
 
-def rows_for(costs: dict, repeats: int = 3, device: str = "dev", noise: float = 0.01, seed: int = 0,
+def rows_for(costs: dict, repeats: int = 3, host: str = "dev", noise: float = 0.01, seed: int = 0,
              method: str = "") -> list[dict]:
     """Client rows of a synthetic sweep: ``costs[(algo, engine)](tau)`` seconds, energy 10 W * wall, obtained by
     ``method`` (the ``energy_method`` column; left out when empty)."""
@@ -208,7 +208,7 @@ def rows_for(costs: dict, repeats: int = 3, device: str = "dev", noise: float = 
         for tau in TAUS:
             for _ in range(repeats):
                 wall = cost(tau) * (1 + rng.normal(0, noise))
-                rows.append(dict(device=device, algo=algo, engine=engine, tau=str(tau), kind="client",
+                rows.append(dict(host=host, algo=algo, engine=engine, tau=str(tau), kind="client",
                                  wall_s=f"{wall:.6g}", cpu_s=f"{2 * wall:.6g}", energy_j=f"{10 * wall:.6g}",
                                  **({"energy_method": method} if method else {})))
     return rows
@@ -231,8 +231,8 @@ def test_analyze_fits_every_variant_and_relates_steps_to_a_full_pass():
     assert len(at50) == 1 and at50[0].ratio.value == pytest.approx((0.01 + 7.5) / 0.205, rel=1e-3)
 
 
-def test_devices_are_analysed_apart():
-    rows = rows_for(CLAIM_HOLDS, device="a") + rows_for({k: (lambda t: 2 * t) for k in CLAIM_HOLDS}, device="b")
+def test_hosts_are_analysed_apart():
+    rows = rows_for(CLAIM_HOLDS, host="a") + rows_for({k: (lambda t: 2 * t) for k in CLAIM_HOLDS}, host="b")
 
     result = analyze(rows)
 

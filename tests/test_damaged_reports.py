@@ -46,7 +46,7 @@ DAMAGE = {
     "torn last line": lambda g: g.read_bytes()[:-40],
     "wall_s is abc": lambda g: _set_cell(g, "wall_s", "abc"),
     "tau is nan": lambda g: _set_cell(g, "tau", "nan"),
-    "not utf-8": lambda g: _set_cell(g, "device", "caf\xe9").replace(b"caf\xc3\xa9", b"caf\xe9"),
+    "not utf-8": lambda g: _set_cell(g, "host", "caf\xe9").replace(b"caf\xc3\xa9", b"caf\xe9"),
     "unknown kind": lambda g: _set_cell(g, "kind", "bogus"),
 }
 
@@ -83,7 +83,7 @@ def test_a_report_with_nothing_usable_is_one_line_and_exit_7(good, tmp_path, con
 
 #: sections of the wrong shape, as a hand edit or another tool leaves them; each is named and left out
 WRONG_SHAPES = {
-    "device": "oops", "meters": "x", "libraries": [1, 2], "energy": {"carbon": "250 g"},
+    "host": "oops", "meters": "x", "libraries": [1, 2], "energy": {"carbon": "250 g"},
     "monitor": {"notes": "one"}, "rows": -3,
 }
 
@@ -108,12 +108,12 @@ def test_a_sidecar_section_of_the_wrong_shape_is_left_out_with_one_note(good, tm
 def test_a_sidecar_keeps_its_usable_sections_and_the_ones_it_does_not_know():
     from edgeprof.report.sidecar import usable_sidecar
 
-    data = {"device": "oops", "status": "complete", "meters": {"meters": [{"name": "rapl"}]}, "sweep": {"any": 1}}
+    data = {"host": "oops", "status": "complete", "meters": {"meters": [{"name": "rapl"}]}, "sweep": {"any": 1}}
 
     kept, why = usable_sidecar(data)
 
     assert kept == {"status": "complete", "meters": {"meters": [{"name": "rapl"}]}, "sweep": {"any": 1}}
-    assert why.startswith("left out sidecar section(s) of the wrong shape: device is a string")
+    assert why.startswith("left out sidecar section(s) of the wrong shape: host is a string")
 
 
 @pytest.mark.parametrize("sidecar", [b"[1, 2, 3]", b'"text"', b"\xff\xfe{}", b"{not json"])

@@ -29,7 +29,7 @@ HOSTILE_ALGO = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1'
 TWO = {("pflego", "onnx"): lambda t: 0.2, ("fedavg", "torch"): lambda t: 0.01 + 0.15 * t}
 
 
-def _write(folder: Path, name: str, rows: list[dict], device: str, method: str = "estimate") -> Path:
+def _write(folder: Path, name: str, rows: list[dict], host: str, method: str = "estimate") -> Path:
     path = folder / f"{name}.csv"
     with ReportWriter(path, columns_for(phases_of(["pflego", "fedavg"]))) as writer:
         for i, row in enumerate(rows):
@@ -42,7 +42,7 @@ def _write(folder: Path, name: str, rows: list[dict], device: str, method: str =
             writer.write(row)
     write_sidecar(path.with_suffix(".json"), {
         "run_id": name, "status": "complete",
-        "device": {"hostname": device, "cpu_model": f"CPU of {device}", "cpu_cores_logical": 2},
+        "host": {"hostname": host, "cpu_model": f"CPU of {host}", "cpu_cores_logical": 2},
         "meters": {"meters": [{"name": "cpu_estimate"}], "not_found": [{"meter": "rapl", "reason": "none"}]},
         "energy": {"carbon": {"g_per_kwh": 475.0, "source": "world average"}}})
     return path
@@ -64,20 +64,20 @@ def _cells(page: str, table_class: str) -> list[list[str]]:
     return [[html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", body)]
 
 
-def _eval_rows(device: str) -> list[dict]:
+def _eval_rows(host: str) -> list[dict]:
     rows = []
     for rnd in range(1, 4):
-        rows.append(dict(device=device, algo="fedavg", engine="torch", tau="5", kind="client", wall_s="0.5",
+        rows.append(dict(host=host, algo="fedavg", engine="torch", tau="5", kind="client", wall_s="0.5",
                          energy_j="5"))
-        rows.append(dict(device=device, algo="fedavg", engine="torch", tau="5", kind="eval",
+        rows.append(dict(host=host, algo="fedavg", engine="torch", tau="5", kind="eval",
                          test_accuracy=f"{0.5 + 0.1 * rnd}", train_loss="1.0"))
     return rows
 
 
 @pytest.fixture
 def reports(tmp_path) -> list[Path]:
-    sweep = rows_for(CLAIM_HOLDS, device="laptop") + rows_for(CLAIM_HOLDS, device=HOSTILE, seed=1)
-    odd = rows_for({("x", "y"): lambda t: 1.0}, device="laptop")
+    sweep = rows_for(CLAIM_HOLDS, host="laptop") + rows_for(CLAIM_HOLDS, host=HOSTILE, seed=1)
+    odd = rows_for({("x", "y"): lambda t: 1.0}, host="laptop")
     sweep += [dict(r, algo=HOSTILE_ALGO, engine="torch") for r in odd]
     sweep += [dict(r, kind="server", wall_s="0.002") for r in sweep[:12]]
     train = _eval_rows("laptop")
@@ -92,13 +92,13 @@ def test_page_has_every_section_and_plotly_once(reports):
         assert f'<section id="{sid}">' in page and name in page
     assert page.count("plotly.js v") == 1 and "<script src" not in page
     assert "ESTIMATE" in page and "(an ESTIMATE, not a measurement)" in page
-    assert "Peak resident memory" in page and "Devices side by side" in page
+    assert "Peak resident memory" in page and "Hosts side by side" in page
     assert "Verdict <b>flat</b>" in page and ">flat<" in page and ">linear<" in page
     figures = json.loads(re.search(r'id="edgeprof-figures">(.*?)</script>', page, re.S).group(1))
     titles = " ".join(f["layout"]["title"]["text"] for f in figures)
     for part in ("per client round", "per phase", "each client round", "total energy", "test accuracy"):
         assert part in titles
-    assert "laptop: " in titles and "&lt;script&gt;alert(1)&lt;/script&gt;: " in titles  # one column per device
+    assert "laptop: " in titles and "&lt;script&gt;alert(1)&lt;/script&gt;: " in titles  # one column per host
 
 
 def test_hostile_labels_are_escaped_everywhere(reports):
@@ -186,7 +186,7 @@ def test_titles_sit_below_the_toolbar_and_log_toggles_below_the_titles(reports):
 def test_phase_and_cost_charts_toggle_a_log_y_axis(reports, title):
     figures = _figures(render([read_report(p) for p in reports]), title)
 
-    assert len(figures) >= 2  # one per device
+    assert len(figures) >= 2  # one per host
     for f in figures:
         (toggle,) = f["layout"]["updatemenus"]
         assert [b["args"] for b in toggle["buttons"]] == [[{"yaxis.type": "linear"}], [{"yaxis.type": "log"}]]

@@ -167,18 +167,19 @@ def test_on_the_cpu_the_kind_is_recorded_and_no_device_memory_is_claimed(tmp_pat
 
 
 def test_a_flower_node_names_itself_and_picks_its_compute_device_with_two_keys():
-    """``device`` is the node's name in the report; ``compute-device`` is where its rounds run (each node its
+    """``host`` is the node's name in the report; ``compute-device`` is where its rounds run (each node its
     own); a compute device no kind knows is one ConfigError line."""
     pytest.importorskip("flwr")  # the dev extra leaves Flower out on Python 3.10
     from edgeprof.errors import ConfigError
     from edgeprof.flower.config import node_overrides
-    from edgeprof.flower.mod import device_name
+    from edgeprof.flower.mod import host_name
 
-    node = {"device": "jetson-3", "compute-device": "cpu", "threads": 1}
+    node = {"host": "jetson-3", "compute-device": "cpu", "threads": 1}
     cfg = node_overrides(RunConfig(device="auto"), node)
 
-    assert cfg.device == "cpu" and cfg.threads == 1 and device_name(node) == "jetson-3"
-    assert node_overrides(RunConfig(device="cpu"), {"device": "pi-4"}).device == "cpu"  # a name moves nothing
+    assert cfg.device == "cpu" and cfg.threads == 1 and host_name(node) == "jetson-3"
+    assert node_overrides(RunConfig(device="cpu"), {"host": "pi-4"}).device == "cpu"  # a name moves nothing
+    assert node_overrides(RunConfig(device="cpu"), {"device": "pi-4"}).device == "cpu"  # nor its old key
     with pytest.raises(ConfigError, match="device must be"):
         node_overrides(RunConfig(), {"compute-device": "tpu:0"})
 

@@ -136,23 +136,26 @@ def _text(table) -> str:
 
 
 # --- projection onto a swept device -------------------------------------------------------------------------------
-def _write_sweep(path: Path, lines: dict[str, tuple[float, float]], taus=(1, 5, 10, 20), device="jetson"):
-    """A sweep report: per algorithm three client rows at each tau, joules a + b*tau plus a fixed wobble."""
+def _write_sweep(path: Path, lines: dict[str, tuple[float, float]], taus=(1, 5, 10, 20), host="jetson",
+                 column="host"):
+    """A sweep report: per algorithm three client rows at each tau, joules a + b*tau plus a fixed wobble; the
+    machine's name in ``column`` (``device``: as an older edgeprof wrote it)."""
     wobble = (-0.05, 0.0, 0.07)
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=("run_id", "device", "algo", "engine", "tau", "round", "kind", "energy_j",
+        w = csv.DictWriter(f, fieldnames=("run_id", column, "algo", "engine", "tau", "round", "kind", "energy_j",
                                           "energy_method"))
         w.writeheader()
         for algo, (a, b) in lines.items():
             for tau in taus:
                 for i, d in enumerate(wobble):
-                    w.writerow(dict(run_id="s", device=device, algo=algo, engine="", tau=tau, round=i + 1,
-                                    kind="client", energy_j=a + b * tau + d, energy_method="counter"))
+                    w.writerow({"run_id": "s", column: host, "algo": algo, "engine": "", "tau": tau, "round": i + 1,
+                                "kind": "client", "energy_j": a + b * tau + d, "energy_method": "counter"})
     return path
 
 
-def test_a_projection_is_counted_rounds_here_times_the_fitted_cost_there(tmp_path):
-    sweep = _write_sweep(tmp_path / "sweep.csv", {"a": (2.0, 0.5), "b": (1.0, 0.1)})
+@pytest.mark.parametrize("column", ["host", "device"])  # device: an older sweep's column, read as host
+def test_a_projection_is_counted_rounds_here_times_the_fitted_cost_there(tmp_path, column):
+    sweep = _write_sweep(tmp_path / "sweep.csv", {"a": (2.0, 0.5), "b": (1.0, 0.1)}, column=column)
     table = cells([r for rep in _reports() for r in energy_to_target(rep, 0.9)])
     rows = read_report(sweep).rows
 
@@ -168,7 +171,7 @@ def test_a_projection_is_counted_rounds_here_times_the_fitted_cost_there(tmp_pat
             1 / len(x) + (cell.tau - x.mean()) ** 2 / ((x - x.mean()) ** 2).sum())
         cost = a + b * cell.tau
         p = cell.projection
-        assert p.device == "jetson" and p.cost_j == pytest.approx(cost)
+        assert p.host == "jetson" and p.cost_j == pytest.approx(cost)
         assert (p.cost_lo, p.cost_hi) == pytest.approx((cost - band, cost + band))
         if not cell.is_reached:
             assert p.joules is None

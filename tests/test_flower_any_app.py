@@ -102,7 +102,7 @@ def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path
         assert float(row["wall_s"]) > 0 and row["energy_method"] == "estimate"
         assert float(row["energy_j"]) == pytest.approx(float(row["cpu_s"]) * WATTS, rel=1.1e-5)
         assert float(row["carbon_g"]) == pytest.approx(float(row["energy_j"]) / 3.6e6 * 500.0, rel=1e-4)
-        assert math.isfinite(float(row["train_loss"])) and row["device"]
+        assert math.isfinite(float(row["train_loss"])) and row["host"]
     assert len(report.where(kind="eval", window="evaluate")) == ROUNDS * len(NODES)
     servers = report.where(kind="server")
     assert [int(r["round"]) for r in servers] == [1, 2] and all(r["window"] == "aggregate_train" for r in servers)
@@ -113,10 +113,12 @@ def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path
     assert sidecar["flower"]["notes"]  # every client reported this machine: attribution, said so
 
 
-def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatch):
+@pytest.mark.parametrize("name", ["host", "device"])  # device: the argument's old name, still read
+def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatch, name):
     # Prepare: a phase marked inside the app's own code, a no-op without the mod
+    monkeypatch.delenv("EDGEPROF_HOST", raising=False)
     monkeypatch.delenv("EDGEPROF_DEVICE", raising=False)
-    app = ClientApp(mods=[energy_mod(meters=estimate_meters, carbon_intensity=500.0, device="pi-4")])
+    app = ClientApp(mods=[energy_mod(meters=estimate_meters, carbon_intensity=500.0, **{name: "pi-4"})])
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
@@ -137,7 +139,35 @@ def test_a_reply_carries_time_energy_method_and_carbon(task_identity, monkeypatc
     assert info["energy_method"] == "estimate" and info["cpu_estimate_method"] == "estimate"
     assert info["energy_j"] == pytest.approx(info["cpu_s"] * WATTS, rel=1.1e-5)
     assert info["carbon_g"] == pytest.approx(info["energy_j"] / 3.6e6 * 500.0, rel=1e-4)
-    assert info["lookup_s"] > 0 and info["message_type"] == MessageType.QUERY and info["device"] == "pi-4"
+    assert info["lookup_s"] > 0 and info["message_type"] == MessageType.QUERY and info["host"] == "pi-4"
+    assert "device" not in info
+
+
+@pytest.mark.parametrize("node_config,host", [
+    ({"host": "orin-2"}, "orin-2"),
+    ({"device": "orin-2"}, "orin-2"),  # the key's old name, read where host is absent
+    ({"host": "orin-2", "device": "old-name"}, "orin-2"),
+    ({"compute-device": "cpu"}, None),  # where the rounds run names no machine: the host name
+])
+def test_the_node_configs_host_names_the_node_in_the_reply(task_identity, monkeypatch, node_config, host):
+    # Prepare: the mod with no name of its own, so the node config's names the node
+    import socket
+
+    monkeypatch.delenv("EDGEPROF_HOST", raising=False)
+    monkeypatch.delenv("EDGEPROF_DEVICE", raising=False)
+    app = ClientApp(mods=[energy_mod(meters=estimate_meters, carbon_intensity=500.0)])
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return Message(RecordDict({"metrics": MetricRecord({"answer": 1.0})}), reply_to=msg)
+
+    msg = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=11, message_type=MessageType.QUERY)
+    msg.metadata.__dict__["_message_id"] = "m1"
+    context = Context(run_id=1, node_id=11, node_config=node_config, state=RecordDict(), run_config={})
+    # Execute
+    info = app(msg, context).content[PROFILE_RECORD]
+    # Assert
+    assert info["host"] == (host or socket.gethostname()) and "device" not in info
 
 
 def test_without_the_wrapper_a_stock_strategy_still_aggregates_and_sees_the_energy(task_identity):

@@ -99,7 +99,7 @@ def start_federation(request, tmp_path_factory, node_configs: list[str], extra_e
     # environment's bin first, as an activated virtual environment would (CI does not activate it)
     env = {**os.environ, "FLWR_HOME": str(root / "flwr-home"), "PYTHONUNBUFFERED": "1",
            "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]), **(extra_env or {})}
-    env.pop("EDGEPROF_DEVICE", None)
+    env.pop("EDGEPROF_HOST", None), env.pop("EDGEPROF_DEVICE", None)
     Path(env["FLWR_HOME"]).mkdir()
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(
         f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{link}"\ninsecure = true\n')
@@ -186,7 +186,7 @@ def test_pflego_on_flower_matches_the_in_process_run(federation, tmp_path):
         clients = sorted(int(row["client"]) for row in report.where(round=t, kind="client"))
         assert clients == r["sampled"]
         assert len(report.where(round=t, kind="server")) == 1
-    assert all(row["device"] and row["energy_method"] and row["cache_forward_s"] for row in report.where(kind="client"))
+    assert all(row["host"] and row["energy_method"] and row["cache_forward_s"] for row in report.where(kind="client"))
     assert data["flower"]["shared_machine"] and "attribution" in data["flower"]["energy_note"]
 
 

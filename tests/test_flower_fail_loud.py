@@ -195,24 +195,24 @@ def killed_run(tmp_path, task_identity):
     """A real run's report (3 rounds, 3 partitions, every client sampled) whose node 12 (partition 2) stops replying
     after round 1, as a killed SuperNode."""
     cfg, settings = run_cfg(tmp_path, rounds=3), FlowerSettings(node_wait_s=0.0)
-    grid = grid_of(cfg, settings, {10 + p: {"partition-id": p, "num-partitions": 3, "device": f"dev-{p}"}
+    grid = grid_of(cfg, settings, {10 + p: {"partition-id": p, "num-partitions": 3, "host": f"dev-{p}"}
                                    for p in range(3)}, dead_after={12: 1})
     run_id = run_server(grid, to_run_config(cfg, settings))
     return tmp_path / f"{run_id}.csv"
 
 
-def test_summary_says_how_the_run_ended_what_was_not_used_and_each_device(killed_run):
+def test_summary_says_how_the_run_ended_what_was_not_used_and_each_host(killed_run):
     result = CliRunner().invoke(cli, ["summary", str(killed_run)], env={"COLUMNS": "200"})
 
     assert result.exit_code == 0, result.output
     assert "run: complete, 2 of 9 sampled replies not used (0 rejected, 2 never came)" in result.output
-    table = result.output[result.output.index("Flower: per device"):]
-    devices = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+    table = result.output[result.output.index("Flower: per host"):]
+    hosts = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
                for line in table.splitlines() if line.startswith("│ dev-")}
-    assert sorted(devices) == ["dev-0", "dev-1", "dev-2"]
-    assert devices["dev-2"][1] == "2" and devices["dev-2"][2].startswith("partition of synthetic")
-    assert devices["dev-2"][3] == "1" and devices["dev-2"][-1] == "2"  # one round, two replies that never came
-    assert devices["dev-0"][3] == "3" and devices["dev-0"][-1] == "0"
+    assert sorted(hosts) == ["dev-0", "dev-1", "dev-2"]
+    assert hosts["dev-2"][1] == "2" and hosts["dev-2"][2].startswith("partition of synthetic")
+    assert hosts["dev-2"][3] == "1" and hosts["dev-2"][-1] == "2"  # one round, two replies that never came
+    assert hosts["dev-0"][3] == "3" and hosts["dev-0"][-1] == "0"
 
 
 def test_summary_of_a_run_no_node_served_says_why_before_its_error(tmp_path, task_identity):

@@ -106,9 +106,9 @@ def test_a_roll_call_answer_out_of_range_leaves_its_node_out_and_no_honest_alpha
 @pytest.mark.parametrize("content, reason", [
     (RecordDict({"metrics": ConfigRecord({"partition-id": "3", "num-examples": "30"})}), "no MetricRecord"),
     (RecordDict({"metrics": MetricRecord({"partition-id": 3, "num-examples": 30}),
-                 "device": ConfigRecord({"device": "x" * 10_000})}), "device must be printable text"),
+                 "host": ConfigRecord({"host": "x" * 10_000})}), "host must be printable text"),
     (RecordDict({"metrics": MetricRecord({"partition-id": 3, "num-examples": 30}),
-                 "device": ConfigRecord({"device": "gpu\x1b[2J"})}), "device must be printable text"),
+                 "device": ConfigRecord({"device": "gpu\x1b[2J"})}), "device must be printable text"),  # the old name
 ])
 def test_a_roll_call_answer_of_the_wrong_kind_leaves_its_node_out(content, reason):
     from edgeprof.flower.node_checks import NodeLimits, RejectedReply, read_node_info
@@ -256,7 +256,7 @@ def test_a_profiled_reply_with_hostile_numbers_is_a_row_without_them_not_a_crash
     s.sampled[1] = [0, 1]
     bad, good = grad_reply(0, grads(0), metrics=metrics), grad_reply(1, grads(1))
     for msg in (bad, good):
-        msg.content[PROFILE_RECORD] = ConfigRecord({"wall_s": 1.0, "energy_j": 2.0, "device": "d"})
+        msg.content[PROFILE_RECORD] = ConfigRecord({"wall_s": 1.0, "energy_j": 2.0, "host": "d"})
     with ReportWriter(tmp_path / "r.csv", columns_for(("cache_forward", "head_steps", "joint_grad"))) as w:
         ctx = RunContext("r", "laptop", w, Profiler(MeterSet([])), Energy())
         # Execute

@@ -203,9 +203,11 @@ def test_configure_train_samples_r_of_the_split_like_the_in_process_loop(task_id
         assert len(messages) == r and all(m.content["config"]["scale"] == pytest.approx(4 / r) for m in messages)
 
 
-@pytest.mark.parametrize("wire", ["one record", "older two records"])
-def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_row(tmp_path, pflego_strategy, wire):
-    """The profile in the mods' one wire format, and in the older two-record one (read once, for compatibility)."""
+@pytest.mark.parametrize("wire,name", [("one record", "host"), ("one record", "device"),
+                                       ("older two records", "device")])
+def test_reporting_strategy_writes_client_rows_with_their_host_and_a_server_row(tmp_path, pflego_strategy, wire, name):
+    """The profile in the mods' one wire format, and in the older two-record one (read once, for compatibility);
+    the machine named ``host``, or ``device`` as an older mod names it."""
     # Prepare
     from edgeprof.flower.energy import OLD_INFO, OLD_METRICS, PROFILE_RECORD
     from edgeprof.flower.report import ProfiledStrategy, RunRows
@@ -217,7 +219,7 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
 
     msg = grad_reply(1, grads(1))
     numbers = {"wall_s": 1.5, "energy_j": 12.0, "joint_grad_s": 0.25, "short_window": 0.0, "not_a_column": 1.0}
-    labels = {"device": "jetson-7", "energy_method": "integrated_power"}
+    labels = {name: "jetson-7", "energy_method": "integrated_power"}
     if wire == "one record":
         msg.content[PROFILE_RECORD] = ConfigRecord({**numbers, **labels})
     else:
@@ -230,10 +232,11 @@ def test_reporting_strategy_writes_client_rows_with_their_device_and_a_server_ro
     # Assert
     report = read_report(tmp_path / "r.csv")
     (client,), (server,) = report.where(kind="client"), report.where(kind="server")
-    assert (client["device"], client["client"], client["n_samples"]) == ("jetson-7", "1", "30")
+    assert "device" not in report.columns and (client["host"], client["client"], client["n_samples"]) == (
+        "jetson-7", "1", "30")
     assert (client["wall_s"], client["energy_j"], client["energy_method"], client["joint_grad_s"]) == \
         ("1.5", "12", "integrated_power", "0.25")
-    assert (server["device"], server["round"], server["n_participants"], server["n_samples"]) == ("laptop", "1", "2", "30")
+    assert (server["host"], server["round"], server["n_participants"], server["n_samples"]) == ("laptop", "1", "2", "30")
 
 
 def test_run_config_round_trip():

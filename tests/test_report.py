@@ -6,6 +6,7 @@ import csv
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from edgeprof.algorithms import ALGORITHMS
 from edgeprof.cli import app
 from edgeprof.config import EnergySettings, RunConfig
+from edgeprof.host import host_label
 from edgeprof.meters.registry import report_columns
 from edgeprof.report import columns_for, read_report
 from edgeprof.report.schema import CORE_COLUMNS
@@ -51,7 +53,7 @@ def test_report_rows_follow_the_schema(tmp_path, algo):
     sidecar = report.sidecar
     assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == 2
     assert sidecar["config"]["algo"] == algo and sidecar["config"]["tau"] == 3
-    assert sidecar["device"]["cpu_cores_logical"] >= 1 and "memory_gib" in sidecar["device"]
+    assert sidecar["host"]["cpu_cores_logical"] >= 1 and "memory_gib" in sidecar["host"]
     assert sidecar["libraries"]["torch"] and sidecar["libraries"]["onnxruntime"]
     assert sidecar["meters"]["meters"][0]["domains"][0]["method"] == "estimate"
     # the estimate is the row's own CPU seconds times the watts, in the window and every phase (cells have
@@ -220,3 +222,99 @@ def test_summary_of_a_run_without_a_gpu_has_no_gpu_part(tmp_path):
 
     assert parts == [] and printed.exit_code == 0, printed.output
     assert "median per client round" in printed.stdout and "GPU" not in printed.stdout
+
+
+# ------------------------------------------------------------ the machine's name: ``host``, and its older name ``device``
+
+@pytest.mark.parametrize("env,configured,expected", [
+    ({"EDGEPROF_HOST": "pi-4"}, "node-name", "pi-4"),
+    ({"EDGEPROF_DEVICE": "pi-4"}, "node-name", "pi-4"),  # the old name, read while EDGEPROF_HOST is unset
+    ({"EDGEPROF_HOST": "pi-4", "EDGEPROF_DEVICE": "old"}, None, "pi-4"),
+    ({}, "node-name", "node-name"),
+    ({}, None, socket.gethostname()),
+])
+def test_edgeprof_host_or_its_old_name_names_the_host(monkeypatch, env, configured, expected):
+    for name in ("EDGEPROF_HOST", "EDGEPROF_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    assert host_label(configured) == expected
+
+
+@pytest.mark.parametrize("variable", ["EDGEPROF_HOST", "EDGEPROF_DEVICE"])
+def test_a_run_writes_its_hosts_name_in_every_row_and_its_facts_in_the_sidecar(tmp_path, monkeypatch, variable):
+    monkeypatch.delenv("EDGEPROF_HOST", raising=False)
+    monkeypatch.delenv("EDGEPROF_DEVICE", raising=False)
+    monkeypatch.setenv(variable, "bench-7")
+
+    report = read_report(run(RunConfig(out=tmp_path, run_name="named", **{**SMALL, "rounds": 1})).csv_path)
+
+    assert "device" not in report.columns and {r["host"] for r in report.rows} == {"bench-7"}
+    assert "device" not in report.sidecar and report.sidecar["host"]["hostname"] == socket.gethostname()
+
+
+def _old_flower_report(folder: Path) -> Path:
+    """A Flower run's report as edgeprof wrote it before the machine was named ``host``, by hand: the column
+    ``device``, the sidecar's section ``device``, and ``device`` on each Flower node and client."""
+    path = folder / "old.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=("run_id", "device", "algo", "engine", "tau", "round", "kind", "client",
+                                          "wall_s", "energy_j", "energy_method"))
+        w.writeheader()
+        for rnd in (1, 2):
+            for tau in (1, 5):
+                for client, name in enumerate(("orin-0", "orin-1")):
+                    w.writerow(dict(run_id="old", device=name, algo="fedavg", engine="torch", tau=tau, round=rnd,
+                                    kind="client", client=client, wall_s=0.1 * tau + client + rnd / 100,
+                                    energy_j=tau + client, energy_method="estimate"))
+            w.writerow(dict(run_id="old", device="server-1", algo="fedavg", engine="torch", tau=5, round=rnd,
+                            kind="server", wall_s=0.01, energy_j=0.1, energy_method="estimate"))
+    nodes = {str(p): {"node_id": 10 + p, "n_train": 30, "device": f"orin-{p}"} for p in (0, 1)}
+    path.with_suffix(".json").write_text(json.dumps({
+        "run_id": "old", "status": "complete", "rows": 10,
+        "device": {"hostname": "server-1", "cpu_model": "Old CPU", "cpu_cores_logical": 4},
+        "flower": {"alpha": {"nodes": nodes},
+                   "clients": {str(p): {"node_id": 10 + p, "device": f"orin-{p}"} for p in (0, 1)},
+                   "rounds": {str(r): {"sampled": [0, 1], "accepted": [0, 1], "rejected": []} for r in (1, 2)}}}))
+    return path
+
+
+def test_an_old_report_is_read_with_host_where_it_wrote_device(tmp_path):
+    from edgeprof.report.analysis import analyze
+    from edgeprof.report.dashboard import render
+    from edgeprof.report.federation import of_report
+
+    path = _old_flower_report(tmp_path)
+
+    report = read_report(path)
+    summary = CliRunner().invoke(app, ["summary", str(path)], env={"COLUMNS": "200"})
+    page = render([report])
+
+    assert "device" not in report.columns and report.columns[1] == "host"
+    assert [r["host"] for r in report.rows[:3]] == ["orin-0", "orin-1", "orin-0"]
+    assert report.where(kind="server")[0]["host"] == "server-1" and report.sidecar_problem == ""
+    assert "device" not in report.sidecar and report.sidecar["host"]["cpu_model"] == "Old CPU"
+    assert [n.host for n in of_report(report).nodes] == ["orin-0", "orin-1"]
+    assert all(c == {"node_id": c["node_id"], "host": c["host"]} for c in report.sidecar["flower"]["clients"].values())
+    assert {f.host for f in analyze(report.rows).fits} == {"orin-0", "orin-1"}
+    assert summary.exit_code == 0, summary.output
+    table = summary.stdout[summary.stdout.index("Flower: per host"):]
+    assert [ln.split("│")[1].strip() for ln in table.splitlines() if ln.startswith("│ orin-")] == ["orin-0", "orin-1"]
+    assert "orin-0: " in page and "orin-1: " in page and "<td>Old CPU</td>" in page
+
+
+@pytest.mark.parametrize("reference", ["sweep-cnn-omniglot-600.csv", "trace-pflego-tau50.csv",
+                                       "gpu-h200/gpu-check-cnn-omniglot.csv"])
+def test_the_committed_reference_profiles_read_with_their_host(reference):
+    """The references under profiles/reference/ are measured data, written with ``device``: read, not rewritten."""
+    from edgeprof.report.analysis import analyze
+
+    path = Path(__file__).resolve().parents[1] / "profiles" / "reference" / reference
+    assert "device" in path.read_text().splitlines()[0].split(",")  # still as it was measured
+
+    report = read_report(path)
+
+    assert "device" not in report.columns and {r["host"] for r in report.rows} == {"vm"}
+    assert "device" not in report.sidecar and report.sidecar["host"]["hostname"] == "vm"
+    assert {f.host for f in analyze(report.rows).fits} <= {"vm"}

@@ -216,7 +216,8 @@ def test_round_client_and_kind_pick_the_window(reports):
     ("trace damaged", 7, ["cannot read trace"]),
     ("no such round", 2, ["no traced client window in round 9; rounds traced: 1, 2"]),
     ("no such client", 2, ["no traced client window of client 99 in round 2; clients traced there: "]),
-    ("no such kind", 2, ["unknown window kind 'eval'; choose one of: client, server, window"]),
+    ("no such kind", 2, ["unknown window kind 'bogus'; choose one of: client, server, eval, window"]),
+    ("no eval window", 2, ["no traced eval window in this report; traced kinds: client, server (--kind picks one)"]),
 ])
 def test_each_error_is_one_line_and_its_exit_code(reports, tmp_path, case, code, words):
     for path in reports["pflego"].parent.glob("pflego.*"):
@@ -231,7 +232,7 @@ def test_each_error_is_one_line_and_its_exit_code(reports, tmp_path, case, code,
         trace.write_bytes(b"PAR1 not a trace at all" * 3)
     else:
         args = {"no such round": ["--round", "9"], "no such client": ["--round", "2", "--client", "99"],
-                "no such kind": ["--kind", "eval"]}[case]
+                "no such kind": ["--kind", "bogus"], "no eval window": ["--kind", "eval"]}[case]
 
     result = _trace(report, *args)
 

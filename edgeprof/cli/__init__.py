@@ -77,11 +77,11 @@ def _console():
 
 def _print_summary(csv_path: Path) -> "object":
     """Print the summary of the report at ``csv_path``; return the report as read (read once: its notes once)."""
-    from edgeprof.report.summary import (carbon_total, device_table, ending_line, flower_lines, gpu_summary,
-                                         held_rounds, invalid_rows, overhead_fraction, printable, render, short_rows,
-                                         summarize)
+    from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
+                                         held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
+                                         short_rows, summarize)
     from edgeprof.errors import ReportError
-    from edgeprof.report.summary import rowless_ending
+    from edgeprof.report.summary import rowless_ending, run_lines
     from edgeprof.report.writer import read_report
 
     try:
@@ -93,11 +93,13 @@ def _print_summary(csv_path: Path) -> "object":
         raise
     console = _console()
     console.print(render(summarize(report)))
+    for line in run_lines(report):  # the data sets and backbones the rows name, a monitor's run labels
+        typer.echo(printable(line))
     for part in gpu_summary(report):  # on a GPU: its own meter's joules, net of idle, their verdicts
         console.print(part)
-    devices = device_table(report)  # a Flower run: its devices, their data, rounds and replies not used
-    if devices is not None:
-        console.print(devices)
+    hosts = host_table(report)  # a Flower run: its hosts, their data, rounds and replies not used
+    if hosts is not None:
+        console.print(hosts)
     ending = ending_line(report)  # how the run ended, as its sidecar says
     if ending is not None:
         typer.echo(printable(ending))
@@ -211,12 +213,14 @@ def summary(reports: Annotated[list[Path], typer.Argument(
 
 @app.command()
 def trace(report: Annotated[Path, typer.Argument(help="A report CSV written with --trace.")],
-          round_: o.TraceRound = None, kind: o.TraceKind = "client", client: o.TraceClient = None) -> None:
-    """Print one window's power per phase from a report's power trace (default: its median-energy client window)."""
+          round_: o.TraceRound = None, kind: o.TraceKind = None, client: o.TraceClient = None,
+          window: o.TraceWindow = None) -> None:
+    """Print one window's power per phase from a report's power trace (default: its median-energy client window, or
+    for a report of your own code its median-energy window of the name traced most often)."""
     with guard():
         from edgeprof.report.trace_view import notes, table, view
 
-        shown = view(report, round=round_, kind=kind, client=client)
+        shown = view(report, round=round_, kind=kind, client=client, name=window)
         _console().print(table(shown))
         for line in notes(shown):
             typer.echo(line)

@@ -404,8 +404,13 @@ def _window_kinds() -> tuple[str, ...]:
 WINDOW_KIND = RegistryChoice("window kind", _window_kinds)
 TraceRound = Annotated[Optional[int], _opt("--round", panel=None, help="The round whose window to show (default: "
                                                                        "the median-energy window of every round).")]
-TraceKind = Annotated[str, _opt("--kind", panel=None, choice=WINDOW_KIND,
-                                help="Which windows: client rounds, server steps, or a monitor's own windows.")]
+TraceKind = Annotated[Optional[str], _opt("--kind", panel=None, choice=WINDOW_KIND,
+                                          help="Which windows: client rounds, server steps, a monitor's own windows "
+                                               "or its eval windows (default: client rounds where the report has "
+                                               "them, else your own code's windows).")]
+TraceWindow = Annotated[Optional[str], _opt("--window", panel=None,
+                                            help="The windows of this name (a monitor's window names, e.g. epoch; "
+                                                 "default: the name traced most often).")]
 TraceClient = Annotated[Optional[int], _opt("--client", panel=None, help="The client whose window to show.")]
 DashboardTraceRound = Annotated[Optional[int], _opt(
     "--trace-round", panel=OUTPUT, help="Power over time: draw each algorithm's traced client window of this round "

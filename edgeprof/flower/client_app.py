@@ -15,7 +15,7 @@ there. An algorithm that declares nothing personal leaves ``context.state`` unto
 The backbone, its ONNX Runtime session and anything an algorithm derives once (:class:`Runtime`) are kept
 per process (:func:`runtime_for`), for as long as the process serves messages.
 
-Handlers: ``query`` answers the server's roll call (partition id, N_i, K_i, device, and which data it trains on:
+Handlers: ``query`` answers the server's roll call (partition id, N_i, K_i, host, and which data it trains on:
 :func:`data_record`, also one line in the node's log); ``train`` runs one
 round and replies with the client program's reply arrays and a MetricRecord ``metrics`` (partition-id,
 num-examples (Flower's key for N_i), train-loss). :mod:`edgeprof.flower.mod` profiles ``train``. With
@@ -47,8 +47,8 @@ from flwr.clientapp import ClientApp
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.flower.config import check_trust, from_run_config, node_overrides
-from edgeprof.flower.mod import current_phase, device_name, make_profile_mod, node_compute
-from edgeprof.flower.node_checks import DATA_RECORD
+from edgeprof.flower.mod import current_phase, host_name, make_profile_mod, node_compute
+from edgeprof.flower.node_checks import DATA_RECORD, HOST_RECORD
 from edgeprof.flower.strategy import ARRAYS_KEY, CONFIG_KEY, METRICS_KEY
 
 #: the context.state key of the declared personal state
@@ -255,8 +255,8 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
 
         data = data_record(cfg, pid, context.node_config, client)
         logging.getLogger("flwr").info("%s", data_line(pid, client.n_train, data))
-        return Message(RecordDict({METRICS_KEY: info, "device": ConfigRecord(
-            {"device": device_name(context.node_config)}), DATA_RECORD: ConfigRecord(data)}), reply_to=msg)
+        return Message(RecordDict({METRICS_KEY: info, HOST_RECORD: ConfigRecord(
+            {HOST_RECORD: host_name(context.node_config)}), DATA_RECORD: ConfigRecord(data)}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

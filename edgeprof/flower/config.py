@@ -26,8 +26,12 @@ _SKIPPED = ("progress", "energy")
 #: the energy settings a run config carries as keys of their own (``country``, ...), besides each meter option
 #: (:func:`_meter_options`); the rest of the meter settings travel as ``meter-settings`` ("name=value,name=value")
 _ENERGY_KEYS = ("country", "region", "carbon_intensity", "trace_hz")
-#: the node-config key of the torch device a node's rounds run on (``device`` is the node's name in the report)
+#: the node-config key of the torch device a node's rounds run on (:data:`HOST_KEY` is the node's name in the report)
 COMPUTE_DEVICE_KEY = "compute-device"
+#: the node-config key naming the node in the report's ``host`` column; ``device``, its old name, is read where it is
+#: absent (:func:`node_host`)
+HOST_KEY = "host"
+OLD_HOST_KEY = "device"
 #: optional numeric fields, written as "" when unset: a 0 is a value, checked as the CLI checks it (a proximal
 #: mu = 0 is a setting; beta = 0 or carbon-intensity = 0 is refused, never replaced by a default)
 _BLANK_NUMBERS = ("threads", "beta", "rho", "mu", "carbon_intensity")
@@ -227,19 +231,25 @@ def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings
     return EnergySettings(meters={k: v for k, v in meters.items() if v is not None}, **fields)
 
 
+def node_host(node_config: Mapping[str, Any]) -> str:
+    """The node's name its node config gives for the report's ``host`` column: :data:`HOST_KEY`, else the old key
+    :data:`OLD_HOST_KEY` (``device``, read only where ``host`` is absent or empty), else ``""``."""
+    return str(node_config.get(HOST_KEY, "") or node_config.get(OLD_HOST_KEY, "") or "")
+
+
 def node_overrides(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     """``cfg`` with the per-device settings a SuperNode may set in its ``--node-config``.
 
     ``threads``, ``execution``, ``compute-device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``: where its rounds run;
-    the key ``device`` names the node in the report) and the energy settings (each meter option's key, ``country``,
-    ``region``, ``carbon-intensity``, ``meter-settings``) describe the device, not the experiment, so each node
-    may set its own.
+    the key ``host`` names the node in the report, :func:`node_host`) and the energy settings (each meter option's
+    key, ``country``, ``region``, ``carbon-intensity``, ``meter-settings``) describe the device, not the experiment,
+    so each node may set its own.
     """
     changes = {}
     for name in ("threads", "execution"):
         if _key(name) in node_config:
             changes[name] = _from_value(name, node_config[_key(name)], getattr(cfg, name))
-    if COMPUTE_DEVICE_KEY in node_config:  # where this node's rounds run; "device" is the node's name in reports
+    if COMPUTE_DEVICE_KEY in node_config:  # where this node's rounds run; "host" is the node's name in reports
         changes["device"] = str(node_config[COMPUTE_DEVICE_KEY])
     if any(_key(n) in node_config for n in (*_meter_options(), *_ENERGY_KEYS)) or "meter-settings" in node_config:
         changes["energy"] = energy_from(node_config, cfg.energy)

@@ -14,7 +14,7 @@ after the message type (:mod:`edgeprof.measure.windows`), and adds to every repl
   window's report row, exactly as ``edgeprof measure`` would write it (``wall_s``, ``cpu_s``, ``peak_rss_mb``,
   ``energy_j`` and its ``energy_method``, ``carbon_g``, each meter's ``<column>_j`` / ``<column>_method``, the
   phases' ``<phase>_s`` / ``<phase>_cpu_s`` / ``<phase>_j``, ``profiler_overhead_s``, ``short_window``), plus
-  ``device``, ``carbon_source`` and ``message_type``. The method labels (``counter``, ``integrated_power``,
+  ``host``, ``carbon_source`` and ``message_type``. The method labels (``counter``, ``integrated_power``,
   ``estimate``, ``invalid``) travel here, since a MetricRecord holds numbers only; stock strategies ignore
   ConfigRecords in replies;
 * in the reply's MetricRecord, when it has exactly one (the app's ``metrics``): ``edgeprof.wall_s``,
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from flwr.app import ConfigRecord, Context, Message
 
-from edgeprof.host import device_label
+from edgeprof.host import host_label
 
 _log = logging.getLogger("edgeprof.flower")
 
@@ -95,16 +95,25 @@ def attach_profile(reply: Message, cells: Mapping[str, float | str], *, metrics:
 def read_profile(msg: Message) -> Optional[dict[str, float | str]]:
     """The profile a mod attached to ``msg`` (None if none): the record :data:`PROFILE_RECORD`, or, from an
     edgeprof ClientApp of the older wire format, its numbers (:data:`OLD_METRICS`) and labels (:data:`OLD_INFO`),
-    read here once for every server-side reader."""
+    read here once for every server-side reader. A profile that names its machine by the old key ``device`` (an
+    older edgeprof's mod) has it read as ``host``."""
     content = msg.content
     if PROFILE_RECORD in content:
         record = content[PROFILE_RECORD]
-        return dict(record) if isinstance(record, ConfigRecord) else None
+        return _host_named(dict(record)) if isinstance(record, ConfigRecord) else None
     if OLD_METRICS not in content:
         return None
     profile: dict[str, float | str] = {k: v for k, v in content[OLD_METRICS].items() if not isinstance(v, list)}
     if OLD_INFO in content:
         profile.update({k: v for k, v in content[OLD_INFO].items() if isinstance(v, str)})
+    return _host_named(profile)
+
+
+def _host_named(profile: dict[str, float | str]) -> dict[str, float | str]:
+    """``profile`` with an older mod's ``device`` (the machine's name) read as ``host`` where it has none."""
+    if "device" in profile:
+        old = profile.pop("device")
+        profile.setdefault("host", old)
     return profile
 
 
@@ -207,16 +216,19 @@ def _carbon(country: Optional[str], region: Optional[str], override: Optional[fl
 
 
 def energy_mod(*, country: Optional[str] = None, region: Optional[str] = None,
-               carbon_intensity: Optional[float] = None, device: Optional[str] = None, metrics: bool = True,
+               carbon_intensity: Optional[float] = None, host: Optional[str] = None, metrics: bool = True,
                meters: Optional[Callable[[], object]] = None, energy: Optional["EnergySettings"] = None,
-               trace_hz: float = 0.0, **meter_options: Any) -> Callable[[Message, Context, Callable], Message]:
+               trace_hz: float = 0.0, device: Optional[str] = None,
+               **meter_options: Any) -> Callable[[Message, Context, Callable], Message]:
     """The mod. Settings as the options of ``edgeprof measure`` (each meter option of the registered back-ends by
     its name, :func:`edgeprof.meters.registry.options`), or whole as ``energy`` (an
     :class:`~edgeprof.config.EnergySettings`, with any setting a meter back-end declares); checked now: a bad
     one fails at import.
 
-    ``device`` names this device in the report's ``device`` column (``EDGEPROF_DEVICE`` wins; default: the node
-    config's ``device``, else the host name); ``metrics=False`` leaves the reply's MetricRecord alone;
+    ``host`` names this machine in the report's ``host`` column (``EDGEPROF_HOST`` wins, then its old name
+    ``EDGEPROF_DEVICE``; default: the node config's ``host``, else its old key ``device``, else the host name;
+    ``device`` is the old name of this argument, read where ``host`` is not given); ``metrics=False`` leaves the
+    reply's MetricRecord alone;
     ``meters`` opens the meter set for one message (default: :func:`~edgeprof.meters.discovery.discover` with these
     settings; tests pass fake meters); ``trace_hz``: also send each window's power trace at that rate
     (:data:`TRACE_RECORD`; the server piece writes it to the run's trace file when that run is traced).
@@ -233,14 +245,14 @@ def energy_mod(*, country: Optional[str] = None, region: Optional[str] = None,
 
         return meters() if meters is not None else discover(**energy.meter_settings)
 
-    return profile_mod(lambda _context: energy, open_meters, device=device, metrics=metrics)
+    return profile_mod(lambda _context: energy, open_meters, host=host or device, metrics=metrics)
 
 
 def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: Callable[[Context], object], *,
                 only: Optional[tuple] = None, window: Optional[str] = None,
                 prepare: Optional[Callable[[Message, Context], None]] = None,
                 after: Optional[Callable[[Message, Context, Message], None]] = None,
-                compute_of: Optional[Callable[[Message, Context], object]] = None, device: Optional[str] = None,
+                compute_of: Optional[Callable[[Message, Context], object]] = None, host: Optional[str] = None,
                 metrics: bool = True, startup: bool = False) -> Callable[[Message, Context, Callable], Message]:
     """The one client mod: :func:`energy_mod` for any ClientApp and edgeprof's own ClientApp
     (:func:`edgeprof.flower.mod.make_profile_mod`) are this with their settings.
@@ -256,6 +268,7 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
     """
 
     def edgeprof_energy_mod(msg: Message, context: Context, call_next) -> Message:
+        from edgeprof.flower.config import node_host
         from edgeprof.measure.profiler import Profiler
         from edgeprof.report.schema import check_phase_name, row_from_window
 
@@ -293,7 +306,7 @@ def profile_mod(energy_of: Callable[[Context], "EnergySettings"], open_meters: C
         g_per_kwh, source = _carbon(energy.country, energy.region, energy.carbon_intensity)
         cells = profile_cells(row_from_window(result, {}, carbon_g_per_kwh=g_per_kwh))
         cells.update(_setup_cells(setup_result) if setup_result is not None else {}, **started)
-        cells.update(device=device_label(device or str(context.node_config.get("device", "")) or None),
+        cells.update(host=host_label(host or node_host(context.node_config) or None),
                      carbon_source=source, message_type=kind)
         attach_profile(reply, cells, metrics=metrics)
         if result.trace is not None:

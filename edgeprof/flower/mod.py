@@ -6,7 +6,7 @@ settings with the node's own, :func:`edgeprof.flower.config.node_overrides`), af
 ``setup`` window (``setup_*`` columns, with the process's ``startup_*``), with the node's compute device
 (:func:`node_compute`, resolved once per process, before any window) synchronised at every edge, and adds the
 profile to the reply in the one wire format (the ConfigRecord ``edgeprof.message-profile``: every cell of the
-window's report row, exactly as ``edgeprof measure`` writes it, plus ``device`` and ``carbon_source``). The
+window's report row, exactly as ``edgeprof measure`` writes it, plus ``host`` and ``carbon_source``). The
 server turns it into the client's report row (:mod:`edgeprof.flower.report`, which still reads the older two-record
 format once, in :func:`edgeprof.flower.energy.read_profile`). Phases are marked by the code inside the window
 through :func:`current_phase`, the engine's own marker (:func:`edgeprof.measure.windows.phase`), so the algorithms'
@@ -22,7 +22,8 @@ from flwr.app import Context, Message, MessageType
 
 from edgeprof.algorithms.contract import Phase
 from edgeprof.config import RunConfig
-from edgeprof.host import device_label
+from edgeprof.flower.config import node_host
+from edgeprof.host import host_label
 
 
 def current_phase() -> Phase:
@@ -33,9 +34,10 @@ def current_phase() -> Phase:
     return phase
 
 
-def device_name(node_config: Mapping[str, Any]) -> str:
-    """How this device appears in the report's ``device`` column."""
-    return device_label(str(node_config.get("device", "")) or None)
+def host_name(node_config: Mapping[str, Any]) -> str:
+    """How this node appears in the report's ``host`` column (:func:`edgeprof.host.host_label` over the node
+    config's name, :func:`edgeprof.flower.config.node_host`)."""
+    return host_label(node_host(node_config) or None)
 
 
 @functools.lru_cache(maxsize=2)

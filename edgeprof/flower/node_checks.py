@@ -23,8 +23,11 @@ METRICS_KEY = "metrics"
 #: read it); ``n-samples`` is what edgeprof replies used before, still read
 NUM_EXAMPLES = "num-examples"
 OLD_NUM_EXAMPLES = "n-samples"
-#: the longest device name a node may report (it becomes a report cell)
-MAX_DEVICE_CHARS = 200
+#: the longest host name a node may report (it becomes a report cell)
+MAX_HOST_CHARS = 200
+#: the roll-call record (and its key) in which a node names its machine; ``device``, its old name, is read from a node
+#: that sends no ``host`` (an older edgeprof's)
+HOST_RECORD, OLD_HOST_RECORD = "host", "device"
 #: the roll-call record in which a node says which data it trains on (:func:`data_of`), and the longest folder name
 DATA_RECORD = "data"
 MAX_FOLDER_CHARS = 1000
@@ -38,13 +41,13 @@ class RejectedReply(ValueError):
 
 @dataclass
 class NodeInfo:
-    """What a node said about itself: its partition, data size, classes and device name."""
+    """What a node said about itself: its partition, data size, classes and host name."""
 
     partition_id: int
     node_id: int
     n_train: int
     num_classes: int = 0
-    device: str = ""
+    host: str = ""
     #: which data the node trains on, as :func:`data_of` read it (empty from a node that does not say)
     data: dict = field(default_factory=dict)
 
@@ -113,18 +116,20 @@ def read_node_info(msg: Message, limits: NodeLimits) -> NodeInfo:
                      f"a positive integer up to {limits.max_samples}")
     k = 0 if "num-classes" not in metrics else whole_number(
         metrics, "num-classes", 1, limits.max_classes, f"a class count in 1..{limits.max_classes} (the run's data set)")
-    return NodeInfo(pid, msg.metadata.src_node_id, n, k, device_of(msg), data_of(msg, limits))
+    return NodeInfo(pid, msg.metadata.src_node_id, n, k, host_of(msg), data_of(msg, limits))
 
 
-def device_of(msg: Message) -> str:
-    """The device name a roll-call answer carries ("" without one); RejectedReply unless it is short printable text."""
-    if "device" not in msg.content:
+def host_of(msg: Message) -> str:
+    """The host name a roll-call answer carries in its :data:`HOST_RECORD` (an older node's
+    :data:`OLD_HOST_RECORD`), "" without one; RejectedReply unless it is short printable text."""
+    key = next((k for k in (HOST_RECORD, OLD_HOST_RECORD) if k in msg.content), None)
+    if key is None:
         return ""
-    record = msg.content["device"]
-    device = record.get("device", "") if isinstance(record, ConfigRecord) else None
-    if not isinstance(device, str) or len(device) > MAX_DEVICE_CHARS or not device.isprintable():
-        raise RejectedReply(f"device must be printable text of at most {MAX_DEVICE_CHARS} characters")
-    return device
+    record = msg.content[key]
+    host = record.get(key, "") if isinstance(record, ConfigRecord) else None
+    if not isinstance(host, str) or len(host) > MAX_HOST_CHARS or not host.isprintable():
+        raise RejectedReply(f"{key} must be printable text of at most {MAX_HOST_CHARS} characters")
+    return host
 
 
 def data_of(msg: Message, limits: NodeLimits) -> dict:

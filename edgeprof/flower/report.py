@@ -23,7 +23,7 @@ Where the rows go is the only difference between a user's own app and edgeprof's
 
   ``start`` is Flower's own round loop inside an :func:`edgeprof.monitor` run, which writes
   ``<out>/<run id>.csv`` and its sidecar. Rows carry ``round``, ``client`` (a small index in the order the
-  nodes first replied; the sidecar maps it to the node id and device), ``device``, ``n_samples`` (the
+  nodes first replied; the sidecar maps it to the node id and host), ``host``, ``n_samples`` (the
   strategy's ``weighted_by_key``, ``num-examples`` by default) and, for training, ``train_loss``; the window is
   ``train`` / ``evaluate``, the server's ``aggregate_train``. The ``algo`` column is the wrapped strategy's class
   name (a label ``algo=`` overrides it). The sidecar's ``flower`` section holds the clients and, per round, how
@@ -50,9 +50,9 @@ from edgeprof.flower.energy import take_profile, take_trace
 
 log = logging.getLogger("edgeprof.flower")
 
-SHARED_DEVICE_NOTE = ("clients {clients} report the same device: each of their rows is that machine's energy "
-                      "during the client's window, an attribution, not a separate device's measurement; clients "
-                      "that ran at the same time are counted in each other's windows")
+SHARED_HOST_NOTE = ("clients {clients} report the same host: each of their rows is that machine's energy "
+                    "during the client's window, an attribution, not a separate machine's measurement; clients "
+                    "that ran at the same time are counted in each other's windows")
 
 
 class ProfiledStrategy(Strategy):
@@ -172,7 +172,7 @@ class MonitorRows:
         self.monitor = None
         self.csv_path = None
         self.clients: dict[int, int] = {}  # node id -> client index
-        self.devices: dict[int, str] = {}  # client index -> device
+        self.hosts: dict[int, str] = {}  # client index -> host
 
     @contextlib.contextmanager
     def run(self, reporter: ProfiledStrategy) -> Iterator[None]:
@@ -187,15 +187,15 @@ class MonitorRows:
                 self.monitor = None
 
     def flower_section(self, rounds: Mapping[int, Any]) -> dict:
-        """The sidecar's ``flower`` section: strategy, clients, per-round reply counts, the shared-device note."""
-        by_device: dict[str, list[int]] = {}
-        for index, device in self.devices.items():
-            by_device.setdefault(device, []).append(index)
-        shared = [clients for clients in by_device.values() if len(clients) > 1]
+        """The sidecar's ``flower`` section: strategy, clients, per-round reply counts, the shared-host note."""
+        by_host: dict[str, list[int]] = {}
+        for index, host in self.hosts.items():
+            by_host.setdefault(host, []).append(index)
+        shared = [clients for clients in by_host.values() if len(clients) > 1]
         return {"strategy": type(self.inner).__name__,
-                "clients": {str(i): {"node_id": n, "device": self.devices.get(i, "")} for n, i in self.clients.items()},
+                "clients": {str(i): {"node_id": n, "host": self.hosts.get(i, "")} for n, i in self.clients.items()},
                 "rounds": {str(r): counts for r, counts in sorted(rounds.items())},
-                "notes": [SHARED_DEVICE_NOTE.format(clients=clients) for clients in shared]}
+                "notes": [SHARED_HOST_NOTE.format(clients=clients) for clients in shared]}
 
     def running(self):
         if self.monitor is None:
@@ -203,19 +203,19 @@ class MonitorRows:
                                 "initial_arrays=..., num_rounds=...)")
         return self.monitor
 
-    def _client(self, node_id: int, device: str) -> int:
+    def _client(self, node_id: int, host: str) -> int:
         index = self.clients.setdefault(node_id, len(self.clients))
-        if device:
-            self.devices[index] = device
+        if host:
+            self.hosts[index] = host
         return index
 
     def client_row(self, server_round: int, msg: Message, profile: Mapping[str, Any], window: str, kind: str,
                    trace=None) -> None:
-        device = profile.get("device")
-        device = device if isinstance(device, str) and device else ""
-        labels: dict[str, Any] = {"round": server_round, "client": self._client(msg.metadata.src_node_id, device)}
-        if device:
-            labels["device"] = device
+        host = profile.get("host")
+        host = host if isinstance(host, str) and host else ""
+        labels: dict[str, Any] = {"round": server_round, "client": self._client(msg.metadata.src_node_id, host)}
+        if host:
+            labels["host"] = host
         metrics = _metrics(msg)
         n = _count(metrics.get(getattr(self.inner, "weighted_by_key", "num-examples")))
         if n is not None:

@@ -14,11 +14,11 @@ ends with a non-zero exit and a failed run. A node's own refusal (``edgeprof: ..
 :func:`~edgeprof.flower.client_app.refuse_in_one_line`) leaves it out at once. As the rounds begin, the log says where
 the report is and that a stop keeps it as interrupted (:data:`STOP_NOTE`).
 
-The sidecar gets a ``flower`` section: which node served which partition on which device, alpha_i's
+The sidecar gets a ``flower`` section: which node served which partition on which host, alpha_i's
 denominator and where it came from, which data each node trains on (``alpha.nodes.<i>.data``), the nodes left out
 at the roll call (``alpha.refused``, with the reason), per round the partitions sampled, accepted and rejected (with
 the reason), and - when the clients share a machine (Flower simulation, or several SuperNodes reporting the same
-device) - the note that per-client energy is then attribution, not measurement.
+host) - the note that per-client energy is then attribution, not measurement.
 """
 
 from __future__ import annotations
@@ -169,12 +169,12 @@ def initial_arrays(strategy: EdgeprofStrategy) -> list[np.ndarray]:
 
 
 def shared_machine(settings: FlowerSettings, directory: Directory) -> Optional[str]:
-    """Why the clients share a machine, or None when every client reported its own device."""
+    """Why the clients share a machine, or None when every client reported its own host."""
     if settings.simulation:
         return "Flower simulation"
-    devices = [i.device for i in directory.nodes.values()]
-    shared = sorted({d for d in devices if devices.count(d) > 1})
-    return f"several SuperNodes report device {', '.join(shared)}" if shared else None
+    hosts = [i.host for i in directory.nodes.values()]
+    shared = sorted({h for h in hosts if hosts.count(h) > 1})
+    return f"several SuperNodes report host {', '.join(shared)}" if shared else None
 
 
 def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict:

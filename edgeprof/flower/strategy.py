@@ -121,7 +121,7 @@ class Directory:
         return {"total_samples": self.total, "total_source": "total-samples (configured)" if self.total_samples
                 else "sum over the clients that answered", "missing_partitions":
                 [p for p in range(self.num_partitions) if p not in self.nodes],
-                "nodes": {str(p): {"node_id": i.node_id, "n_train": i.n_train, "device": i.device,
+                "nodes": {str(p): {"node_id": i.node_id, "n_train": i.n_train, "host": i.host,
                                    **({"data": i.data} if i.data else {})}
                           for p, i in sorted(self.nodes.items())},
                 "refused": [{"node_id": n, "reason": why} for n, why in self.refused]}

@@ -2,7 +2,7 @@
 
 Inputs are report rows (``kind=client``, one per client round); an *algorithm variant* is the algorithm
 plus its engine when that is not the registry's default (``pflego``, ``pflego[torch-reuse]``), and every
-device of a report is analysed on its own.
+host of a report is analysed on its own.
 
 * **Fit.** Ordinary least squares of every client row's cost on its tau, per variant and metric
   (``wall_s``, ``cpu_s``, ``energy_j``), by ``scipy.linalg.lstsq``. 95% intervals are estimate
@@ -212,8 +212,8 @@ def is_short(row: Mapping[str, str]) -> bool:
 def _cells(rows: Iterable[Mapping[str, str]], metric: str,
            ) -> tuple[dict[tuple[str, str], list[tuple[int, float]]], dict[tuple[str, str], int],
                       dict[tuple[str, str], set[str]]]:
-    """(device, variant) -> [(tau, value)] over the client rows with a value for ``metric``; for an energy
-    metric (device, variant) -> how many short-window rows were left out, and -> the methods of its rows, the left-out
+    """(host, variant) -> [(tau, value)] over the client rows with a value for ``metric``; for an energy
+    metric (host, variant) -> how many short-window rows were left out, and -> the methods of its rows, the left-out
     ones too (their :data:`METHOD_COLUMNS` cell, split at ``+``)."""
     out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     short: dict[tuple[str, str], int] = defaultdict(int)
@@ -221,7 +221,7 @@ def _cells(rows: Iterable[Mapping[str, str]], metric: str,
     energy = metric.endswith("_j")
     for r in rows:
         if r.get("kind") == "client" and r.get(metric, "") != "" and r.get("tau", "") != "":
-            key = (r.get("device", ""), variant_of(r.get("algo", ""), r.get("engine", "")))
+            key = (r.get("host", ""), variant_of(r.get("algo", ""), r.get("engine", "")))
             # short rows too: a fit whose rows were all left out still says how its joules were obtained
             methods[key] |= {m for m in r.get(METHOD_COLUMNS.get(metric, ""), "").split("+") if m}
             if energy and is_short(r):
@@ -233,9 +233,9 @@ def _cells(rows: Iterable[Mapping[str, str]], metric: str,
 
 @dataclass(frozen=True)
 class VariantFit:
-    """One (device, variant, metric): its fit, verdict and marginal step cost relative to a full pass."""
+    """One (host, variant, metric): its fit, verdict and marginal step cost relative to a full pass."""
 
-    device: str
+    host: str
     variant: str
     metric: str
     n: int
@@ -258,7 +258,7 @@ class VariantFit:
 class Ratio:
     """Cost of ``variant`` over cost of ``reference`` (a PFLEGO variant) at one tau, one metric."""
 
-    device: str
+    host: str
     metric: str
     variant: str
     reference: str
@@ -301,8 +301,8 @@ class Analysis:
     fits: list[VariantFit] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
 
-    def fit_for(self, device: str, variant: str, metric: str) -> Optional[VariantFit]:
-        return next((f for f in self.fits if (f.device, f.variant, f.metric) == (device, variant, metric)), None)
+    def fit_for(self, host: str, variant: str, metric: str) -> Optional[VariantFit]:
+        return next((f for f in self.fits if (f.host, f.variant, f.metric) == (host, variant, metric)), None)
 
     def label_of(self, metric: str) -> str:
         """``metric`` named with the methods of all its fits (:func:`metric_label`): what a verdict on it rests on,
@@ -351,21 +351,21 @@ def _fit_group(points: list[tuple[int, float]]) -> Optional[LineFit]:
 
 
 def analyze(rows: Iterable[Mapping[str, str]], metrics: Sequence[str] = METRICS + GPU_METRICS) -> Analysis:
-    """Fits, verdicts, step-vs-pass costs and ratios for every (device, variant, metric) in ``rows``; a metric no
+    """Fits, verdicts, step-vs-pass costs and ratios for every (host, variant, metric) in ``rows``; a metric no
     row has a value for (the GPU's in a run without one, ``gpu_net_j`` without an idle baseline) has none."""
     rows = list(rows)
     result = Analysis()
     for metric in metrics:
         cells, short, methods = _cells(rows, metric)
         fits = {key: _fit_group(points) for key, points in cells.items()}
-        for (device, variant) in dict.fromkeys([*cells, *short]):
-            points, left_out = cells.get((device, variant), []), short.get((device, variant), 0)
-            fit = fits.get((device, variant))
-            ref = fits.get((device, PASS_ALGO))
+        for (host, variant) in dict.fromkeys([*cells, *short]):
+            points, left_out = cells.get((host, variant), []), short.get((host, variant), 0)
+            fit = fits.get((host, variant))
+            ref = fits.get((host, PASS_ALGO))
             rel = slope_ratio(fit, ref) if fit is not None and ref is not None else None
-            result.fits.append(VariantFit(device, variant, metric, len(points), tuple(sorted({p[0] for p in points})),
+            result.fits.append(VariantFit(host, variant, metric, len(points), tuple(sorted({p[0] for p in points})),
                                           fit, _short_verdict(verdict(fit), points, left_out), rel, left_out,
-                                          "+".join(sorted(methods.get((device, variant), ())))))
+                                          "+".join(sorted(methods.get((host, variant), ())))))
         result.ratios.extend(_ratios(cells, metric, methods))
     return result
 
@@ -388,17 +388,17 @@ def _is_reference(variant: str) -> bool:
 
 def _ratios(cells, metric: str, methods: Mapping[tuple[str, str], set[str]]) -> list[Ratio]:
     out = []
-    for (device, ref), ref_points in cells.items():
+    for (host, ref), ref_points in cells.items():
         if not _is_reference(ref):
             continue
         for (dev, variant), points in cells.items():
-            if dev != device or _is_reference(variant):
+            if dev != host or _is_reference(variant):
                 continue
-            method = "+".join(sorted(methods.get((dev, variant), set()) | methods.get((device, ref), set())))
+            method = "+".join(sorted(methods.get((dev, variant), set()) | methods.get((host, ref), set())))
             for tau in sorted({p[0] for p in points} & {p[0] for p in ref_points}):
                 num = [v for t, v in points if t == tau]
                 den = [v for t, v in ref_points if t == tau]
-                out.append(Ratio(device, metric, variant, ref, tau, ratio_of_means(num, den), len(num), len(den),
+                out.append(Ratio(host, metric, variant, ref, tau, ratio_of_means(num, den), len(num), len(den),
                                  method))
     return out
 
@@ -407,7 +407,7 @@ def _ratios(cells, metric: str, methods: Mapping[tuple[str, str], set[str]]) -> 
 def check_claim(analysis: Analysis, metric: str = "wall_s") -> list[str]:
     """Reasons the claim fails on ``metric``: a PFLEGO variant not ``flat`` or FedAvg not ``linear``.
 
-    An empty list means every PFLEGO variant is flat and FedAvg linear on every device; a sweep without
+    An empty list means every PFLEGO variant is flat and FedAvg linear on every host; a sweep without
     PFLEGO or FedAvg fails with the reason that it cannot show the claim.
     """
     fits = [f for f in analysis.fits if f.metric == metric]
@@ -420,7 +420,7 @@ def check_claim(analysis: Analysis, metric: str = "wall_s") -> list[str]:
     for f in fits:
         want = "flat" if _is_reference(f.variant) else "linear" if f.variant == PASS_ALGO else None
         if want and f.verdict.label != want:
-            where = f" on {f.device}" if f.device else ""
+            where = f" on {f.host}" if f.host else ""
             problems.append(f"{f.variant}{where} is {f.verdict.label}, not {want}, in {f.label} ({f.verdict.reason})")
     return problems
 
@@ -441,35 +441,35 @@ def _fmt_interval(iv: Optional[Interval], fmt: str = "{:.3g}") -> str:
 
 
 def render(analysis: Analysis, metrics: Sequence[str] = TABLE_METRICS):
-    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the device column only if several); an
+    """Two rich Tables: the fits with verdicts, and the ratios to PFLEGO (the host column only if several); an
     energy metric is named with its method (:func:`metric_label`: ``gpu_j (counter)``, ``energy_j (ESTIMATE)``) and
     has rows only where the analysis has its fits."""
     from rich.markup import escape
     from rich.table import Table
 
-    several = len({f.device for f in analysis.fits}) > 1
+    several = len({f.host for f in analysis.fits}) > 1
     fits = Table(title=f"cost per client round = a + b*tau ({CONFIDENCE:.0%} intervals)")
-    for name in ("device",) * several + ("algo", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"):
-        fits.add_column(name, justify="left" if name in ("device", "algo", "metric", "verdict") else "right",
+    for name in ("host",) * several + ("algo", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"):
+        fits.add_column(name, justify="left" if name in ("host", "algo", "metric", "verdict") else "right",
                         no_wrap=name in ("algo", "metric", "verdict"))
     for f in analysis.fits:
         if f.metric not in metrics:
             continue
         b = Interval(f.fit.b, *f.fit.ci_b) if f.fit else None
-        fits.add_row(*(escape(f.device),) * several, escape(f.variant), escape(f.label),
+        fits.add_row(*(escape(f.host),) * several, escape(f.variant), escape(f.label),
                      f"{f.n} (+{f.short} short)" if f.short else str(f.n),
                      f"{f.fit.a:.3g}" if f.fit else "-", _fmt_interval(b),
                      _fmt_interval(f.step_vs_pass, "{:.3g}"), _fmt_interval(f.verdict.growth, "{:+.0%}"),
                      f.verdict.label)
     ratios = Table(title="ratio to PFLEGO per client round at each tau (geometric means)")
     taus = sorted({r.tau for r in analysis.ratios if r.metric in metrics})
-    for name in ("device",) * several + ("algo", "over", "metric") + tuple(f"tau={t}" for t in taus):
+    for name in ("host",) * several + ("algo", "over", "metric") + tuple(f"tau={t}" for t in taus):
         # a long metric label (energy_j (counter+estimate: ...)) wraps in its cell, never the ratios
         ratios.add_column(name, justify="right" if name.startswith("tau") else "left", no_wrap=name != "metric")
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
         if r.metric in metrics:
-            key = (*(escape(r.device),) * several, escape(r.variant), escape(r.reference), escape(r.label))
+            key = (*(escape(r.host),) * several, escape(r.variant), escape(r.reference), escape(r.label))
             pivot[key][r.tau] = _fmt_interval(r.ratio, "{:.1f}")
     for key, cells in pivot.items():
         ratios.add_row(*key, *[cells.get(t, "-") for t in taus])

@@ -2,7 +2,7 @@
 
 :func:`read_federation` reads the sidecar's ``flower`` section (written by edgeprof's ServerApp) into plain data:
 how the run ended (``status`` and ``reason``), per round the partitions sampled and accepted and the replies rejected
-with the reason, the nodes left out at the roll call, the partitions no node served, each partition's node, device
+with the reason, the nodes left out at the roll call, the partitions no node served, each partition's node, host
 and data, and the notes (simulation, clients sharing a machine). A sidecar is a file like any other: every value is
 checked for its type, and one of the wrong type reads as absent, never as an error.
 """
@@ -32,11 +32,11 @@ class FlowerRound:
 
 @dataclass(frozen=True)
 class FlowerNode:
-    """A partition's node: its id, device, N_i and the data it said it trains on (``{}`` where it did not say)."""
+    """A partition's node: its id, host, N_i and the data it said it trains on (``{}`` where it did not say)."""
 
     partition: int
     node_id: Any
-    device: str
+    host: str
     n_train: Any
     data: dict = field(default_factory=dict)
 
@@ -122,7 +122,7 @@ def _nodes(value: Any) -> list[FlowerNode]:
     for key, n in value.items():
         if isinstance(n, Mapping) and str(key).isdecimal():
             data = n.get("data")
-            nodes.append(FlowerNode(int(key), n.get("node_id", "?"), _text(n.get("device")), n.get("n_train", "?"),
+            nodes.append(FlowerNode(int(key), n.get("node_id", "?"), _text(n.get("host")), n.get("n_train", "?"),
                                     dict(data) if isinstance(data, Mapping) else {}))
     return sorted(nodes, key=lambda n: n.partition)
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the schema reads windows' plain results; it never imports t
     from edgeprof.results import Span, WindowResult
 
 CORE_COLUMNS = (
-    "run_id", "device", "algo", "engine", "dataset", "backbone", "tau", "seed", "round", "kind", "client",
+    "run_id", "host", "algo", "engine", "dataset", "backbone", "tau", "seed", "round", "kind", "client",
     "n_samples", "n_participants", "train_loss", "test_accuracy", "eval_protocol",
     "wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "energy_net_j", "carbon_g",
     "short_window", "held_rounds", "profiler_overhead_s", "timestamp_s",

@@ -1,11 +1,12 @@
 """The shape of a report's JSON sidecar, checked when a report is read back.
 
-Readers (``summary``, ``dashboard``, the analysis) look into the sidecar's sections (``device.hostname``,
+Readers (``summary``, ``dashboard``, the analysis) look into the sidecar's sections (``host.hostname``,
 ``energy.carbon.source``, ``meters.meters[].name`` ...). A sidecar edited by hand, cut by a disk or written by
 something else can hold a string where a section belongs. :func:`usable_sidecar` validates each section
 against the pydantic models below, keeps every section that has its shape and leaves out each one that has
 not, and says which in one line (``why``); sections it does not know (a sweep's) are kept as they are. The
 ``trace`` section must name a file beside the report (a name, no folder) and a rate that is a number above zero.
+A sidecar an older edgeprof wrote names the machine ``device``; :func:`current_names` reads it as ``host``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class Sidecar(_Section):
     rows: Optional[int] = Field(default=None, ge=0)
     rounds_completed: Optional[int] = Field(default=None, ge=0)
     config: Optional[dict[str, Any]] = None
-    device: Optional[dict[str, Any]] = None
+    host: Optional[dict[str, Any]] = None
     libraries: Optional[dict[str, Any]] = None
     meters: Optional[Meters] = None
     energy: Optional[EnergySection] = None
@@ -81,6 +82,37 @@ class Sidecar(_Section):
     trace: Optional[Trace] = None
     phases: Optional[list[str]] = None
     notes: Optional[list[str]] = None
+
+
+def current_names(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the machine's names an older edgeprof wrote read under today's: the section ``device`` (host name,
+    CPU, memory) as ``host``, and the ``device`` of each Flower node (``flower.alpha.nodes.<i>``) and client
+    (``flower.clients.<i>``) as its ``host``. Where both names are there, today's is kept and the old one dropped;
+    values of an unexpected type are left for the shape check. ``data`` itself is not changed."""
+    out = _renamed(data, "device", "host")
+    flower = out.get("flower")
+    if not isinstance(flower, dict):
+        return out
+    flower = dict(flower)
+    alpha = flower.get("alpha")
+    if isinstance(alpha, dict) and isinstance(alpha.get("nodes"), dict):
+        flower["alpha"] = {**alpha, "nodes": _each_renamed(alpha["nodes"])}
+    if isinstance(flower.get("clients"), dict):
+        flower["clients"] = _each_renamed(flower["clients"])
+    return {**out, "flower": flower}
+
+
+def _renamed(item: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """A copy of ``item`` with key ``old`` under ``new`` (dropped where ``new`` is there), in its place."""
+    if old not in item:
+        return item
+    if new in item:
+        return {k: v for k, v in item.items() if k != old}
+    return {new if k == old else k: v for k, v in item.items()}
+
+
+def _each_renamed(items: dict[str, Any]) -> dict[str, Any]:
+    return {k: _renamed(v, "device", "host") if isinstance(v, dict) else v for k, v in items.items()}
 
 
 def _shown(value: Any) -> str:

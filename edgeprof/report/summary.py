@@ -3,9 +3,11 @@ own joules beside it (:func:`gpu_summary`: by its meter's method, net of its idl
 
 from __future__ import annotations
 
+import json
 import statistics
+from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from edgeprof.report.writer import Report
 
@@ -55,14 +57,19 @@ def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str], met
     return lines
 
 
-def _windows(report: Report, algo: str, phases: Sequence[str]) -> list[SummaryLine]:
-    """One part per window name of the ``window`` rows (edgeprof.monitor), with its phases."""
-    rows = report.where(algo=algo, kind="window")
+def _windows(report: Report, algo: str, phases: Sequence[str], kind: str = "window") -> list[SummaryLine]:
+    """One part per window name of the ``window`` rows (edgeprof.monitor), with its phases; ``kind="eval"``: of a
+    monitor's eval windows (``eval window NAME``)."""
+    rows = [r for r in report.where(algo=algo, kind=kind) if kind == "window" or r.get("window")]
     lines: list[SummaryLine] = []
     for name in dict.fromkeys(r.get("window", "") for r in rows):
         members = [r for r in rows if r.get("window", "") == name]
-        lines += _part(report, algo, f"window {name}", members, phases, _method(members))
+        lines += _part(report, algo, f"{WINDOW_PARTS[kind]}{name}", members, phases, _method(members))
     return lines
+
+
+#: how the summary names the windows of your own code, per kind (a part's name, then the window's)
+WINDOW_PARTS = {"window": "window ", "eval": "eval window "}
 
 
 def summarize(report: Report) -> list[SummaryLine]:
@@ -87,19 +94,53 @@ def summarize(report: Report) -> list[SummaryLine]:
             lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
                                      _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
                                      method, _median(report, "carbon_g", servers)))
-        measured_evals = [r for r in report.where(algo=algo, kind="eval") if r.get("wall_s")]
-        if measured_evals:  # a Flower app's evaluate messages, profiled on the clients
+        # a Flower app's evaluate messages, profiled on the clients (a monitor's eval windows have a name)
+        measured_evals = [r for r in report.where(algo=algo, kind="eval") if r.get("wall_s") and not r.get("window")]
+        if measured_evals:
             lines += _part(report, algo, "evaluate message", measured_evals, phases, _method(measured_evals))
-        lines += _windows(report, algo, phases)
+        lines += _windows(report, algo, phases) + _windows(report, algo, phases, kind="eval")
     return lines
 
 
 def title(lines: Sequence[SummaryLine]) -> str:
     """``median per client round``, ``median per window``, or both, after what the lines hold."""
-    windows = any(ln.part.startswith("window ") for ln in lines)
-    others = any(not ln.part.startswith(("window ", "  ")) for ln in lines)
+    own = tuple(WINDOW_PARTS.values())
+    windows = any(ln.part.startswith(own) for ln in lines)
+    others = any(not ln.part.startswith((*own, "  ")) for ln in lines)
     return ("median per client round and per window" if windows and others else
             "median per window" if windows else "median per client round")
+
+
+def run_lines(report: Report) -> list[str]:
+    """What the rows ran on and with: the data sets and backbones their rows name, and a monitor's run labels (its
+    sidecar's ``monitor.labels``); none for a report whose rows name neither and that has no labels."""
+    lines = []
+    for column, what in (("dataset", "data"), ("backbone", "backbone")):
+        values = list(dict.fromkeys(r[column] for r in report.rows if r.get(column)))
+        if values:
+            lines.append(f"{what}: {', '.join(values)}")
+    monitor = report.sidecar.get("monitor")
+    labels = monitor.get("labels") if isinstance(monitor, dict) else None
+    if isinstance(labels, dict) and labels:
+        lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in labels.items()))
+    raised = [(r.get("window") or r.get("kind", ""), error) for r in report.rows
+              if (error := row_labels(r).get("error"))]
+    if raised:
+        counts = Counter(raised)
+        lines.append(f"raised: {len(raised)} window{'s' if len(raised) > 1 else ''} ended by an exception ("
+                     + ", ".join(f"{name}: {error}" + (f" x{n}" if n > 1 else "") for (name, error), n in counts.items())
+                     + "); their rows are kept, labelled error")
+    return lines
+
+
+def row_labels(row: Mapping) -> dict:
+    """A row's ``labels`` cell (compact JSON, written by the monitor) as a dict; {} where it is empty or not an
+    object."""
+    try:
+        value = json.loads(row.get("labels") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def printable(text: object) -> str:
@@ -124,12 +165,13 @@ def render(lines: Sequence[SummaryLine]):
     from rich.table import Table
 
     table = Table(title=title(lines))
-    for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method"):
+    algos = any(ln.algo for ln in lines)  # a report of your own code names no algorithm: no column for it
+    for name in ("algo", "part", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method")[0 if algos else 1:]:
         table.add_column(name, justify="left" if name in ("algo", "part", "energy method") else "right",
                          no_wrap=name in ("algo", "part"))
     for ln in lines:
-        table.add_row(shown(ln.algo), shown(ln.part), str(ln.count), _cell(ln.wall_s), _cell(ln.cpu_s),
-                      _cell(ln.energy_j), _cell(ln.carbon_g, 3), shown(ln.method))
+        table.add_row(*(shown(ln.algo),)[:int(algos)], shown(ln.part), str(ln.count), _cell(ln.wall_s),
+                      _cell(ln.cpu_s), _cell(ln.energy_j), _cell(ln.carbon_g, 3), shown(ln.method))
     return table
 
 
@@ -313,8 +355,8 @@ def flower_lines(report: Report) -> list[str]:
     return lines + [f"note: {note}" for note in federation.notes]
 
 
-def device_table(report: Report):
-    """A Flower run's rich Table, one line per device: its partitions, the data it trained on, its client rounds'
+def host_table(report: Report):
+    """A Flower run's rich Table, one line per host: its partitions, the data it trained on, its client rounds'
     median wall seconds and joules (and their method), and the sampled replies of its partitions not used; None for a
     report that is not a Flower run's."""
     from rich.table import Table
@@ -324,21 +366,21 @@ def device_table(report: Report):
     federation = of_report(report)
     if federation is None:
         return None
-    by_device: dict[str, list[dict]] = {}
+    by_host: dict[str, list[dict]] = {}
     for row in report.where(kind="client"):
-        by_device.setdefault(row.get("device", ""), []).append(row)
+        by_host.setdefault(row.get("host", ""), []).append(row)
     nodes = {n.partition: n for n in federation.nodes}
     for node in federation.nodes:
-        by_device.setdefault(node.device, [])
-    table = Table(title="Flower: per device (client rounds: medians)")
-    for name in ("device", "partitions", "data", "rounds", "wall s", "energy J", "energy method", "not used"):
+        by_host.setdefault(node.host, [])
+    table = Table(title="Flower: per host (client rounds: medians)")
+    for name in ("host", "partitions", "data", "rounds", "wall s", "energy J", "energy method", "not used"):
         table.add_column(name, justify="right" if name in ("rounds", "wall s", "energy J", "not used") else "left")
-    for device, rows in by_device.items():
-        partitions = sorted({n.partition for n in federation.nodes if n.device == device}
+    for host, rows in by_host.items():
+        partitions = sorted({n.partition for n in federation.nodes if n.host == host}
                             | {int(r["client"]) for r in rows if r.get("client", "").isdecimal()})
         data = "; ".join(dict.fromkeys(nodes[p].data_text for p in partitions if p in nodes)) or "-"
         unused = sum(r.missing.count(p) for r in federation.rounds for p in partitions)
-        table.add_row(shown(device or "-"), shown(", ".join(map(str, partitions)) or "-"), shown(data),
+        table.add_row(shown(host or "-"), shown(", ".join(map(str, partitions)) or "-"), shown(data),
                       str(len(rows)), _cell(_median(report, "wall_s", rows)),
                       _cell(_median(report, "energy_j", rows)), shown(_method(rows)), str(unused))
     return table

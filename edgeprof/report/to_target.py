@@ -157,9 +157,10 @@ def spread(values: Sequence[float], n: int, low: float = 0.0, high: float = math
 
 @dataclass(frozen=True)
 class Projection:
-    """Client joules to target on another device: counted rounds here x fitted cost there (labelled as such)."""
+    """Client joules to target on another device: counted rounds here x fitted cost there (labelled as such); ``host``
+    is that device's name in the sweep's ``host`` column."""
 
-    device: str
+    host: str
     method: str
     cost_j: float
     cost_lo: Optional[float]
@@ -240,9 +241,9 @@ def optima(all_cells: Sequence[Cell]) -> dict[str, Optional[Cell]]:
 # --- projection onto another device -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CostFit:
-    """One algorithm's per-client-round joules against tau on the sweep's device."""
+    """One algorithm's per-client-round joules against tau on the sweep's host (its ``host`` column)."""
 
-    device: str
+    host: str
     fit: LineFit
     method: str
 
@@ -258,10 +259,10 @@ def read_costs(path: Path, algos: Sequence[str], taus: Sequence[int]) -> dict[st
     except ReportError as err:
         raise ConfigError(f"--cost-from {path}: {err}") from None
     fits = [f for f in analyze(report.rows, metrics=("energy_j",)).fits if f.fit is not None]
-    devices = sorted({f.device for f in fits})
-    if len(devices) != 1:
-        raise ConfigError(f"--cost-from {path}: needs a sweep's energy fits on exactly one device, found "
-                          f"{len(devices)}{': ' + ', '.join(devices) if devices else ''}")
+    hosts = sorted({f.host for f in fits})
+    if len(hosts) != 1:
+        raise ConfigError(f"--cost-from {path}: needs a sweep's energy fits on exactly one host, found "
+                          f"{len(hosts)}{': ' + ', '.join(hosts) if hosts else ''}")
     out = {}
     for algo in algos:
         found = next((f for f in fits if f.variant == algo), None)
@@ -272,7 +273,7 @@ def read_costs(path: Path, algos: Sequence[str], taus: Sequence[int]) -> dict[st
         if outside:
             raise ConfigError(f"--cost-from {path}: {algo} was swept at tau {found.fit.x_min:g}..{found.fit.x_max:g}, "
                               f"which does not cover tau {outside[0]}; a projection would be an extrapolation")
-        out[algo] = CostFit(devices[0], found.fit, found.method)
+        out[algo] = CostFit(hosts[0], found.fit, found.method)
     return out
 
 
@@ -290,7 +291,7 @@ def project(cell: Cell, cost: CostFit) -> Cell:
         n_hi = count.hi if count.hi is not None else count.median
         joules = Spread(count.median * c, None if c_lo is None else max(n_lo, 0.0) * c_lo,
                         None if c_hi is None else n_hi * c_hi, count.n)
-    return replace(cell, projection=Projection(cost.device, cost.method, c, c_lo, c_hi, joules))
+    return replace(cell, projection=Projection(cost.host, cost.method, c, c_lo, c_hi, joules))
 
 
 # --- the table ----------------------------------------------------------------------------------------------
@@ -315,7 +316,7 @@ def energy_label(all_cells: Sequence[Cell]) -> str:
 
 def projection_label(cell_or_cost) -> str:
     p = cell_or_cost
-    return (f"PROJECTION onto {p.device}: client rounds to target measured here x J per client round measured "
+    return (f"PROJECTION onto {p.host}: client rounds to target measured here x J per client round measured "
             f"there ({metric_label('energy_j', p.method)}, fit a + b*tau)")
 
 
@@ -330,7 +331,7 @@ def render(all_cells: Sequence[Cell], target: float, protocol: str = "global"):
     names = ["algo", "tau", "seeds reached", "rounds to target", "client J to target", "client s to target",
              "final accuracy"]
     if projected is not None:
-        names.append(f"PROJECTED client J on {projected.device}")
+        names.append(f"PROJECTED client J on {projected.host}")
     for name in names:
         table.add_column(escape(name), justify="left" if name == "algo" else "right", no_wrap=name == "algo")
     for c in all_cells:
@@ -357,7 +358,7 @@ def verdict_lines(all_cells: Sequence[Cell]) -> list[str]:
         lines.append(f"energy-optimal tau of {algo}: {cell.tau} ({fmt(cell.joules)} client J to target, {label})")
         there = projected_optimum([c for c in all_cells if c.algo == algo])
         if there is not None:
-            lines.append(f"  on {there.projection.device}: tau {there.tau} ({fmt(there.projection.joules)} J; "
+            lines.append(f"  on {there.projection.host}: tau {there.tau} ({fmt(there.projection.joules)} J; "
                          f"{projection_label(there.projection)})")
     if best:
         algo, cell = min(best.items(), key=lambda kv: kv[1].joules.median)

@@ -153,8 +153,17 @@ def trace_files_beside(report_csv: Path) -> list[Path]:
     return [p for p in (csv_path.with_suffix(".parquet"), csv_path) if p.is_file()]
 
 
-#: what a reader says of a report whose whole sidecar names no trace
+#: what a reader says of a report whose whole sidecar names no trace: a run of the CLI's, and one of your own code
+#: (:func:`edgeprof.monitor`, whose sidecar has a ``monitor`` section)
 NO_TRACE = "was run without --trace: no power trace to show (run it again with --trace, e.g. edgeprof measure --trace)"
+NO_TRACE_MONITOR = ("was run without a power trace: no power trace to show (record one with "
+                    "edgeprof.monitor(..., trace_hz=50))")
+
+
+def of_own_code(report: Report) -> bool:
+    """Whether the report is one of your own code (written by :func:`edgeprof.monitor`: its sidecar has a
+    ``monitor`` section), not of a run of the CLI."""
+    return isinstance(report.sidecar.get("monitor"), Mapping)
 
 
 def _traced_by_config(sidecar: Mapping) -> bool:
@@ -189,7 +198,7 @@ def locate(report: Report) -> tuple[Optional[Path], str]:
         return None, "did not finish (its sidecar still says running) and left no trace file beside it"
     if _traced_by_config(report.sidecar):
         return None, f"was run with --trace, but its trace file is missing (no {report.path.stem}.trace.* beside it)"
-    return None, NO_TRACE
+    return None, NO_TRACE_MONITOR if of_own_code(report) else NO_TRACE
 
 
 def trace_hz(report: Report) -> Optional[float]:

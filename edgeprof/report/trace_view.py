@@ -45,8 +45,9 @@ _log = logging.getLogger("edgeprof")
 OUTSIDE = "(no phase)"
 WHOLE = "whole window"
 ESTIMATE = "estimate"
-#: the kinds of window a trace holds: every kind of row but ``eval`` (an evaluation is written outside any window)
-TRACED_KINDS = tuple(k for k in ROW_KINDS if k != "eval")
+#: the kinds of window a trace may hold: every kind of row (``edgeprof measure --evaluate`` writes its evaluations
+#: outside any window, so only a monitor's ``kind="eval"`` windows are traced as eval)
+TRACED_KINDS = ROW_KINDS
 #: the columns read here (a trace written before the ``window`` column was added reads too)
 USED = (*LABELS, "row", "phase", "t_s", "dt_s", "domain", "in_total", "w", "method", "short_phase")
 #: the mark of a mean the meter cannot resolve (the mean power of the spans around the phase, not its own)
@@ -91,9 +92,12 @@ class Window:
         return sum(r["w"] * r["dt_s"] for r in valid) if valid else None
 
     def describe(self) -> str:
-        """``round 2, client 4 (pflego tau=50)``, ``round 2, server step (...)``; a monitor's ``window NAME``."""
-        if self.kind == "window":
-            return f"window {self.name}" + (f" ({self.algo})" if self.algo else "")
+        """``round 2, client 4 (pflego tau=50)``, ``round 2, server step (...)``; a monitor's ``window NAME`` and
+        ``eval window NAME`` (with its round where it has one)."""
+        if self.kind == "window" or (self.kind == "eval" and self.rows[0].get("window")):
+            what = "eval window" if self.kind == "eval" else "window"
+            return (f"{what} {self.name}" + (f", round {self.round}" if self.round is not None else "")
+                    + (f" ({self.algo})" if self.algo else ""))
         who = f"client {self.client}" if self.kind == "client" else f"{self.kind} step"
         return f"round {self.round}, {who} ({self.algo} tau={self.tau})"
 
@@ -176,32 +180,62 @@ def _noun(kind: str) -> str:
     return "own-code window" if kind == "window" else f"{kind} window"
 
 
-def choose(found: Sequence[Window], round: Optional[int] = None, kind: str = "client",
-           client: Optional[int] = None) -> tuple[Window, str]:
-    """The window to show and why it was picked; ConfigError (exit 2) naming what exists when none matches."""
-    pool = [w for w in found if w.kind == kind]
+def _default_kind(found: Sequence[Window]) -> str:
+    """The kind shown when none is asked for: client rounds where the trace has them (a run of the CLI), else a
+    monitor's own windows, else the first kind traced."""
+    kinds = [w.kind for w in found]
+    return next((k for k in ("client", "window") if k in kinds), kinds[0] if kinds else "client")
+
+
+def choose(found: Sequence[Window], round: Optional[int] = None, kind: Optional[str] = None,
+           client: Optional[int] = None, name: Optional[str] = None) -> tuple[Window, str]:
+    """The window to show and why it was picked; ConfigError (exit 2) naming what exists when none matches.
+
+    ``name``: windows of that name (a monitor's ``window`` column; a CLI run's windows are named by their kind),
+    of any kind unless ``kind`` is given. ``kind`` None: :func:`_default_kind`. Without ``name``, where the kind's
+    windows have several names (a monitor's ``load``, ``epoch``, ...), the name with the most traced windows is
+    taken (the first written among equals) and the reason says which others there are: a median over windows of
+    different work would be none of them."""
+    pool = list(found)
+    if name is not None:
+        names = _listing(w.name for w in pool)
+        pool = [w for w in pool if w.name == name]
+        if not pool:
+            raise ConfigError(f"no traced window named {name!r} in this report; names traced: {names}")
+    kind = kind if kind is not None else _default_kind(pool)
+    kinds = _listing(w.kind for w in pool)
+    pool = [w for w in pool if w.kind == kind]
+    called = f" named {name!r}" if name is not None else ""
     if not pool:
-        raise ConfigError(f"no traced {_noun(kind)} in this report; traced kinds: {_listing(w.kind for w in found)} "
-                          f"(--kind picks one)")
+        raise ConfigError(f"no traced {_noun(kind)}{called} in this report; traced kinds{called and ' there'}: "
+                          f"{kinds} (--kind picks one)")
+    others = ""
+    if name is None:
+        counts = Counter(w.name for w in pool)
+        if len(counts) > 1:
+            name = max(counts, key=lambda n: (counts[n], -next(i for i, w in enumerate(pool) if w.name == n)))
+            others = f"; other names traced: {_listing(n for n in counts if n != name)}"
+            pool = [w for w in pool if w.name == name]
+            called = f" named {name!r}"
     scope = ""
     if round is not None:
         rounds = _listing(w.round for w in pool if w.round is not None)
         pool = [w for w in pool if w.round == round]
         if not pool:
-            raise ConfigError(f"no traced {_noun(kind)} in round {round}; rounds traced: {rounds}")
+            raise ConfigError(f"no traced {_noun(kind)}{called} in round {round}; rounds traced: {rounds}")
         scope = f" in round {round}"
     if client is not None:
         clients = _listing(int(w.client) for w in pool if str(w.client).isdigit())
         pool = [w for w in pool if str(w.client) == str(client)]
         if not pool:
-            raise ConfigError(f"no traced {_noun(kind)} of client {client}{scope}; clients traced"
+            raise ConfigError(f"no traced {_noun(kind)}{called} of client {client}{scope}; clients traced"
                               f"{scope and ' there'}: {clients}")
         scope = f" of client {client}{scope}"
     chosen = median_window(pool)
     if len(pool) == 1:
-        return chosen, f"the only traced {_noun(kind)}{scope}"
+        return chosen, f"the only traced {_noun(kind)}{called}{scope}{others}"
     what = "energy" if all(w.energy_j is not None for w in pool) else "duration"
-    return chosen, f"the median-{what} {_noun(kind)} of the {len(pool)} traced{scope}"
+    return chosen, f"the median-{what} {_noun(kind)}{called} of the {len(pool)} traced{scope}{others}"
 
 
 # --- per phase -----------------------------------------------------------------------------------------
@@ -341,14 +375,15 @@ class TraceView:
     held_rounds: Optional[int] = None
 
 
-def view(report_path: Path, round: Optional[int] = None, kind: str = "client",
-         client: Optional[int] = None) -> TraceView:
-    """The view of one window of a report's trace (ReportError exit 7, ConfigError exit 2)."""
-    if kind not in TRACED_KINDS:
+def view(report_path: Path, round: Optional[int] = None, kind: Optional[str] = None,
+         client: Optional[int] = None, name: Optional[str] = None) -> TraceView:
+    """The view of one window of a report's trace, picked by :func:`choose` (ReportError exit 7, ConfigError exit
+    2)."""
+    if kind is not None and kind not in TRACED_KINDS:
         raise ConfigError(f"unknown window kind {kind!r}; choose one of: {', '.join(TRACED_KINDS)}")
     report = read_report(report_path)
     path, found = load(report)
-    window, why = choose(found, round=round, kind=kind, client=client)
+    window, why = choose(found, round=round, kind=kind, client=client, name=name)
     row = report.rows[window.row] if window.row < len(report.rows) else {}
     held = int(float(row["held_rounds"])) if row.get("held_rounds") else None
     return TraceView(path, trace_hz(report), window, why, phase_stats([window]), held)
@@ -412,8 +447,8 @@ def _flag_notes(v: TraceView) -> list[str]:
 def notes(v: TraceView) -> list[str]:
     """The lines under the table: what was picked and how to pick another, what the marks mean, the file (every
     text from the files :func:`~edgeprof.report.summary.printable`)."""
-    lines = [f"window: {v.window.describe()}, run {v.window.run_id}: {v.why} (--round, --kind, --client pick "
-             f"another)",
+    lines = [f"window: {v.window.describe()}, run {v.window.run_id}: {v.why} (--window, --round, --kind, --client "
+             f"pick another)",
              "mean W: the phase's energy over its duration; peak W: the highest mean over one resolved interval "
              "between samples"]
     if v.held_rounds:

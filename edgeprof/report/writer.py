@@ -244,7 +244,9 @@ REQUIRED_COLUMNS = ("run_id", "algo", "kind")
 RESULT_COLUMNS = ("train_loss",)
 #: columns that hold whole numbers when not empty
 INTEGER_COLUMNS = ("tau", "seed", "round", "client", "n_samples", "n_participants", "short_window", "held_rounds")
-_TEXT_COLUMNS = ("run_id", "device", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
+#: report columns an older edgeprof wrote under another name -> today's name (:func:`read_report` renames them)
+OLD_COLUMNS = {"device": "host"}
+_TEXT_COLUMNS = ("run_id", "host", "algo", "engine", "dataset", "backbone", "kind", "eval_protocol", "window",
                  "labels", "device_kind", "short_phases")
 
 
@@ -299,6 +301,16 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
     return None
 
 
+def _current_columns(fieldnames: tuple[str, ...], raw: list[dict]) -> tuple[tuple[str, ...], list[dict]]:
+    """The header and rows with each of :data:`OLD_COLUMNS` renamed to today's name, where the report has no column
+    of today's name (a report with both keeps both as written)."""
+    renames = {old: new for old, new in OLD_COLUMNS.items() if old in fieldnames and new not in fieldnames}
+    if not renames:
+        return fieldnames, raw
+    return (tuple(renames.get(c, c) for c in fieldnames),
+            [{renames.get(k, k) if isinstance(k, str) else k: v for k, v in row.items()} for row in raw])
+
+
 class _TooLong(ValueError):
     """A whole number in a sidecar with more digits than :data:`MAX_SIDECAR_DIGITS`."""
 
@@ -341,7 +353,8 @@ def _parse_sidecar(path: Path) -> object:
 
 def read_sidecar(path: Path) -> tuple[dict, str]:
     """The sidecar as a dict and what was wrong with it ('' when nothing was); a missing one is empty, a damaged
-    one (not JSON, not an object, too large, nested too deep, a number too long to convert) is ignored, and
+    one (not JSON, not an object, too large, nested too deep, a number too long to convert) is ignored, an older
+    edgeprof's names are read as today's (:func:`edgeprof.report.sidecar.current_names`: ``device`` as ``host``), and
     sections of the wrong shape are left out (:func:`edgeprof.report.sidecar.usable_sidecar`), each with a note."""
     if not path.is_file():
         return {}, f"there is no sidecar {path.name}"
@@ -355,9 +368,9 @@ def read_sidecar(path: Path) -> tuple[dict, str]:
         why = f"ignoring sidecar {path}: a JSON {type(data).__name__}, not an object"
         _log.warning(why)
         return {}, why
-    from edgeprof.report.sidecar import usable_sidecar
+    from edgeprof.report.sidecar import current_names, usable_sidecar
 
-    data, why = usable_sidecar(data)
+    data, why = usable_sidecar(current_names(data))
     if why:
         _log.warning(f"{path.name}: {why}")
     return data, why
@@ -370,7 +383,8 @@ def read_report(path: str | Path) -> Report:
     UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
     or when the file is not an edgeprof report at all. Joules (and grams CO2e) below zero, which no meter reads,
     are read as invalid (:func:`_invalidate_negative`) and counted in one note. A UTF-8 byte-order mark (a CSV
-    saved by a spreadsheet) is skipped. The sidecar is read as :func:`read_sidecar` says.
+    saved by a spreadsheet) is skipped. A column an older edgeprof wrote under another name is read under today's
+    (:data:`OLD_COLUMNS`: ``device`` as ``host``). The sidecar is read as :func:`read_sidecar` says.
     """
     path = Path(path)
     if path.suffix == ".json":
@@ -393,6 +407,7 @@ def read_report(path: str | Path) -> Report:
             raise ReportError(f"{path} is not an edgeprof report (a cell longer than {MAX_CELL_CHARS} characters)"
                               ) from err
         raise ReportError(f"{path} is not an edgeprof report (not a CSV: {err})") from err
+    fieldnames, raw = _current_columns(fieldnames, raw)
     missing = [c for c in REQUIRED_COLUMNS if c not in fieldnames]
     if missing:
         raise ReportError(f"{path} is not an edgeprof report (no {', '.join(missing)} column)")

@@ -314,7 +314,7 @@ class Monitor:
 
     def _base(self, name: str, kind: str, cells: Mapping[str, str], other: Mapping[str, Any]) -> dict:
         ctx = self._session.ctx
-        return {"run_id": ctx.run_id, "device": ctx.device, **cells, "kind": kind, "window": name,
+        return {"run_id": ctx.run_id, "host": ctx.host, **cells, "kind": kind, "window": name,
                 "labels": labels_cell(other), "timestamp_s": f"{time.time():.3f}"}
 
     def _row(self, mw: MonitorWindow, result: WindowResult) -> dict[str, str]:

@@ -18,7 +18,7 @@ from edgeprof.errors import MonitorError
 
 #: labels that fill the report column of their name, and the type of its cells
 LABEL_COLUMNS: Mapping[str, type] = {
-    "algo": str, "engine": str, "dataset": str, "backbone": str, "device": str,
+    "algo": str, "engine": str, "dataset": str, "backbone": str, "host": str,
     "tau": int, "seed": int, "round": int, "client": int, "n_samples": int, "n_participants": int,
     "train_loss": float, "test_accuracy": float,
 }

@@ -52,10 +52,11 @@ class Energy:
 
 @dataclass
 class RunContext:
-    """What every window of a run shares: its id, writer, profiler and energy conversion."""
+    """What every window of a run shares: its id, the host's name in its rows, writer, profiler and energy
+    conversion."""
 
     run_id: str
-    device: str
+    host: str
     writer: ReportWriter
     profiler: Profiler
     energy: Energy
@@ -108,8 +109,8 @@ class RunContext:
 
 
 def base_row(ctx: RunContext, cfg, round_index: int, kind: str, **extra) -> dict:
-    """The identifying cells of a report row (run, device, algorithm, tau, seed, round, kind) plus ``extra``."""
-    row = dict(run_id=ctx.run_id, device=ctx.device, algo=cfg.algo, engine=cfg.engine, dataset=cfg.dataset,
+    """The identifying cells of a report row (run, host, algorithm, tau, seed, round, kind) plus ``extra``."""
+    row = dict(run_id=ctx.run_id, host=ctx.host, algo=cfg.algo, engine=cfg.engine, dataset=cfg.dataset,
                backbone=cfg.backbone, tau=cfg.tau, seed=cfg.seed, round=round_index, kind=kind,
                timestamp_s=f"{time.time():.3f}")
     row.update(extra)
@@ -157,10 +158,10 @@ def open_energy(cfg, meters: MeterSet) -> Energy:
 
 def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Sequence[str], runtime=None,
                  **status) -> dict:
-    """The sidecar every run shares: config, device, libraries, meters, energy, phases, notes, status."""
-    from edgeprof.host import device_info, library_versions
+    """The sidecar every run shares: config, host, libraries, meters, energy, phases, notes, status."""
+    from edgeprof.host import host_info, library_versions
 
-    return {"run_id": run_id, "config": cfg.to_dict(), "device": device_info(),
+    return {"run_id": run_id, "config": cfg.to_dict(), "host": host_info(),
             "libraries": library_versions(), "numerics": numerics(runtime), "meters": meters.describe(),
             "profiler_overhead": "wall",
             "energy": energy.sidecar, "phases": list(phases), "notes": list(energy.notes), **status}
@@ -299,7 +300,7 @@ def _create(cfg, out: Path, run_id: str, columns: Sequence[str], sidecar: Callab
             energy: Energy, profiler: Optional[Profiler], runtime) -> ReportSession:
     """The CSV, the ``running`` sidecar, the run's context and (``--trace``) its trace file; on any error, a
     Ctrl-C included, whatever it wrote is removed: a run that recorded nothing leaves no report at all."""
-    from edgeprof.host import device_label
+    from edgeprof.host import host_label
 
     csv_path, sidecar_path = out / f"{run_id}.csv", out / f"{run_id}.json"
     writer = ReportWriter(csv_path, columns)
@@ -308,7 +309,7 @@ def _create(cfg, out: Path, run_id: str, columns: Sequence[str], sidecar: Callab
         write_sidecar(sidecar_path, sidecar(status="running"), reserve=True)
         sidecar_written = True
         device = None if runtime is None else runtime.compute  # synchronised at every window and phase edge
-        ctx = RunContext(run_id, device_label(), writer, profiler or Profiler(meters, device=device), energy)
+        ctx = RunContext(run_id, host_label(), writer, profiler or Profiler(meters, device=device), energy)
         ctx.profiler.windows.check_phase = check_phase_name  # a phase's columns must be none of the report's own
         hz = cfg.energy.trace_hz
         if hz:

@@ -5,16 +5,16 @@ page. The page needs no network and no server: plotly.js comes from the installe
 (:func:`plotly.offline.get_plotlyjs`, inlined once) and every figure is a JSON object in one
 ``application/json`` script, drawn by a few lines of JavaScript.
 
-Sections: runs and devices, the Flower federation (each Flower run's ending, nodes and their data, and per round
+Sections: runs and hosts, the Flower federation (each Flower run's ending, nodes and their data, and per round
 what was sampled, accepted and rejected: :mod:`edgeprof.report.dashboard.flower`), the windows of a user's own code
 (reports of ``edgeprof.monitor``), verdicts (fits, growth, ratios), cost versus tau with fitted lines and 95% bands,
 per-phase breakdown, power over time (reports run with ``--trace``: each algorithm's median-energy client window
 against time over its phases' bands, and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
 energy (reports with ``kind=eval`` rows), client joules to a target accuracy against tau (the reports of
-``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. Reports from several devices
-(the ``device`` column, else the sidecar's host name) are drawn side by side, one column per device.
+``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. Reports from several hosts
+(the ``host`` column, else the sidecar's host name) are drawn side by side, one column per host.
 
-Escaping: every text that comes from a report (run ids, algorithm, engine and device names, sidecar
+Escaping: every text that comes from a report (run ids, algorithm, engine and host names, sidecar
 values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<script>`` has ``<``,
 ``>``, ``&`` and the line separators written as ``\\uXXXX`` escapes, so no value can close the script.
 """
@@ -28,13 +28,13 @@ from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
 from edgeprof.report.dashboard import claim, flower, runs, target, window_charts
-from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_device, esc, rows_of, script_json
+from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_host, esc, rows_of, script_json
 from edgeprof.report.writer import Report, read_report
 
 __all__ = ["SECTIONS", "render", "script_json", "write_dashboard"]
 
 
-SECTIONS = (("runs", "Runs and devices"), ("flower", "Flower federation"), ("windows", "Windows of your own code"),
+SECTIONS = (("runs", "Runs and hosts"), ("flower", "Flower federation"), ("windows", "Windows of your own code"),
             ("verdicts", "Verdicts"),
             ("cost-vs-tau", "Cost per client round vs tau"),
             ("phases", "Per-phase breakdown"), ("trace", "Power over time"), ("timeseries", "Per-round time series"),
@@ -51,20 +51,20 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
     if not reports:
         raise ConfigError("the dashboard needs at least one report")
     rows = runs.with_gpu_net(rows_of(reports))  # gpu_net_j where a report's sidecar has the GPU's idle power
-    analysis = analyze([r.data | {"device": r.device} for r in rows])
-    devices = by_device(rows)
+    analysis = analyze([r.data | {"host": r.host} for r in rows])
+    hosts = by_host(rows)
     page = Page()
     bodies = {
-        "runs": runs.runs_and_devices(reports, rows),
+        "runs": runs.runs_and_hosts(reports, rows),
         "flower": flower.flower_section(reports),
-        "windows": window_charts.windows(page, reports, devices),
+        "windows": window_charts.windows(page, reports, hosts),
         "verdicts": claim.verdicts(analysis, rows),
-        "cost-vs-tau": claim.cost_vs_tau(page, analysis, rows, devices),
-        "phases": claim.phases(page, reports, devices),
+        "cost-vs-tau": claim.cost_vs_tau(page, analysis, rows, hosts),
+        "phases": claim.phases(page, reports, hosts),
         "trace": window_charts.power_over_time(page, reports, trace_round, trace_client),
-        "timeseries": runs.timeseries(page, devices),
-        "energy": runs.energy(page, devices),
-        "accuracy": runs.accuracy(page, devices),
+        "timeseries": runs.timeseries(page, hosts),
+        "energy": runs.energy(page, hosts),
+        "accuracy": runs.accuracy(page, hosts),
         "to-target": target.energy_to_target_section(page, reports),
         "methods": runs.methods_section(reports),
     }

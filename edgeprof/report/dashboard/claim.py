@@ -45,12 +45,12 @@ def _metric_cell(item: VariantFit | Ratio, variants: Iterable[str], estimated: s
     ESTIMATE where any of it was estimated."""
     if item.metric in GPU_METRICS:
         return item.label
-    return marked(item.metric, item.metric == "energy_j" and any((item.device, v) in estimated for v in variants))
+    return marked(item.metric, item.metric == "energy_j" and any((item.host, v) in estimated for v in variants))
 
 
 def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
-    return table(("device", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
-                  [(f.device, f.variant, _metric_cell(f, [f.variant], estimated),
+    return table(("host", "algorithm", "metric", "n", "a", "b per step", "step/pass", "growth", "verdict"),
+                  [(f.host, f.variant, _metric_cell(f, [f.variant], estimated),
                     f"{f.n} (+{f.short} short)" if f.short else f.n,
                     f"{f.fit.a:.4g}" if f.fit else "-",
                     interval_text(Interval(f.fit.b, *f.fit.ci_b) if f.fit else None),
@@ -61,7 +61,7 @@ def _fits_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
 
 #: what the ratios' place says when there is none (a table of headers alone would say nothing)
 NO_RATIOS = ("<p>No ratios: a ratio needs PFLEGO and another algorithm measured at the same tau on the same "
-             "device.</p>")
+             "host.</p>")
 
 
 def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
@@ -71,8 +71,8 @@ def _ratios_table(analysis: Analysis, estimated: set[tuple[str, str]]) -> str:
     pivot: dict[tuple, dict[int, str]] = defaultdict(dict)
     for r in analysis.ratios:
         metric = _metric_cell(r, (r.variant, r.reference), estimated)
-        pivot[(r.device, r.variant, r.reference, metric)][r.tau] = interval_text(r.ratio, "{:.2f}")
-    return table(("device", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
+        pivot[(r.host, r.variant, r.reference, metric)][r.tau] = interval_text(r.ratio, "{:.2f}")
+    return table(("host", "algorithm", "over", "metric", *[f"tau={t}" for t in taus]),
                   [(*key, *[cells.get(t, "-") for t in taus]) for key, cells in pivot.items()], "ratios")
 
 
@@ -105,7 +105,7 @@ def _fit_traces(vf: VariantFit | None, variant: str, color: str) -> list[dict]:
                    "opacity": 0.2}]
 
 
-def _cost_plot(page: Page, analysis: Analysis, rows: Sequence[Row], device: str, metric: str) -> str:
+def _cost_plot(page: Page, analysis: Analysis, rows: Sequence[Row], host: str, metric: str) -> str:
     data = []
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
@@ -123,37 +123,37 @@ def _cost_plot(page: Page, analysis: Analysis, rows: Sequence[Row], device: str,
             data.append({"type": "scatter", "mode": "markers", "name": esc(f"{variant}: short window, not fitted"),
                          "legendgroup": name, "x": [r.num("tau") for r in short], "y": [r.num(metric) for r in short],
                          "marker": {"color": color, "size": 6, "symbol": "circle-open"}})
-        data.extend(_fit_traces(analysis.fit_for(device, variant, metric), variant, color))
+        data.extend(_fit_traces(analysis.fit_for(host, variant, metric), variant, color))
     if not data:
         return ""
-    return page.figure(data, _cost_title(device, metric, [r for m in groups.values() for r in m]),
+    return page.figure(data, _cost_title(host, metric, [r for m in groups.values() for r in m]),
                        {"title": {"text": "tau"}},
                        {"title": {"text": GPU_LABELS.get(metric) or METRIC_LABELS[metric]}, "rangemode": "tozero"},
                        log_toggle=True)
 
 
-def _cost_title(device: str, metric: str, rows: Sequence[Row]) -> str:
+def _cost_title(host: str, metric: str, rows: Sequence[Row]) -> str:
     """``dev: energy, J per client round (ESTIMATE)`` where any of it was estimated; ``dev: GPU joules per client
     round (counter)``: the GPU's metrics say their own method."""
-    title = f"{device}: {GPU_LABELS.get(metric) or METRIC_LABELS[metric]} per client round"
+    title = f"{host}: {GPU_LABELS.get(metric) or METRIC_LABELS[metric]} per client round"
     if metric in GPU_METRICS:
         method = gpu_energy.methods(r.data for r in rows) or "no method recorded"
         return f"{title} ({method}{', net of idle' if metric == gpu_energy.NET_METRIC else ''})"
     return marked(title, metric == "energy_j" and "estimate" in methods_of(rows))
 
 
-def _cost_plots(page: Page, analysis: Analysis, devices: Mapping[str, list[Row]]) -> str:
+def _cost_plots(page: Page, analysis: Analysis, hosts: Mapping[str, list[Row]]) -> str:
     parts = []
     for metric in METRICS + GPU_METRICS:
-        cells = [_cost_plot(page, analysis, rows, device, metric) for device, rows in devices.items()]
+        cells = [_cost_plot(page, analysis, rows, host, metric) for host, rows in hosts.items()]
         if any(cells):
             parts.append(grid(cells))
     return "".join(parts) or '<p class="note">No client rows with a tau.</p>'
 
 
-def cost_vs_tau(page: Page, analysis: Analysis, rows: Sequence[Row], devices: Mapping[str, list[Row]]) -> str:
-    """Every client round's cost against tau, per metric and device, with the fits; a note when there is one tau."""
-    return _one_tau(analysis) or energy_note(rows) + _cost_plots(page, analysis, devices)
+def cost_vs_tau(page: Page, analysis: Analysis, rows: Sequence[Row], hosts: Mapping[str, list[Row]]) -> str:
+    """Every client round's cost against tau, per metric and host, with the fits; a note when there is one tau."""
+    return _one_tau(analysis) or energy_note(rows) + _cost_plots(page, analysis, hosts)
 
 
 def _phase_median(members: Sequence[Row], phase: str) -> float | None:
@@ -161,7 +161,7 @@ def _phase_median(members: Sequence[Row], phase: str) -> float | None:
     return median([r.num(column) for r in members if r.data.get("kind") == kind and r.num(column) is not None])
 
 
-def _phase_plot(page: Page, rows: Sequence[Row], device: str, phases: Sequence[str]) -> str:
+def _phase_plot(page: Page, rows: Sequence[Row], host: str, phases: Sequence[str]) -> str:
     """Stacked median phase seconds per (algorithm, tau); the x axis is two-level (tau under algorithm),
     so its labels stay short and upright, and a log toggle shows PFLEGO's phases beside FedAvg's."""
     keys: dict[tuple[str, int], list[Row]] = defaultdict(list)
@@ -180,46 +180,46 @@ def _phase_plot(page: Page, rows: Sequence[Row], device: str, phases: Sequence[s
                          "hovertemplate": "%{hovertext}: %{y:.3g} s"})
     if not data:
         return ""
-    return page.figure(data, f"{device}: median seconds per phase (server: the server step)",
+    return page.figure(data, f"{host}: median seconds per phase (server: the server step)",
                        {"type": "multicategory", "tickangle": 0, "title": {"text": "tau, by algorithm"}},
                        {"title": {"text": "seconds"}}, log_toggle=True, barmode="stack")
 
 
-def _memory(devices: Mapping[str, list[Row]]) -> str:
+def _memory(hosts: Mapping[str, list[Row]]) -> str:
     body = []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         peaks: dict[str, list[float]] = defaultdict(list)
         for r in rows:
             if r.data.get("kind") == "client" and r.num("peak_rss_mb") is not None:
                 peaks[r.variant].append(r.num("peak_rss_mb"))
-        body.extend((device, v, len(p), f"{statistics.median(p):.0f}", f"{max(p):.0f}") for v, p in peaks.items())
+        body.extend((host, v, len(p), f"{statistics.median(p):.0f}", f"{max(p):.0f}") for v, p in peaks.items())
     if not body:
         return ""
     return ("<h3>Peak resident memory per client round (MiB; the window's high-water mark)</h3>"
-            + table(("device", "algorithm", "rounds", "median MiB", "max MiB"), body))
+            + table(("host", "algorithm", "rounds", "median MiB", "max MiB"), body))
 
 
-def _setup(devices: Mapping[str, list[Row]]) -> str:
+def _setup(hosts: Mapping[str, list[Row]]) -> str:
     """Flower runs: the set-up measured beside each client round (not part of its time or energy)."""
     body = []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         by_variant: dict[str, list[Row]] = defaultdict(list)
         for r in rows:
             if r.data.get("kind") == "client" and r.num("setup_s") is not None:
                 by_variant[r.variant].append(r)
         for v, rs in by_variant.items():
             med = lambda col: median([x for x in (r.num(col) for r in rs) if x is not None])  # noqa: E731
-            body.append((device, v, len(rs), *(num_text(med(column)) for column in
+            body.append((host, v, len(rs), *(num_text(med(column)) for column in
                                                 ("wall_s", "setup_s", "startup_s", "energy_j", "setup_j"))))
     if not body:
         return ""
     return ("<h3>Set-up beside the round (Flower: process start, data, model, ONNX session; medians)</h3>"
-            + table(("device", "algorithm", "rounds", "round s", "set-up s", "process start s", "round J",
+            + table(("host", "algorithm", "rounds", "round s", "set-up s", "process start s", "round J",
                       "set-up J"), body, "setup"))
 
 
-def phases(page: Page, reports: Sequence[Report], devices: Mapping[str, list[Row]]) -> str:
-    """Median seconds per phase for each device, then peak memory and (Flower runs) the set-up beside the round."""
+def phases(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]) -> str:
+    """Median seconds per phase for each host, then peak memory and (Flower runs) the set-up beside the round."""
     names = phase_names(reports)
-    return grid([_phase_plot(page, rows, device, names) for device, rows in devices.items()]) + _memory(devices) \
-        + _setup(devices)
+    return grid([_phase_plot(page, rows, host, names) for host, rows in hosts.items()]) + _memory(hosts) \
+        + _setup(hosts)

@@ -3,7 +3,7 @@
 Per report whose sidecar has edgeprof's ``flower`` section: how the run ended (its status and reason, and the
 sampled replies not used, so a run that lost a node never reads as a clean ``complete``), its notes (Flower
 simulation, clients sharing a machine: per-client energy is then an attribution), its nodes (partition, node,
-device, the data each said it trains on), the nodes left out at the roll call, and per round the partitions sampled,
+host, the data each said it trains on), the nodes left out at the roll call, and per round the partitions sampled,
 accepted and rejected with the reason.
 """
 
@@ -32,8 +32,8 @@ def _run(name: str, federation: Federation) -> str:
              f'{esc(federation.ending()[len(federation.status):])}</p>']
     parts += [f'<p class="note">{esc(note)}</p>' for note in federation.notes]
     if federation.nodes:
-        nodes = [(n.partition, n.node_id, n.device or "-", n.n_train, n.data_text) for n in federation.nodes]
-        parts.append(table(("partition", "node", "device", "N_i", "data"), nodes, "flower-nodes"))
+        nodes = [(n.partition, n.node_id, n.host or "-", n.n_train, n.data_text) for n in federation.nodes]
+        parts.append(table(("partition", "node", "host", "N_i", "data"), nodes, "flower-nodes"))
     if federation.missing_partitions:
         parts.append(f'<p class="note">No node served partition(s) '
                      f'{esc(", ".join(map(str, federation.missing_partitions)))}.</p>')

@@ -1,4 +1,4 @@
-"""The dashboard page's parts: rows resolved to their device, figures and colours, tables, escaping, style.
+"""The dashboard page's parts: rows resolved to their host, figures and colours, tables, escaping, style.
 
 Every text that comes from a report goes through :func:`esc` (HTML) or :func:`script_json` (the figures' JSON
 inside ``<script>``), so no value can close a tag or the script.
@@ -50,10 +50,10 @@ def _finite(value):
 
 @dataclass(frozen=True)
 class Row:
-    """One report row with its report and device resolved."""
+    """One report row with its report and host resolved."""
 
     report: Report
-    device: str
+    host: str
     variant: str
     data: Mapping[str, str]
 
@@ -65,14 +65,14 @@ class Row:
             return None
 
 
-def device_of(report: Report, row: Mapping[str, str]) -> str:
-    """The row's device: its ``device`` column, else the sidecar's host name."""
-    return row.get("device") or str(report.sidecar.get("device", {}).get("hostname", "")) or "device"
+def host_of(report: Report, row: Mapping[str, str]) -> str:
+    """The row's host: its ``host`` column, else the sidecar's host name."""
+    return row.get("host") or str(report.sidecar.get("host", {}).get("hostname", "")) or "host"
 
 
 def rows_of(reports: Sequence[Report]) -> list[Row]:
-    """Every row of ``reports``, with its report, device and algorithm variant resolved."""
-    return [Row(rep, device_of(rep, r), variant_of(r.get("algo", ""), r.get("engine", "")), r)
+    """Every row of ``reports``, with its report, host and algorithm variant resolved."""
+    return [Row(rep, host_of(rep, r), variant_of(r.get("algo", ""), r.get("engine", "")), r)
             for rep in reports for r in rep.rows]
 
 
@@ -122,11 +122,11 @@ def short_labels(names: Iterable[str], limit: int = 24) -> dict[str, str]:
     return short if len(set(short.values())) == len(names) else {n: n for n in names}
 
 
-def by_device(rows: Iterable[Row]) -> dict[str, list[Row]]:
-    """The rows grouped by device, in the order the devices first appear."""
+def by_host(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """The rows grouped by host, in the order the hosts first appear."""
     out: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        out[r.device].append(r)
+        out[r.host].append(r)
     return out
 
 
@@ -157,8 +157,8 @@ def methods_of(rows: Iterable[Row]) -> set[str]:
 
 
 def estimated_variants(rows: Iterable[Row]) -> set[tuple[str, str]]:
-    """The (device, variant) pairs whose energy is, at least in part, an estimate."""
-    return {(r.device, r.variant) for r in rows if r.num("energy_j") is not None and "estimate" in methods_of([r])}
+    """The (host, variant) pairs whose energy is, at least in part, an estimate."""
+    return {(r.host, r.variant) for r in rows if r.num("energy_j") is not None and "estimate" in methods_of([r])}
 
 
 def marked(text: str, estimate: bool) -> str:

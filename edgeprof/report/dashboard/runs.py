@@ -1,4 +1,4 @@
-"""The runs' sections: runs and devices, per-round time series, energy and carbon totals, accuracy against
+"""The runs' sections: runs and hosts, per-round time series, energy and carbon totals, accuracy against
 cumulative energy, and how the figures were measured."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from edgeprof.report import gpu_energy
-from edgeprof.report.analysis import is_short, variant_of
+from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.flower import status_text
 from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
                                             short_labels, table)
@@ -47,31 +47,31 @@ def gpu_note(rows: Sequence[Row]) -> str:
             f"(idle W &times; wall s), shown only where a report has that baseline. {idle}.</p>")
 
 
-def runs_and_devices(reports: Sequence[Report], rows: Sequence[Row]) -> str:
-    """One row per report (its devices, status (a Flower run's with its sampled replies not used), rows,
-    algorithms), then the devices side by side."""
+def runs_and_hosts(reports: Sequence[Report], rows: Sequence[Row]) -> str:
+    """One row per report (its hosts, status (a Flower run's with its sampled replies not used), rows,
+    algorithms), then the hosts side by side."""
     body = []
     for rep in reports:
         side = rep.sidecar
-        dev = side.get("device", {})
-        devices = sorted({r.device for r in rows if r.report is rep})
-        body.append((rep.rows[0].get("run_id", rep.path.stem) if rep.rows else rep.path.stem, ", ".join(devices),
-                     dev.get("cpu_model", "-"), dev.get("cpu_cores_logical", "-"), dev.get("memory_gib", "-"),
+        facts = side.get("host", {})
+        hosts = sorted({r.host for r in rows if r.report is rep})
+        body.append((rep.rows[0].get("run_id", rep.path.stem) if rep.rows else rep.path.stem, ", ".join(hosts),
+                     facts.get("cpu_model", "-"), facts.get("cpu_cores_logical", "-"), facts.get("memory_gib", "-"),
                      status_text(rep), len(rep.rows),
                      ", ".join(sorted(dict.fromkeys(variant_of(r.get("algo", ""), r.get("engine", ""))
                                                     for r in rep.rows)))))
-    runs = table(("run", "device", "CPU", "logical cores", "memory GiB", "status", "rows", "algorithms"), body)
-    devs: dict[str, dict] = {}
+    runs = table(("run", "host", "CPU", "logical cores", "memory GiB", "status", "rows", "algorithms"), body)
+    sides: dict[str, dict] = {}
     for rep in reports:
         for r in rows:
             if r.report is rep:
-                devs.setdefault(r.device, {"sidecar": rep.sidecar})
+                sides.setdefault(r.host, {"sidecar": rep.sidecar})
     keys = ("cpu_model", "cpu_cores_logical", "cpu_cores_physical", "memory_gib", "os", "machine", "python")
-    side_by_side = table(["", *devs], [[k, *[d["sidecar"].get("device", {}).get(k, "-") for d in devs.values()]]
+    side_by_side = table(["", *sides], [[k, *[d["sidecar"].get("host", {}).get(k, "-") for d in sides.values()]]
                                         for k in keys]
-                          + [[lib, *[d["sidecar"].get("libraries", {}).get(lib, "-") for d in devs.values()]]
+                          + [[lib, *[d["sidecar"].get("libraries", {}).get(lib, "-") for d in sides.values()]]
                              for lib in ("torch", "onnxruntime", "numpy")])
-    return runs + "<h3>Devices side by side</h3>" + side_by_side
+    return runs + "<h3>Hosts side by side</h3>" + side_by_side
 
 
 def _round_traces(page: Page, rows: Sequence[Row]) -> list[dict]:
@@ -95,13 +95,13 @@ def _round_traces(page: Page, rows: Sequence[Row]) -> list[dict]:
     return data
 
 
-def timeseries(page: Page, devices: Mapping[str, list[Row]]) -> str:
-    """Each client round's wall seconds against its round, per device."""
+def timeseries(page: Page, hosts: Mapping[str, list[Row]]) -> str:
+    """Each client round's wall seconds against its round, per host."""
     cells = []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         data = _round_traces(page, rows)
         if data:
-            cells.append(page.figure(data, f"{device}: wall seconds of each client round (one line per tau)",
+            cells.append(page.figure(data, f"{host}: wall seconds of each client round (one line per tau)",
                                      {"title": {"text": "round (in a sweep: the cell's position in the order)"}},
                                      {"title": {"text": "wall seconds"}, "type": "log"}))
     return grid(cells) if cells else '<p class="note">No client rows.</p>'
@@ -126,19 +126,19 @@ def _totals(rows: Sequence[Row]) -> dict[str, dict]:
     return out
 
 
-def _totals_table(device: str, totals: Mapping[str, dict]) -> str:
+def _totals_table(host: str, totals: Mapping[str, dict]) -> str:
     """One row per algorithm; its energy and carbon say ESTIMATE where any of its energy was estimated."""
     body = []
     for v, t in totals.items():
         estimate = "estimate" in t["methods"]
-        body.append((device, v, len(t["rounds"]), f"{t['wall_s']:.4g}",
+        body.append((host, v, len(t["rounds"]), f"{t['wall_s']:.4g}",
                      marked(f"{t['energy_j']:.4g}", estimate) if t["has_energy"] else "-",
                      marked(f"{t['carbon_g']:.4g}", estimate) if t["has_carbon"] else "-",
                      "+".join(sorted(t["methods"])) or "none"))
-    return table(("device", "algorithm", "rounds", "wall s", "energy J", "g CO2e", "energy method"), body, "totals")
+    return table(("host", "algorithm", "rounds", "wall s", "energy J", "g CO2e", "energy method"), body, "totals")
 
 
-def _total_bars(page: Page, device: str, totals: Mapping[str, dict], what: str, unit: str,
+def _total_bars(page: Page, host: str, totals: Mapping[str, dict], what: str, unit: str,
                 estimate: bool) -> str:
     """Bars of one total (``energy`` or ``carbon``) per algorithm; empty when no algorithm has it."""
     key, flag = {"energy": ("energy_j", "has_energy"), "carbon": ("carbon_g", "has_carbon")}[what]
@@ -148,22 +148,22 @@ def _total_bars(page: Page, device: str, totals: Mapping[str, dict], what: str, 
     data = [{"type": "bar", "name": esc(marked(unit, estimate)), "x": [esc(short[v]) for v in totals],
              "hovertext": [esc(v) for v in totals], "y": [t[key] if t[flag] else None for t in totals.values()],
              "marker": {"color": [page.color(v) for v in totals]}}]
-    return page.figure(data, marked(f"{device}: total {what} per algorithm", estimate), {"type": "category"},
+    return page.figure(data, marked(f"{host}: total {what} per algorithm", estimate), {"type": "category"},
                        {"title": {"text": unit}})
 
 
-def energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
-    """Total energy and carbon per algorithm and device, as bars and a table, ESTIMATE where estimated; then, where
+def energy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
+    """Total energy and carbon per algorithm and host, as bars and a table, ESTIMATE where estimated; then, where
     a GPU meter measured the rounds' GPU, that GPU's own totals (gross and net of idle) with their own method."""
     cells, tables = [], []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         totals = _totals(rows)
         estimate = "estimate" in methods_of(rows)
-        cells += [_total_bars(page, device, totals, "energy", "joules", estimate),
-                  _total_bars(page, device, totals, "carbon", "grams CO2e", estimate)]
-        tables.append(_totals_table(device, totals))
-    all_rows = [r for rows in devices.values() for r in rows]
-    return energy_note(all_rows) + grid([c for c in cells if c]) + "".join(tables) + _gpu_energy(page, devices)
+        cells += [_total_bars(page, host, totals, "energy", "joules", estimate),
+                  _total_bars(page, host, totals, "carbon", "grams CO2e", estimate)]
+        tables.append(_totals_table(host, totals))
+    all_rows = [r for rows in hosts.values() for r in rows]
+    return energy_note(all_rows) + grid([c for c in cells if c]) + "".join(tables) + _gpu_energy(page, hosts)
 
 
 def _gpu_totals(rows: Sequence[Row]) -> dict[str, "gpu_energy.Totals"]:
@@ -176,7 +176,7 @@ def _gpu_totals(rows: Sequence[Row]) -> dict[str, "gpu_energy.Totals"]:
     return {v: gpu_energy.totals(members) for v, members in groups.items()}
 
 
-def _gpu_bars(page: Page, device: str, totals: Mapping[str, "gpu_energy.Totals"]) -> str:
+def _gpu_bars(page: Page, host: str, totals: Mapping[str, "gpu_energy.Totals"]) -> str:
     """Bars of the GPU's total joules per algorithm, gross and (where every row has it) net of idle."""
     short = short_labels(totals)
     method = "+".join(sorted({m for t in totals.values() for m in t.method.split("+") if m})) or "no method"
@@ -186,33 +186,33 @@ def _gpu_bars(page: Page, device: str, totals: Mapping[str, "gpu_energy.Totals"]
         data.append({"type": "bar", "name": esc(f"gpu_net_j ({method}, net of idle)"),
                      "x": [esc(short[v]) for v in totals], "hovertext": [esc(v) for v in totals],
                      "y": [t.net_j for t in totals.values()]})
-    return page.figure(data, f"{device}: total GPU energy per algorithm ({method})", {"type": "category"},
+    return page.figure(data, f"{host}: total GPU energy per algorithm ({method})", {"type": "category"},
                        {"title": {"text": "joules"}}, barmode="group")
 
 
-def _gpu_energy(page: Page, devices: Mapping[str, list[Row]]) -> str:
-    """The GPU's own totals per device and algorithm; ``""`` where no GPU meter measured the rounds."""
+def _gpu_energy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
+    """The GPU's own totals per host and algorithm; ``""`` where no GPU meter measured the rounds."""
     cells, body = [], []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         totals = _gpu_totals(rows)
         if not totals:
             continue
-        cells.append(_gpu_bars(page, device, totals))
-        body += [(device, v, f"{t.rows} ({t.short} short)" if t.short else t.rows, num_text(t.gpu_j),
+        cells.append(_gpu_bars(page, host, totals))
+        body += [(host, v, f"{t.rows} ({t.short} short)" if t.short else t.rows, num_text(t.gpu_j),
                   t.method or "-", num_text(t.net_j), "-" if t.idle_share is None else f"{t.idle_share:.0%}",
                   num_text(t.rest_j), t.rest_method or "-") for v, t in totals.items()]
     if not body:
         return ""
-    all_rows = [r for rows in devices.values() for r in rows]
+    all_rows = [r for rows in hosts.values() for r in rows]
     return ("<h3>The round's GPU by its own meter (client rounds and server steps)</h3>" + gpu_note(all_rows)
-            + grid(cells) + table(("device", "algorithm", "rows", "GPU J", "GPU method", "net of idle J", "idle share",
+            + grid(cells) + table(("host", "algorithm", "rows", "GPU J", "GPU method", "net of idle J", "idle share",
                                    "rest of energy J", "rest method"), body, "gpu-totals"))
 
 
-def accuracy(page: Page, devices: Mapping[str, list[Row]]) -> str:
-    """Test accuracy (``kind=eval`` rows) against the energy spent up to that round, per run and device."""
+def accuracy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
+    """Test accuracy (``kind=eval`` rows) against the energy spent up to that round, per run and host."""
     cells = []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         runs: dict[tuple[str, str], list[Row]] = defaultdict(list)
         for r in rows:
             runs[(r.data.get("run_id", ""), r.variant)].append(r)
@@ -239,7 +239,7 @@ def accuracy(page: Page, devices: Mapping[str, list[Row]]) -> str:
             protocols.add(protocol)
         if data:
             estimate = " (energy ESTIMATED)" if "estimate" in methods_of(rows) else ""
-            cells.append(page.figure(data, f"{device}: test accuracy ({'+'.join(sorted(protocols))} protocol) "
+            cells.append(page.figure(data, f"{host}: test accuracy ({'+'.join(sorted(protocols))} protocol) "
                                            f"against cumulative energy{estimate}",
                                      {"title": {"text": "cumulative energy, J"}},
                                      {"title": {"text": "test accuracy"}, "range": [0, 1]}))

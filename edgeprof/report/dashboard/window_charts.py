@@ -15,29 +15,29 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
-from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, device_of, energy_note, esc, grid,
+from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, energy_note, esc, grid, host_of,
                                             listing, marked, median, methods_of, num_text, phase_names, table)
-from edgeprof.report.trace_file import NO_TRACE, locate, trace_hz
+from edgeprof.report.trace_file import NO_TRACE, NO_TRACE_MONITOR, locate, trace_hz
 from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
                                         phase_stats, report_row, segments)
 from edgeprof.report.writer import Report
 
 
-def _window_table(device: str, groups: Mapping[tuple[str, str], list[Row]], phases: Sequence[str]) -> str:
+def _window_table(host: str, groups: Mapping[tuple[str, str], list[Row]], phases: Sequence[str]) -> str:
     body = []
     for (variant, name), members in groups.items():
         med = lambda col: median([x for x in (r.num(col) for r in members) if x is not None])  # noqa: E731
         estimate = "estimate" in methods_of(members)
         parts = "; ".join(f"{p} {med(f'{p}_s'):.3g} s" for p in phases if med(f"{p}_s") is not None)
-        body.append((device, variant, name, len(members), num_text(med("wall_s")), num_text(med("cpu_s")),
+        body.append((host, variant, name, len(members), num_text(med("wall_s")), num_text(med("cpu_s")),
                      marked(num_text(med("energy_j")), estimate and med("energy_j") is not None),
                      marked(num_text(med("carbon_g")), estimate and med("carbon_g") is not None),
                      "+".join(sorted(methods_of(members))) or "none", parts or "-"))
-    return table(("device", "algorithm", "window", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method",
+    return table(("host", "algorithm", "window", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method",
                    "phases (median s)"), body, "windows")
 
 
-def _window_plot(page: Page, device: str, groups: Mapping[tuple[str, str], list[Row]]) -> str:
+def _window_plot(page: Page, host: str, groups: Mapping[tuple[str, str], list[Row]]) -> str:
     """Each window's energy (its wall seconds where no energy was measured), in the order the rows were written."""
     metric = "energy_j" if any(r.num("energy_j") is not None for m in groups.values() for r in m) else "wall_s"
     data = []
@@ -47,22 +47,22 @@ def _window_plot(page: Page, device: str, groups: Mapping[tuple[str, str], list[
                      "x": list(range(1, len(members) + 1)), "y": [r.num(metric) for r in members],
                      "marker": {"color": page.color(label)}, "line": {"width": 1}})
     estimate = metric == "energy_j" and "estimate" in methods_of(r for m in groups.values() for r in m)
-    return page.figure(data, marked(f"{device}: {METRIC_LABELS[metric]} of each window", estimate),
+    return page.figure(data, marked(f"{host}: {METRIC_LABELS[metric]} of each window", estimate),
                        {"title": {"text": "occurrence of the window"}}, {"title": {"text": METRIC_LABELS[metric]}},
                        log_toggle=True)
 
 
-def windows(page: Page, reports: Sequence[Report], devices: Mapping[str, list[Row]]) -> str:
+def windows(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]) -> str:
     """Reports of edgeprof.monitor: medians per window name, and every window's cost in order."""
     cells, tables = [], []
-    for device, rows in devices.items():
+    for host, rows in hosts.items():
         groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
         for r in rows:
             if r.data.get("kind") == "window":
                 groups[(r.variant, r.data.get("window", ""))].append(r)
         if groups:
-            tables.append(_window_table(device, groups, phase_names(reports)))
-            cells.append(_window_plot(page, device, groups))
+            tables.append(_window_table(host, groups, phase_names(reports)))
+            cells.append(_window_plot(page, host, groups))
     if not tables:
         return ('<p class="note">No window rows (reports written by <code>edgeprof.monitor</code> around your own '
                 "code have them).</p>")
@@ -71,7 +71,7 @@ def windows(page: Page, reports: Sequence[Report], devices: Mapping[str, list[Ro
         section = rep.sidecar.get("monitor")
         if isinstance(section, dict) and isinstance(section.get("notes"), list):
             notes += [str(n) for n in section["notes"]]
-    return (energy_note([r for rs in devices.values() for r in rs if r.data.get("kind") == "window"])
+    return (energy_note([r for rs in hosts.values() for r in rs if r.data.get("kind") == "window"])
             + "".join(f'<p class="note">{esc(n)}</p>' for n in dict.fromkeys(notes))
             + "".join(tables) + grid(cells))
 
@@ -215,11 +215,11 @@ def _faint(color: str) -> str:
 def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[str]]:
     """The reports with a trace and their windows; the notes of the others (no trace, or a trace that cannot be
     read)."""
-    traced, notes, untraced = [], [], []
+    traced, notes, untraced = [], [], {NO_TRACE: [], NO_TRACE_MONITOR: []}
     for rep in reports:
         path, why = locate(rep)
-        if path is None and why == NO_TRACE:
-            untraced.append(rep.path.stem)
+        if path is None and why in untraced:
+            untraced[why].append(rep.path.stem)
             continue
         if why:  # read from beside the report (a run that did not finish, a damaged sidecar), or none to read
             notes.append(f"{rep.path.stem}: {why}")
@@ -229,28 +229,29 @@ def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[
             traced.append((rep, load(rep)[1]))
         except ReportError as err:
             notes.append(f"{rep.path.stem}: {err}")
-    if untraced:
-        notes.insert(0, f"No power trace was recorded in {listing(untraced)}: run it with --trace (e.g. "
-                        f"edgeprof measure --trace) to record one.")
+    for why, how in ((NO_TRACE_MONITOR, "record one with edgeprof.monitor(..., trace_hz=50)"),
+                     (NO_TRACE, "run it with --trace (e.g. edgeprof measure --trace) to record one")):
+        if untraced[why]:
+            notes.insert(0, f"No power trace was recorded in {listing(untraced[why])}: {how}.")
     return traced, notes
 
 
 def _trace_groups(traced) -> dict[tuple[str, str], list]:
-    """(device, algorithm) -> its traced client windows, in the order of the reports."""
+    """(host, algorithm) -> its traced client windows, in the order of the reports."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for rep, windows in traced:
         for w in windows:
             row = report_row(rep, w)
             if w.kind == "client" and row is not None:
-                groups[(device_of(rep, row), variant_of(row.get("algo", ""), row.get("engine", "")))].append(w)
+                groups[(host_of(rep, row), variant_of(row.get("algo", ""), row.get("engine", "")))].append(w)
     return groups
 
 
-def _power_plot(page: Page, device: str, variant: str, window, bands: Mapping[str, str]) -> str:
+def _power_plot(page: Page, host: str, variant: str, window, bands: Mapping[str, str]) -> str:
     """One algorithm's chosen window: power against time per domain over its phases' bands."""
     data, estimate = power_lines(window, COLORS), estimated([window])
     shapes, labels = phase_bands(window, bands)
-    return page.figure(data, marked(f"{device}: {variant}, round {window.round} client {window.client}, "
+    return page.figure(data, marked(f"{host}: {variant}, round {window.round} client {window.client}, "
                                      f"tau={window.tau}", estimate),
                        {"title": {"text": "seconds since the window started"}},
                        {"title": {"text": marked("watts", estimate)}, "rangemode": "tozero"},
@@ -258,24 +259,24 @@ def _power_plot(page: Page, device: str, variant: str, window, bands: Mapping[st
 
 
 def _chosen_windows(groups, round: Optional[int], client: Optional[int]) -> tuple[dict, list[str]]:
-    """(device, algorithm) -> the window to draw (its median-energy client window, within ``round`` and of
+    """(host, algorithm) -> the window to draw (its median-energy client window, within ``round`` and of
     ``client`` when given), and a note for each algorithm that has none there. ConfigError (exit 2, naming what
     was traced) when no algorithm has one."""
     chosen, notes, errors = {}, [], []
-    for (device, variant), windows in groups.items():
+    for (host, variant), windows in groups.items():
         try:
-            chosen[(device, variant)] = choose(windows, round=round, client=client)[0]
+            chosen[(host, variant)] = choose(windows, round=round, client=client)[0]
         except ConfigError as err:
-            errors.append(f"{device}: {variant}: {err}")
+            errors.append(f"{host}: {variant}: {err}")
     if not chosen:
         raise ConfigError("--trace-round/--trace-client match no traced client window: " + "; ".join(errors))
     notes.extend(f"Not drawn: {e}." for e in errors)
     return chosen, notes
 
 
-def _phase_power(page: Page, device: str, variant: str, windows: Sequence) -> str:
+def _phase_power(page: Page, host: str, variant: str, windows: Sequence) -> str:
     data, estimate = phase_bars(phase_stats(windows), COLORS), estimated(windows)
-    return page.figure(data, marked(f"{device}: {variant}: mean power per phase over {len(windows)} client windows",
+    return page.figure(data, marked(f"{host}: {variant}: mean power per phase over {len(windows)} client windows",
                                      estimate), {"type": "category"},
                        {"title": {"text": marked("mean watts (energy / duration)", estimate)}}, barmode="group",
                        showlegend=True)
