@@ -37,7 +37,8 @@ lifetime; a reading below the previous one (a driver reload or GPU reset) is fla
 counter re-based; a rise faster than the bound times (elapsed + 1 s) is flagged ``counter jump`` (the known fault of
 some GPUs' accumulators, ROCm/amdsmi issue 38). Neither adds anything. Power samples that are negative or above the
 bound are not integrated (``implausible power``). The module is injectable (``amdsmi_module``) so tests pass a fake
-with the library's functions, exceptions and status codes.
+with the library's functions, exceptions and status codes. What the meter shares with NVML's (the probe's steps, the
+round's GPU against the others, the counter's checks, the sampler) is :class:`~edgeprof.meters.gpu_meter.GpuMeter`'s.
 """
 
 from __future__ import annotations
@@ -47,15 +48,14 @@ import io
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
 from edgeprof.meters import gpu_map
-from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
-from edgeprof.meters.sampler import PowerSampler
+from edgeprof.meters.base import Backend, ProbeResult
+from edgeprof.meters.gpu_meter import GpuMeter
 
 INSTALL_FIX = ("on Linux with an AMD GPU: install ROCm (amd-smi must work), then pip install 'edgeprof[amd]' "
                "(the amdsmi package of the same version as ROCm)")
@@ -63,13 +63,12 @@ NATIVE_FIX = ("install ROCm's AMD SMI library (libamd_smi.so, package amd-smi-li
               "keep the amdsmi package at the installed ROCm's version")
 MAPPING_FIX = ("pass the torch device the round runs on (gpu='cuda:N', N counted among the GPUs torch sees) and "
                "check HIP_VISIBLE_DEVICES; import torch first so that its PCI address can be read")
+PERMISSION_FIX = "add this user to the video and render groups"
 #: the library's status codes used here (amdsmi_wrapper.AMDSMI_STATUS_*)
 STATUS_NOT_SUPPORTED = 2
 STATUS_NO_PERM = 10
 #: watts no single GPU board draws (an MI300X is rated 750 W), used when amdsmi gives no power cap
 DEFAULT_MAX_POWER_W = 2000
-#: seconds added to the elapsed time before a counter step's implied power is compared with the bound
-SLACK_S = 1.0
 #: seconds the accumulator is taken to move in (not documented by amdsmi; NVML's, until measured)
 COUNTER_PERIOD_S = 0.1
 #: seconds ``average_socket_power`` may average over (taken as NVML's average's)
@@ -113,8 +112,7 @@ def translate(smi: ModuleType, err: BaseException, what: str) -> MeterError:
     if not (isinstance(base, type) and isinstance(err, base)) or not text:
         text = f"{type(err).__name__}: {text}".rstrip(": ")
     if _code(err) == STATUS_NO_PERM:
-        return MeterPermissionError(f"AMD SMI {what}: permission denied ({text}); add this user to the video and "
-                                    "render groups")
+        return MeterPermissionError(f"AMD SMI {what}: permission denied ({text}); {PERMISSION_FIX}")
     return MeterError(f"AMD SMI {what}: {text}")
 
 
@@ -156,6 +154,11 @@ class AmdGpu:
     bound_source: str
     power_key: str = ""  # the amdsmi_get_power_info key integrated, for integrated_power
     limit_mw: int = 0
+
+    @property
+    def instant(self) -> bool:
+        """Whether the power integrated is the instant ``current_socket_power`` (else an average)."""
+        return self.power_key == "current_socket_power"
 
 
 def _watts(info: Any, key: str) -> float | None:
@@ -232,200 +235,74 @@ def round_gpu(gpus: tuple[AmdGpu, ...], gpu: Any, *, device_properties: Callable
                               library="AMD SMI", variable=named)
 
 
-def _domain(gpu: AmdGpu, round_indices: frozenset[int]) -> Domain:
-    """``gpu_amd_<i>`` in column ``gpu`` for the round's GPU, ``gpu_amd_other_<i>`` beside the total otherwise."""
-    if gpu.index in round_indices:
-        return Domain(f"gpu_amd_{gpu.index}", "gpu", gpu.method, in_total=True)
-    return Domain(f"gpu_amd_other_{gpu.index}", "gpu_other", gpu.method, in_total=False)
-
-
-def _round_indices(gpus: tuple[AmdGpu, ...], gpu: Any, device_properties, environ,
-                   ) -> tuple[frozenset[int], gpu_map.Mapped | None]:
-    """The indices whose energy is the round's (every GPU when ``gpu`` is None), and the mapping."""
-    if gpu is None:
-        return frozenset(g.index for g in gpus), None
-    mapped = round_gpu(gpus, gpu, device_properties=device_properties, environ=environ)
-    return (frozenset(), None) if mapped is None else (frozenset({mapped.nvml_index}), mapped)
-
-
 def probe(amdsmi_module: ModuleType | None = None, gpu: Any = None, *,
           device_properties: Callable[[int], Any] | None = None, environ: Mapping[str, str] | None = None,
           ) -> ProbeResult:
     """Whether amdsmi loads, at least one AMD GPU reports energy or power, and the round's GPU ``gpu`` (a torch
     device, see the module docstring) is one of them. A ``gpu`` that is no torch device is a ConfigError."""
-    if gpu is not None:
-        gpu_map.parse_device(gpu)  # a typo is the user's: one line, before any library call
-    try:
-        smi = load_amdsmi(amdsmi_module)
-    except MeterError as err:
-        text = str(err)
-        return ProbeResult("amdsmi", False, text.split(". Fix")[0], INSTALL_FIX if " not installed" in text
-                           else NATIVE_FIX)
-    try:
-        init(smi)
-    except MeterError as err:
-        fix = ("add this user to the video and render groups" if isinstance(err, MeterPermissionError) else
-               "load the amdgpu driver and check that amd-smi lists the GPU")
-        return ProbeResult("amdsmi", False, f"no AMD GPU usable: {err}", fix)
-    try:
-        return _probe_gpus(smi, gpu, device_properties, environ)
-    finally:
-        shutdown(smi)
+    return AmdSmiMeter.probe(amdsmi_module, gpu, device_properties=device_properties, environ=environ)
 
 
-def _probe_gpus(smi: ModuleType, gpu: Any, device_properties, environ) -> ProbeResult:
-    try:
-        gpus = list_gpus(smi)
-    except MeterError as err:
-        fix = ("add this user to the video and render groups" if isinstance(err, MeterPermissionError)
-               else "check amd-smi metric --power --energy")
-        return ProbeResult("amdsmi", False, f"AMD SMI error while listing GPUs: {err}", fix)
-    if not gpus:
-        return ProbeResult("amdsmi", False, "AMD SMI found no GPU with an energy counter or a power reading",
-                           "an AMD GPU that reports power is needed (amd-smi metric --power)")
-    try:
-        rounds = _round_indices(gpus, gpu, device_properties, environ)[0]
-    except MeterError as err:
-        return ProbeResult("amdsmi", False, f"the round's GPU cannot be measured: {err}", MAPPING_FIX)
-    return ProbeResult("amdsmi", True, domains=tuple(_domain(g, rounds).name for g in gpus))
-
-
-class AmdSmiMeter(Meter):
+class AmdSmiMeter(GpuMeter):
     """Cumulative joules per AMD GPU: the energy accumulator where present, else integrated power.
 
-    ``gpu``, ``device_properties`` and ``environ`` as for :func:`round_gpu`; ``hz`` the power sampling rate;
-    ``clock_ns`` (default :func:`time.monotonic_ns`) times the power samples and the counter steps.
+    ``amdsmi_module`` injects a fake amdsmi; the other options (``gpu``, ``hz``, ``clock_ns``, ``start_thread``,
+    ``device_properties`` and ``environ``, as for :func:`round_gpu`) are :class:`~edgeprof.meters.gpu_meter.GpuMeter`'s.
     """
 
     name = "amdsmi"
-    update_period_s = COUNTER_PERIOD_S
+    update_period_s = counter_period_s = COUNTER_PERIOD_S
+    power_average_s = POWER_AVERAGE_S
+    library, vendor_gpu, every_gpu = "AMD SMI", "AMD GPU", "AMD GPU"
+    not_round = "a host device, or cuda:N of a CUDA build of torch"
+    domain_prefix, index_key, units_per_mj = "gpu_amd", "amdsmi_index", 1000  # counts x counter_resolution: uJ
+    reset_subject, count_unit = "AMD GPU {index} energy accumulator", "counts"
+    jump_subject = "AMD GPU {index} energy"
+    resolution = ("energy accumulator counts (counter_resolution uJ each)", "1 W power samples")
+    needs_a_gpu = True
+    fixes = {"load": NATIVE_FIX, "list": "check amd-smi metric --power --energy", "mapping": MAPPING_FIX,
+             "init": "load the amdgpu driver and check that amd-smi lists the GPU",
+             "none": "an AMD GPU that reports power is needed (amd-smi metric --power)"}
 
-    def __init__(self, amdsmi_module: ModuleType | None = None, *, gpu: Any = None, hz: float = 10.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns, start_thread: bool = True,
-                 device_properties: Callable[[int], Any] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
-        if gpu is not None:
-            gpu_map.parse_device(gpu)
-        self._smi = load_amdsmi(amdsmi_module)
-        init(self._smi)
-        self._closed, self._sampler, self.hz, self._clock_ns, self._gpu = False, None, hz, clock_ns, gpu
-        try:
-            self._gpus = list_gpus(self._smi)
-            if not self._gpus:
-                raise MeterError("AMD SMI found no GPU with an energy counter or a power reading")
-            rounds, self._mapped = _round_indices(self._gpus, gpu, device_properties, environ)
-            self._domains = {g.index: _domain(g, rounds) for g in self._gpus}
-            self._open_readers(hz, clock_ns)
-        except MeterError:
-            self.close()
-            raise
-        if self._sampler is not None and start_thread:
-            self._sampler.start()
+    def __init__(self, amdsmi_module: ModuleType | None = None, **options: Any) -> None:
+        super().__init__(amdsmi_module, **options)
 
-    def _open_readers(self, hz: float, clock_ns: Callable[[], int]) -> None:
-        """The counters' first readings and, for GPUs without one, the power sampler (first sample now)."""
-        self._counter_gpus = tuple(g for g in self._gpus if g.method == "counter")
-        self._last_t_ns = clock_ns()
-        self._last: dict[str, int] = {}
-        self._resolution_uj: dict[str, float] = {}
-        for g in self._counter_gpus:
-            self._last[self._key(g)], self._resolution_uj[self._key(g)] = energy_count(self._smi, g.handle, g.index)
-        self._total_uj = {key: 0.0 for key in self._last}
-        powered = tuple(g for g in self._gpus if g.method == "integrated_power")
-        if powered:
-            instant = all(g.power_key == "current_socket_power" for g in powered)
-            self.update_period_s = (max(COUNTER_PERIOD_S if self._counter_gpus else 0.0, 1.0 / hz) if instant
-                                    else POWER_AVERAGE_S)
-            self._sampler = PowerSampler(
-                tuple(self._key(g) for g in powered), lambda: {self._key(g): self._power_uw(g) for g in powered},
-                hz=hz, clock_ns=clock_ns, max_power_uw={self._key(g): g.max_power_mw * 1000 for g in powered})
+    _load = staticmethod(load_amdsmi)
+    _init = staticmethod(init)
+    _shutdown = staticmethod(shutdown)
+    _list = staticmethod(list_gpus)
 
-    def _key(self, gpu: AmdGpu) -> str:
-        return self._domains[gpu.index].name
+    @staticmethod
+    def _find(smi: ModuleType, gpus: tuple[AmdGpu, ...], gpu: Any, device_properties, environ,
+              ) -> gpu_map.Mapped | None:
+        return round_gpu(gpus, gpu, device_properties=device_properties, environ=environ)
 
-    @property
-    def sampler(self) -> PowerSampler | None:
-        return self._sampler
+    @classmethod
+    def _fix(cls, step: str, err: MeterError | None) -> str:
+        """The library missing (not its native part) and a permission denied have fixes of their own."""
+        if step == "load" and " not installed" in str(err):
+            return INSTALL_FIX
+        if step in ("init", "list") and isinstance(err, MeterPermissionError):
+            return PERMISSION_FIX
+        return cls.fixes[step]
+
+    def _read_counter(self, gpu: AmdGpu) -> tuple[int, float]:
+        """The accumulator's counts and microjoules per count."""
+        return energy_count(self._lib, gpu.handle, gpu.index)
 
     def _power_uw(self, gpu: AmdGpu) -> int:
-        info = _call(self._smi, f"power of GPU {gpu.index}", lambda: self._smi.amdsmi_get_power_info(gpu.handle))
+        info = _call(self._lib, f"power of GPU {gpu.index}", lambda: self._lib.amdsmi_get_power_info(gpu.handle))
         watts = _watts(info, gpu.power_key)
         if watts is None:
             raise MeterError(f"AMD SMI power of GPU {gpu.index}: {gpu.power_key}, answered when the meter opened, "
                              f"now reads {info.get(gpu.power_key) if isinstance(info, Mapping) else info!r}")
         return round(watts * 10**6)
 
-    def domains(self) -> tuple[Domain, ...]:
-        return tuple(self._domains[g.index] for g in self._gpus)
-
-    def read_j(self) -> Mapping[str, float]:
-        t_ns = self._clock_ns()
-        elapsed_s = max(t_ns - self._last_t_ns, 0) / 1e9
-        for gpu in self._counter_gpus:
-            key = self._key(gpu)
-            now, resolution = energy_count(self._smi, gpu.handle, gpu.index)
-            problem = self._problem(gpu, self._last[key], now, resolution, elapsed_s)
-            if problem:
-                self.flag_invalid(key, problem)
-            else:
-                self._total_uj[key] += (now - self._last[key]) * resolution
-            self._last[key] = now
-        self._last_t_ns = t_ns
-        out = {key: uj / 1e6 for key, uj in self._total_uj.items()}
-        if self._sampler is not None:
-            energy, invalid = self._sampler.read()
-            out.update(energy)
-            for key, why in invalid.items():
-                self.flag_invalid(key, Invalid("implausible power", why))
-        return {d.name: out[d.name] for d in self.domains()}
-
-    @staticmethod
-    def _problem(gpu: AmdGpu, last: int, now: int, resolution_uj: float, elapsed_s: float) -> Invalid | None:
-        """Why the accumulator's step from ``last`` to ``now`` counts cannot be trusted (None when it can)."""
-        if now < last:
-            return Invalid("counter reset", f"AMD GPU {gpu.index} energy accumulator went back from {last} to {now} "
-                                            "counts (driver reload or GPU reset)")
-        step_uj = (now - last) * resolution_uj
-        if step_uj > gpu.max_power_mw * 1000 * (elapsed_s + SLACK_S):  # uJ vs uW * s
-            return Invalid("counter jump", f"AMD GPU {gpu.index} energy rose {step_uj / 1e6:.6g} J in {elapsed_s:.3g} "
-                                           f"s, over {gpu.max_power_mw / 1000:g} W ({gpu.bound_source}) x (elapsed + "
-                                           f"{SLACK_S:g} s)")
-        return None
-
-    def power_limits_w(self) -> Mapping[str, float]:
-        """Each GPU's largest power cap where amdsmi gives one (a drawn power above it is flagged)."""
-        return {self._key(g): g.limit_mw / 1000 for g in self._gpus if g.limit_mw}
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._sampler is not None:
-            self._sampler.stop()
-        shutdown(self._smi)
-
-    def describe(self) -> dict:
-        info = super().describe()
-        info["gpus"] = [{"index": g.index, "name": g.identity.name, "method": g.method, "domain": self._key(g),
-                         "max_power_w": g.max_power_mw / 1000, "max_power_source": g.bound_source,
-                         **({"resolution_uj": self._resolution_uj[self._key(g)]} if g.method == "counter" else {}),
-                         **({"power_reading": g.power_key} if g.power_key else {})} for g in self._gpus]
-        info["round_gpu"] = self._describe_round()
-        if self._sampler is not None:
-            info["sampling_hz"] = self.hz
-        info["resolution"] = ("energy accumulator counts (counter_resolution uJ each)" if self._counter_gpus
-                              else "1 W power samples")
-        return info
-
-    def _describe_round(self) -> dict:
-        """Which AMD GPU is the round's, how that was found, and what happens to the others."""
-        if self._gpu is None:
-            return {"device": None, "how": "no torch device given: every AMD GPU counts in column gpu and the total"}
-        if self._mapped is None:
-            return {"device": str(self._gpu), "how": "a host device, or cuda:N of a CUDA build of torch: every AMD "
-                                                     "GPU is in column gpu_other, not the total"}
-        return {"device": str(self._gpu), "amdsmi_index": self._mapped.nvml_index, "how": self._mapped.how,
-                "others": "column gpu_other, not in the total"}
+    def _describe_gpu(self, g: AmdGpu) -> dict:
+        return {"index": g.index, "name": g.identity.name, "method": g.method, "domain": self._key(g),
+                "max_power_w": g.max_power_mw / 1000, "max_power_source": g.bound_source,
+                **({"resolution_uj": self._per_count[self._key(g)]} if g.method == "counter" else {}),
+                **({"power_reading": g.power_key} if g.power_key else {})}
 
 
 #: discovery's view of AMD SMI: the round's AMD GPU (setting ``gpu``, shared with NVML) into column ``gpu``, the
