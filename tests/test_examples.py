@@ -94,6 +94,33 @@ def test_the_own_loop_example_labels_its_windows_phases_and_evaluations(tmp_path
     assert {r["labels"] for r in report.rows} == {'{"batch_size":64,"lr":0.05,"model":"small-cnn-bn"}'}
     assert report.sidecar["status"] == "complete" and report.sidecar["rounds_completed"] == 2
     assert report.sidecar["monitor"]["windows"] == {"load": 1, "epoch": 2, "evaluate": 2}
+    _read_back_by_the_commands(csv, tmp_path)
+
+
+def _read_back_by_the_commands(csv: Path, out: Path) -> None:
+    """The own loop's report read back as the docs show: summary, trace of epoch 2, the dashboard."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+
+    runner = CliRunner()
+    summary = runner.invoke(app, ["summary", str(csv)], terminal_width=200)
+    trace = runner.invoke(app, ["trace", str(csv), "--window", "epoch", "--round", "2"], terminal_width=200)
+    evals = runner.invoke(app, ["trace", str(csv), "--kind", "eval"], terminal_width=200)
+    page = runner.invoke(app, ["dashboard", str(csv), "--out", str(out), "--name", "own-loop"])
+
+    assert summary.exit_code == 0 and "median per window" in summary.stdout, summary.output
+    assert all(part in summary.stdout for part in ("window load", "window epoch", "data", "forward", "backward",
+                                                   "step", "eval window evaluate", "data: digits",
+                                                   "labels: model=small-cnn-bn, dataset=digits, lr=0.05"))
+    assert trace.exit_code == 0 and "window: window epoch, round 2" in trace.stdout, trace.output
+    assert all(phase in trace.stdout for phase in ("data", "forward", "backward", "step", "whole window"))
+    assert evals.exit_code == 0 and "eval window evaluate" in evals.stdout, evals.output
+    assert page.exit_code == 0, page.output
+    text = (out / "own-loop.html").read_text()
+    assert 'href="#verdicts"' not in text and "eval evaluate" in text and "small-cnn-bn" in text
+    assert "test accuracy of your own code against cumulative energy" in text
+    assert "median seconds per phase of each window" in text and "window epoch, round" in text
 
 
 def test_a_sigterm_runs_the_own_loops_handler_and_ends_it_with_143_and_an_interrupted_report(tmp_path):

@@ -7,6 +7,9 @@ One real monitor run (the CPU estimate as its meter, a real power trace at 200 H
 
 from __future__ import annotations
 
+import csv
+import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.report.dashboard import SECTIONS
+from test_dashboard import CHROMIUM, _cells, _chromium, _figures
 
 
 def _busy(a: np.ndarray, reps: int) -> np.ndarray:
@@ -106,3 +111,99 @@ def test_summary_speaks_of_windows_and_eval_windows_and_names_the_data_labels_an
     assert "algo" not in heads  # no algorithm in a report of one's own code: no empty column for it
     assert "data: digits" in out and "labels: model=mlp, dataset=digits, lr=0.1" in out
     assert "raised: 1 window ended by an exception (checkpoint: OSError); their rows are kept, labelled error" in out
+
+
+# --- the dashboard -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def page(traced, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("page")
+    code, errors, _ = _run("dashboard", traced, "--out", out, "--name", "own")
+    assert code == 0 and errors == []
+    return out / "own.html"
+
+
+def _rows(report: str, **where) -> list[dict]:
+    with open(report, newline="") as f:
+        return [r for r in csv.DictReader(f) if all(r[k] == v for k, v in where.items())]
+
+
+def _section(html_text: str, sid: str) -> str:
+    found = re.search(rf'<section id="{sid}">(.*?)</section>', html_text, re.S)
+    return found.group(1) if found else ""
+
+
+def test_a_page_of_your_own_code_leaves_out_the_federated_sections_and_says_so(page):
+    text = page.read_text()
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+
+    assert [sid for sid, _ in SECTIONS if f'href="#{sid}"' in nav] == \
+        ["runs", "windows", "phases", "trace", "energy", "accuracy", "methods"]
+    assert all(f'<section id="{sid}">' not in text for sid in ("verdicts", "cost-vs-tau", "timeseries", "flower"))
+    assert "These reports are of your own code" in text
+    runs = _cells(text, "runs")
+    assert runs[0][0] == "own" and runs[0][-2:] == ["digits", "-"]  # the data its rows name; no backbone named
+
+
+def test_the_windows_section_shows_eval_windows_labels_and_the_window_that_raised(page, traced):
+    text = page.read_text()
+    windows = {row[1]: row for row in _cells(text, "windows")}  # host, window, n, ...: no algorithm column
+    labels = _cells(text, "labels")
+    raised = _cells(text, "raised")
+    epochs = _rows(traced, kind="window", window="epoch")
+    plot = _figures(text, "of each window")[0]
+
+    assert list(windows) == ["load", "epoch", "eval evaluate", "checkpoint"]
+    assert windows["eval evaluate"][2] == "3" and windows["epoch"][2] == "3"
+    assert float(windows["epoch"][3]) == pytest.approx(statistics.median(float(r["wall_s"]) for r in epochs),
+                                                        rel=1e-3)
+    assert labels == [["own", "model=mlp, dataset=digits, lr=0.1", "dataset=digits", "-"]]
+    assert raised[0][1:5] == ["own", "checkpoint", "-", "OSError"]
+    # load and checkpoint have no round: every window in the order written, on whole-number ticks
+    assert plot["layout"]["xaxis"]["tickformat"] == "d" and plot["layout"]["xaxis"]["dtick"] == 1
+    assert [t["name"] for t in plot["data"]] == ["load", "epoch", "eval evaluate", "checkpoint"]
+
+
+def test_phases_totals_and_accuracy_are_drawn_from_the_windows_rows(page, traced):
+    text = page.read_text()
+    seconds = _figures(text, "median seconds per phase of each window")[0]
+    totals = {row[1]: row for row in _cells(text, "totals")}
+    accuracy = _figures(text, "test accuracy of your own code")[0]["data"][0]
+    rows = _rows(traced)
+    epochs = [r for r in rows if r["window"] == "epoch"]
+
+    forward = next(d for d in seconds["data"] if d["name"] == "forward")
+    assert forward["x"] == ["epoch"]
+    assert forward["y"][0] == pytest.approx(statistics.median(float(r["forward_s"]) for r in epochs), rel=1e-9)
+    assert float(totals["window epoch"][4].split()[0]) == pytest.approx(sum(float(r["energy_j"]) for r in epochs),
+                                                                         rel=1e-3)
+    assert totals["eval window evaluate"][2] == "3" and totals["window checkpoint"][2] == "1"
+    # each eval window against the energy of every window written up to it, itself included
+    spent, expected = 0.0, []
+    for r in rows:
+        spent += float(r["energy_j"])
+        if r["test_accuracy"]:
+            expected.append(spent)
+    assert accuracy["y"] == pytest.approx([0.6, 0.7, 0.8]) and accuracy["x"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_trace_of_each_window_name_is_drawn(page):
+    text = _section(page.read_text(), "trace")
+    titles = [f["layout"]["title"]["text"] for f in _figures(page.read_text())
+              if f'id="{f["id"]}"' in text]
+
+    assert any(t.startswith("vm: window epoch, round") or "window epoch, round" in t for t in titles)
+    assert any("eval window evaluate, round" in t for t in titles)
+    assert any("epoch: mean power per phase over 3 windows" in t for t in titles)
+    assert "each window name's median-energy window" in text and "client window" not in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_the_page_of_your_own_code_draws_every_plot_in_headless_chromium(page, tmp_path):
+    expected = page.read_text().count('class="plot"')
+
+    dom = _chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert console == [], console
+    assert f'data-plots="{expected}"' in re.search(r"<body[^>]*>", dom.stdout).group(0) and expected >= 10

@@ -399,7 +399,7 @@ def test_the_dashboard_draws_the_round_and_client_asked_for_and_notes_an_algorit
     assert f": pflego, round {rnd} client {client}, " in titles[0]
     assert ("Not drawn: " in _section(by_client)) == (not fedavg_has)
     assert missing.exit_code == 2 and not list(tmp_path.iterdir())
-    assert "--trace-round/--trace-client match no traced client window" in missing.output
+    assert "--trace-round/--trace-client match no traced window: " in missing.output
     assert "rounds traced: 1, 2" in missing.output
 
 

@@ -2,7 +2,8 @@
 
 One window per epoch with the phases data, forward, backward and step, its train_loss set while it is open; a
 decorated load and evaluate, the evaluation's window of kind ``eval`` labelled with the accuracy it returns; the
-run labelled with the model, learning rate and batch size. SIGTERM saves a checkpoint and ends with 143.
+run labelled with the model, data set, learning rate and batch size, and a power trace of every window at 50 Hz.
+SIGTERM saves a checkpoint and ends with 143.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import edgeprof
 from model import SmallCNN
 
 
-def main(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, out: str = "profiles") -> str:
+def main(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, out: str = "profiles", trace_hz: float = 50) -> str:
     torch.manual_seed(0)
     model = SmallCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -34,8 +35,8 @@ def main(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, out: str = "pr
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, save_and_exit)
-    mon = edgeprof.monitor(out=out, name="own-loop",
-                           labels={"model": "small-cnn-bn", "lr": lr, "batch_size": batch_size})
+    mon = edgeprof.monitor(out=out, name="own-loop", trace_hz=trace_hz,  # the power trace of every window
+                           labels={"model": "small-cnn-bn", "dataset": "digits", "lr": lr, "batch_size": batch_size})
 
     @mon.measure(returns=lambda data: {"n_samples": len(data[1])})
     def load() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,5 +84,6 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--out", default="profiles")
+    parser.add_argument("--trace-hz", type=float, default=50, help="the power trace's rate (0: no trace)")
     args = parser.parse_args()
-    main(args.epochs, args.batch_size, args.lr, args.out)
+    main(args.epochs, args.batch_size, args.lr, args.out, args.trace_hz)

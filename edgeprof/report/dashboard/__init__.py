@@ -7,12 +7,16 @@ page. The page needs no network and no server: plotly.js comes from the installe
 
 Sections: runs and hosts, the Flower federation (each Flower run's ending, nodes and their data, and per round
 what was sampled, accepted and rejected: :mod:`edgeprof.report.dashboard.flower`), the windows of a user's own code
-(reports of ``edgeprof.monitor``), verdicts (fits, growth, ratios), cost versus tau with fitted lines and 95% bands,
-per-phase breakdown, power over time (reports run with ``--trace``: each algorithm's median-energy client window
-against time over its phases' bands, and its mean power per phase), per-round time series, energy and carbon totals, accuracy against cumulative
-energy (reports with ``kind=eval`` rows), client joules to a target accuracy against tau (the reports of
-``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. Reports from several hosts
-(the ``host`` column, else the sidecar's host name) are drawn side by side, one column per host.
+(reports of ``edgeprof.monitor``: each window name's and eval window's medians and rows, the runs' labels, the
+windows that raised), verdicts (fits, growth, ratios), cost versus tau with fitted lines and 95% bands, per-phase
+breakdown, power over time (reports run with ``--trace`` or ``trace_hz=``: each algorithm's median-energy client
+window, or each window name's median-energy window, against time over its phases' bands, and its mean power per
+phase), per-round time series, energy and carbon totals, accuracy against cumulative energy (reports with
+``kind=eval`` rows, or windows labelled ``test_accuracy``), client joules to a target accuracy against tau (the
+reports of ``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. A page of reports of
+your own code alone leaves out the sections made for federated runs
+(:data:`edgeprof.report.dashboard.own_code.FEDERATED_SECTIONS`) and says so. Reports from several hosts (the
+``host`` column, else the sidecar's host name) are drawn side by side, one column per host.
 
 Escaping: every text that comes from a report (run ids, algorithm, engine and host names, sidecar
 values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<script>`` has ``<``,
@@ -27,7 +31,7 @@ from typing import Optional, Sequence
 from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
-from edgeprof.report.dashboard import claim, flower, runs, target, window_charts
+from edgeprof.report.dashboard import claim, flower, own_code, runs, target, window_charts
 from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_host, esc, rows_of, script_json
 from edgeprof.report.writer import Report, read_report
 
@@ -68,11 +72,14 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
         "to-target": target.energy_to_target_section(page, reports),
         "methods": runs.methods_section(reports),
     }
-    nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in SECTIONS)
-    sections = "".join(f'<section id="{sid}"><h2>{esc(name)}</h2>{bodies[sid]}</section>' for sid, name in SECTIONS)
+    shown = [(sid, name) for sid, name in SECTIONS
+             if not (own_code.own_only(reports) and sid in own_code.FEDERATED_SECTIONS)]
+    nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in shown)
+    sections = "".join(f'<section id="{sid}"><h2>{esc(name)}</h2>{bodies[sid]}</section>' for sid, name in shown)
+    note = own_code.left_out_note() if len(shown) < len(SECTIONS) else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
-            f'<script>{get_plotlyjs()}</script></head><body><h1>{esc(title)}</h1><nav>{nav}</nav>{sections}'
+            f'<script>{get_plotlyjs()}</script></head><body><h1>{esc(title)}</h1><nav>{nav}</nav>{note}{sections}'
             f'<script type="application/json" id="edgeprof-figures">{script_json(page.figures)}</script>'
             f"<script>{SCRIPT}</script></body></html>\n")
 

@@ -14,6 +14,7 @@ from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, GPU_METRICS, 
 from edgeprof.report.dashboard.page import (METRIC_LABELS, Page, Row, energy_note, esc, estimated_variants, grid,
                                             interval_text, listing, marked, median, methods_of, num_text,
                                             phase_names, short_labels, table)
+from edgeprof.report.dashboard import own_code
 from edgeprof.report.dashboard.runs import gpu_note
 from edgeprof.report.writer import Report
 
@@ -219,7 +220,10 @@ def _setup(hosts: Mapping[str, list[Row]]) -> str:
 
 
 def phases(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]) -> str:
-    """Median seconds per phase for each host, then peak memory and (Flower runs) the set-up beside the round."""
+    """Median seconds per phase for each host, then peak memory and (Flower runs) the set-up beside the round; for
+    your own code's windows, the median seconds and joules of each phase per window name
+    (:func:`edgeprof.report.dashboard.own_code.phase_bars`)."""
     names = phase_names(reports)
-    return grid([_phase_plot(page, rows, host, names) for host, rows in hosts.items()]) + _memory(hosts) \
-        + _setup(hosts)
+    plots = [p for p in (_phase_plot(page, rows, host, names) for host, rows in hosts.items()) if p]
+    body = (grid(plots) if plots else "") + _memory(hosts) + _setup(hosts) + own_code.phase_bars(page, hosts, names)
+    return body or '<p class="note">No phases in these reports.</p>'

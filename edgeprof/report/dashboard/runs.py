@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 from edgeprof.report import gpu_energy
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.flower import status_text
+from edgeprof.report.dashboard.own_code import accuracy_points, own_label, own_title
 from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
                                             short_labels, table)
 from edgeprof.report.writer import Report
@@ -55,12 +56,17 @@ def runs_and_hosts(reports: Sequence[Report], rows: Sequence[Row]) -> str:
         side = rep.sidecar
         facts = side.get("host", {})
         hosts = sorted({r.host for r in rows if r.report is rep})
+        def named(column: str, rows: Sequence[dict] = rep.rows) -> str:
+            return ", ".join(v for v in dict.fromkeys(r.get(column) for r in rows) if v) or "-"
+
         body.append((rep.rows[0].get("run_id", rep.path.stem) if rep.rows else rep.path.stem, ", ".join(hosts),
                      facts.get("cpu_model", "-"), facts.get("cpu_cores_logical", "-"), facts.get("memory_gib", "-"),
                      status_text(rep), len(rep.rows),
-                     ", ".join(sorted(dict.fromkeys(variant_of(r.get("algo", ""), r.get("engine", ""))
-                                                    for r in rep.rows)))))
-    runs = table(("run", "host", "CPU", "logical cores", "memory GiB", "status", "rows", "algorithms"), body)
+                     ", ".join(sorted(v for v in dict.fromkeys(variant_of(r.get("algo", ""), r.get("engine", ""))
+                                                               for r in rep.rows) if v)) or "-",
+                     named("dataset"), named("backbone")))
+    runs = table(("run", "host", "CPU", "logical cores", "memory GiB", "status", "rows", "algorithms", "data",
+                  "backbone"), body, "runs")
     sides: dict[str, dict] = {}
     for rep in reports:
         for r in rows:
@@ -108,13 +114,17 @@ def timeseries(page: Page, hosts: Mapping[str, list[Row]]) -> str:
 
 
 def _totals(rows: Sequence[Row]) -> dict[str, dict]:
+    """Per algorithm its client rounds' and server steps' sums (``rounds``: the distinct rounds), and per window name
+    of your own code its windows' (``window NAME``, ``eval NAME``; ``rounds``: the windows)."""
     out: dict[str, dict] = {}
     for r in rows:
-        if r.data.get("kind") not in ("client", "server"):
+        own = own_title(r.data)
+        if r.data.get("kind") not in ("client", "server") and own is None:
             continue
-        t = out.setdefault(r.variant, {"energy_j": 0.0, "carbon_g": 0.0, "wall_s": 0.0, "rounds": set(),
-                                       "has_energy": False, "has_carbon": False, "methods": set()})
-        t["rounds"].add((r.data.get("run_id"), r.data.get("round")))
+        key = r.variant if own is None else f"{r.variant} {own}".strip()
+        t = out.setdefault(key, {"energy_j": 0.0, "carbon_g": 0.0, "wall_s": 0.0, "rounds": set(),
+                                 "has_energy": False, "has_carbon": False, "methods": set()})
+        t["rounds"].add((r.data.get("run_id"), r.data.get("round")) if own is None else id(r))
         t["methods"] |= methods_of([r])
         t["wall_s"] += r.num("wall_s") or 0.0
         if r.num("energy_j") is not None:
@@ -135,7 +145,8 @@ def _totals_table(host: str, totals: Mapping[str, dict]) -> str:
                      marked(f"{t['energy_j']:.4g}", estimate) if t["has_energy"] else "-",
                      marked(f"{t['carbon_g']:.4g}", estimate) if t["has_carbon"] else "-",
                      "+".join(sorted(t["methods"])) or "none"))
-    return table(("host", "algorithm", "rounds", "wall s", "energy J", "g CO2e", "energy method"), body, "totals")
+    return table(("host", "algorithm or window", "rounds or windows", "wall s", "energy J", "g CO2e",
+                  "energy method"), body, "totals")
 
 
 def _total_bars(page: Page, host: str, totals: Mapping[str, dict], what: str, unit: str,
@@ -148,7 +159,9 @@ def _total_bars(page: Page, host: str, totals: Mapping[str, dict], what: str, un
     data = [{"type": "bar", "name": esc(marked(unit, estimate)), "x": [esc(short[v]) for v in totals],
              "hovertext": [esc(v) for v in totals], "y": [t[key] if t[flag] else None for t in totals.values()],
              "marker": {"color": [page.color(v) for v in totals]}}]
-    return page.figure(data, marked(f"{host}: total {what} per algorithm", estimate), {"type": "category"},
+    per = "algorithm or window" if any(v.startswith(("window ", "eval window ")) or " window " in v for v in totals) \
+        else "algorithm"
+    return page.figure(data, marked(f"{host}: total {what} per {per}", estimate), {"type": "category"},
                        {"title": {"text": unit}})
 
 
@@ -211,13 +224,23 @@ def _gpu_energy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
 
 def accuracy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
     """Test accuracy (``kind=eval`` rows) against the energy spent up to that round, per run and host."""
-    cells = []
+    cells, own_drawn = [], False
     for host, rows in hosts.items():
         runs: dict[tuple[str, str], list[Row]] = defaultdict(list)
         for r in rows:
             runs[(r.data.get("run_id", ""), r.variant)].append(r)
         data, protocols = [], set()
         for (run, variant), members in runs.items():
+            xs, points = accuracy_points(members)  # your own code's windows that carry an accuracy
+            if points:
+                name = f"{run} {variant}".strip()
+                data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{name} (your own code)"),
+                             "x": xs, "y": [r.num("test_accuracy") for r in points],
+                             "text": [esc(own_label(r.data) or "") for r in points],
+                             "hovertemplate": "%{text}: %{y:.3g} after %{x:.4g} J<extra></extra>",
+                             "marker": {"color": page.color(name)}})
+                own_drawn = True
+                continue
             evals = [r for r in members if r.data.get("kind") == "eval" and r.num("test_accuracy") is not None]
             if not evals:
                 continue
@@ -239,14 +262,21 @@ def accuracy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
             protocols.add(protocol)
         if data:
             estimate = " (energy ESTIMATED)" if "estimate" in methods_of(rows) else ""
-            cells.append(page.figure(data, f"{host}: test accuracy ({'+'.join(sorted(protocols))} protocol) "
-                                           f"against cumulative energy{estimate}",
+            which = " ".join(part for part in (f"({'+'.join(sorted(protocols))} protocol)" if protocols else "",
+                                               "of your own code" if own_drawn else "") if part)
+            cells.append(page.figure(data, f"{host}: test accuracy {which} against cumulative energy{estimate}",
                                      {"title": {"text": "cumulative energy, J"}},
-                                     {"title": {"text": "test accuracy"}, "range": [0, 1]}))
+                                     {"title": {"text": "test accuracy"},
+                                      **({"range": [0, 1]} if all(y <= 1 for d in data for y in d["y"]) else {})}))
     if not cells:
         return ('<p class="note">None of these reports has <code>kind=eval</code> rows (write them with '
-                '<code>edgeprof train</code> or <code>edgeprof measure --evaluate</code>).</p>')
-    return grid(cells)
+                '<code>edgeprof train</code> or <code>edgeprof measure --evaluate</code>) nor a window of your own '
+                'code labelled <code>test_accuracy</code> (<code>w.labels["test_accuracy"] = ...</code>, or '
+                '<code>@mon.measure(returns="test_accuracy")</code>).</p>')
+    own = ("<p>Your own code: each window that carries a <code>test_accuracy</code> label, against the energy of "
+           "every window of its run written up to it (itself included; nested windows count twice, as in the "
+           "report).</p>") if own_drawn else ""
+    return own + grid(cells)
 
 
 def methods_section(reports: Sequence[Report]) -> str:

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
+from edgeprof.report.dashboard.own_code import labels_and_errors, own_label
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, energy_note, esc, grid, host_of,
                                             listing, marked, median, methods_of, num_text, phase_names, table)
 from edgeprof.report.trace_file import NO_TRACE, NO_TRACE_MONITOR, locate, trace_hz
@@ -24,6 +25,8 @@ from edgeprof.report.writer import Report
 
 
 def _window_table(host: str, groups: Mapping[tuple[str, str], list[Row]], phases: Sequence[str]) -> str:
+    """Per (algorithm, window name): the medians; no algorithm column where no row names one."""
+    algos = any(variant for variant, _ in groups)
     body = []
     for (variant, name), members in groups.items():
         med = lambda col: median([x for x in (r.num(col) for r in members) if x is not None])  # noqa: E731
@@ -33,33 +36,47 @@ def _window_table(host: str, groups: Mapping[tuple[str, str], list[Row]], phases
                      marked(num_text(med("energy_j")), estimate and med("energy_j") is not None),
                      marked(num_text(med("carbon_g")), estimate and med("carbon_g") is not None),
                      "+".join(sorted(methods_of(members))) or "none", parts or "-"))
-    return table(("host", "algorithm", "window", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method",
-                   "phases (median s)"), body, "windows")
+    header = ("host", "algorithm", "window", "n", "wall s", "CPU s", "energy J", "g CO2e", "energy method",
+              "phases (median s)")
+    keep = [i for i in range(len(header)) if algos or header[i] != "algorithm"]
+    return table([header[i] for i in keep], [[row[i] for i in keep] for row in body], "windows")
+
+
+def whole_ticks(values: Sequence[float]) -> dict:
+    """An x axis of whole numbers (rounds, occurrences) that never shows a fractional tick."""
+    span = max(values, default=1) - min(values, default=1)
+    return {"tickformat": "d", **({"dtick": 1} if span <= 20 else {})}
 
 
 def _window_plot(page: Page, host: str, groups: Mapping[tuple[str, str], list[Row]]) -> str:
-    """Each window's energy (its wall seconds where no energy was measured), in the order the rows were written."""
+    """Each window's energy (its wall seconds where no energy was measured) against its round where every window
+    of its name has one, else in the order the rows were written."""
     metric = "energy_j" if any(r.num("energy_j") is not None for m in groups.values() for r in m) else "wall_s"
-    data = []
+    by_round = all(r.num("round") is not None for m in groups.values() for r in m)
+    data, xs = [], []
     for (variant, name), members in groups.items():
         label = f"{variant} {name}" if variant else name
-        data.append({"type": "scatter", "mode": "markers+lines", "name": esc(label),
-                     "x": list(range(1, len(members) + 1)), "y": [r.num(metric) for r in members],
-                     "marker": {"color": page.color(label)}, "line": {"width": 1}})
+        x = [r.num("round") for r in members] if by_round else list(range(1, len(members) + 1))
+        xs += x
+        data.append({"type": "scatter", "mode": "markers+lines", "name": esc(label), "x": x,
+                     "y": [r.num(metric) for r in members], "marker": {"color": page.color(label)},
+                     "line": {"width": 1}})
     estimate = metric == "energy_j" and "estimate" in methods_of(r for m in groups.values() for r in m)
     return page.figure(data, marked(f"{host}: {METRIC_LABELS[metric]} of each window", estimate),
-                       {"title": {"text": "occurrence of the window"}}, {"title": {"text": METRIC_LABELS[metric]}},
-                       log_toggle=True)
+                       {"title": {"text": "round" if by_round else "occurrence of the window"}, **whole_ticks(xs)},
+                       {"title": {"text": METRIC_LABELS[metric]}}, log_toggle=True)
 
 
 def windows(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]) -> str:
-    """Reports of edgeprof.monitor: medians per window name, and every window's cost in order."""
+    """Reports of edgeprof.monitor: medians per window name (eval windows as ``eval NAME``), every window's cost
+    in order, the runs' labels and the windows that raised."""
     cells, tables = [], []
     for host, rows in hosts.items():
         groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
         for r in rows:
-            if r.data.get("kind") == "window":
-                groups[(r.variant, r.data.get("window", ""))].append(r)
+            label = own_label(r.data)
+            if label is not None:
+                groups[(r.variant, label)].append(r)
         if groups:
             tables.append(_window_table(host, groups, phase_names(reports)))
             cells.append(_window_plot(page, host, groups))
@@ -71,9 +88,9 @@ def windows(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]
         section = rep.sidecar.get("monitor")
         if isinstance(section, dict) and isinstance(section.get("notes"), list):
             notes += [str(n) for n in section["notes"]]
-    return (energy_note([r for rs in hosts.values() for r in rs if r.data.get("kind") == "window"])
+    return (energy_note([r for rs in hosts.values() for r in rs if own_label(r.data) is not None])
             + "".join(f'<p class="note">{esc(n)}</p>' for n in dict.fromkeys(notes))
-            + "".join(tables) + grid(cells))
+            + "".join(tables) + grid(cells) + labels_and_errors(reports, hosts))
 
 
 # --- the power trace's figures (labels HTML-escaped: the page draws them as HTML) ----------------------
@@ -237,22 +254,34 @@ def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[
 
 
 def _trace_groups(traced) -> dict[tuple[str, str], list]:
-    """(host, algorithm) -> its traced client windows, in the order of the reports."""
+    """(host, algorithm) -> its traced client windows, and (host, window name) -> the traced windows of your own
+    code of that name (``eval NAME`` for eval windows), in the order of the reports."""
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for rep, windows in traced:
         for w in windows:
             row = report_row(rep, w)
-            if w.kind == "client" and row is not None:
-                groups[(host_of(rep, row), variant_of(row.get("algo", ""), row.get("engine", "")))].append(w)
+            if row is None:
+                continue
+            variant, own = variant_of(row.get("algo", ""), row.get("engine", "")), own_label(row)
+            if w.kind == "client":
+                groups[(host_of(rep, row), variant)].append(w)
+            elif own is not None:
+                groups[(host_of(rep, row), f"{variant} {own}" if variant else own)].append(w)
     return groups
 
 
+def _own(windows: Sequence[Window]) -> bool:
+    """Whether a group of :func:`_trace_groups` holds windows of your own code (not client rounds)."""
+    return windows[0].kind != "client"
+
+
 def _power_plot(page: Page, host: str, variant: str, window, bands: Mapping[str, str]) -> str:
-    """One algorithm's chosen window: power against time per domain over its phases' bands."""
+    """One algorithm's (or window name's) chosen window: power against time per domain over its phases' bands."""
     data, estimate = power_lines(window, COLORS), estimated([window])
     shapes, labels = phase_bands(window, bands)
-    return page.figure(data, marked(f"{host}: {variant}, round {window.round} client {window.client}, "
-                                     f"tau={window.tau}", estimate),
+    which = (window.describe() if _own([window]) else
+             f"{variant}, round {window.round} client {window.client}, tau={window.tau}")
+    return page.figure(data, marked(f"{host}: {which}", estimate),
                        {"title": {"text": "seconds since the window started"}},
                        {"title": {"text": marked("watts", estimate)}, "rangemode": "tozero"},
                        shapes=shapes, annotations=labels, showlegend=True)
@@ -269,26 +298,30 @@ def _chosen_windows(groups, round: Optional[int], client: Optional[int]) -> tupl
         except ConfigError as err:
             errors.append(f"{host}: {variant}: {err}")
     if not chosen:
-        raise ConfigError("--trace-round/--trace-client match no traced client window: " + "; ".join(errors))
+        raise ConfigError("--trace-round/--trace-client match no traced window: " + "; ".join(errors))
     notes.extend(f"Not drawn: {e}." for e in errors)
     return chosen, notes
 
 
 def _phase_power(page: Page, host: str, variant: str, windows: Sequence) -> str:
     data, estimate = phase_bars(phase_stats(windows), COLORS), estimated(windows)
-    return page.figure(data, marked(f"{host}: {variant}: mean power per phase over {len(windows)} client windows",
+    noun = ("window" if _own(windows) else "client window") + ("s" if len(windows) > 1 else "")
+    return page.figure(data, marked(f"{host}: {variant}: mean power per phase over {len(windows)} {noun}",
                                      estimate), {"type": "category"},
                        {"title": {"text": marked("mean watts (energy / duration)", estimate)}}, barmode="group",
                        showlegend=True)
 
 
-def _trace_rule(rates: Iterable[str], scope: str) -> str:
-    return (f"<p>The power trace of each algorithm's median-energy client window{esc(scope)}: every meter domain's "
+def _trace_rule(rates: Iterable[str], scope: str, own: bool = False) -> str:
+    """The caption of the power plots; ``own``: they are of windows of your own code (per window name)."""
+    whose, each, windows = (("each window name's", "window name", "windows") if own else
+                            ("each algorithm's", "algorithm", "client windows"))
+    return (f"<p>The power trace of {whose} median-energy {windows[:-1]}{esc(scope)}: every meter domain's "
             f"mean power over each interval between samples (taken at {esc(listing(rates))} and at every phase "
             f"edge), drawn as steps over the phases' shaded bands; drag to zoom, double-click to reset. A phase marked "
-            f"<i>(short)</i> lasted less than two sample periods. Below, per algorithm: the mean power of each "
-            f"phase (its energy over its duration) over all its traced client windows; {esc(OUTSIDE)} is the "
-            f"bookkeeping between phases.</p>")
+            f"<i>(short)</i> lasted less than two sample periods. Below, per {each}: the mean power of each "
+            f"phase (its energy over its duration) over all its traced {windows}; {esc(OUTSIDE)} is the "
+            f"{'time outside the phases' if own else 'bookkeeping between phases'}.</p>")
 
 
 def _honesty_rule(windows: Sequence) -> str:
@@ -313,8 +346,8 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     head = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
     groups = _trace_groups(traced)
     if not groups:
-        return head + ('<p class="note">No traced client windows in these reports (<code>edgeprof trace --kind '
-                       'window</code> shows the traced windows of your own code).</p>' if traced else "")
+        return head + ('<p class="note">No traced client windows or windows of your own code in these reports.</p>'
+                       if traced else "")
     names = dict.fromkeys(r["phase"] for ws in groups.values() for w in ws for r in w.rows if r["phase"])
     bands = {name: PHASE_COLORS[i % len(PHASE_COLORS)] for i, name in enumerate(names)}
     rates = sorted({f"{trace_hz(rep):g} Hz" if trace_hz(rep) else "an unrecorded rate" for rep, _ in traced})
@@ -329,4 +362,5 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     plots = [_power_plot(page, d, v, w, bands) for (d, v), w in chosen.items()]
     bars = [_phase_power(page, d, v, ws) for (d, v), ws in groups.items()]
     shown = [w for ws in groups.values() for w in ws]
-    return head + estimate + _trace_rule(rates, scope) + _honesty_rule(shown) + grid(plots) + grid(bars)
+    own = all(_own(ws) for ws in groups.values())
+    return head + estimate + _trace_rule(rates, scope, own) + _honesty_rule(shown) + grid(plots) + grid(bars)
