@@ -99,6 +99,10 @@ RUNS: dict[str, Here | Elsewhere] = {
         Here(given="cifar10 and torchvision", smaller=SHRINK_SWEEP),
     "edgeprof measure --backbone examples.own_loop.model:factory --algo pflego":
         Elsewhere("tests/test_examples.py::test_the_own_loop_model_is_a_backbone_for_measure"),
+    # the own loop's report, read back by the commands its page shows, in the test that runs the loop
+    **{f"edgeprof {command} profiles/own-loop-<time>-<random>.csv{tail}": Elsewhere(
+        "tests/test_examples.py::test_the_own_loop_example_labels_its_windows_phases_and_evaluations")
+       for command, tail in (("summary", ""), ("trace", " --window epoch --round 2"), ("dashboard", ""))},
     "edgeprof summary profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     "edgeprof dashboard profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     FLOWER_APP: Here(given="server folder"),

@@ -14,7 +14,7 @@ from edgeprof.report.analysis import (CONFIDENCE, FLAT_MAX_GROWTH, GPU_METRICS, 
 from edgeprof.report.dashboard.page import (METRIC_LABELS, Page, Row, energy_note, esc, estimated_variants, grid,
                                             interval_text, listing, marked, median, methods_of, num_text,
                                             phase_names, short_labels, table)
-from edgeprof.report.dashboard import own_code
+from edgeprof.report.dashboard.own_code import phase_bars as own_phase_bars
 from edgeprof.report.dashboard.runs import gpu_note
 from edgeprof.report.writer import Report
 
@@ -225,5 +225,5 @@ def phases(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]
     (:func:`edgeprof.report.dashboard.own_code.phase_bars`)."""
     names = phase_names(reports)
     plots = [p for p in (_phase_plot(page, rows, host, names) for host, rows in hosts.items()) if p]
-    body = (grid(plots) if plots else "") + _memory(hosts) + _setup(hosts) + own_code.phase_bars(page, hosts, names)
+    body = (grid(plots) if plots else "") + _memory(hosts) + _setup(hosts) + own_phase_bars(page, hosts, names)
     return body or '<p class="note">No phases in these reports.</p>'
