@@ -101,7 +101,7 @@ RUNS: dict[str, Here | Elsewhere] = {
         Elsewhere("tests/test_examples.py::test_the_own_loop_model_is_a_backbone_for_measure"),
     # the own loop's report, read back by the commands its page shows, in the test that runs the loop
     **{f"edgeprof {command} profiles/own-loop-<time>-<random>.csv{tail}": Elsewhere(
-        "tests/test_examples.py::test_the_own_loop_example_labels_its_windows_phases_and_evaluations")
+        "tests/test_examples.py::test_the_own_loops_report_is_read_back_by_summary_trace_and_dashboard")
        for command, tail in (("summary", ""), ("trace", " --window epoch --round 2"), ("dashboard", ""))},
     "edgeprof summary profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),
     "edgeprof dashboard profiles/pytorch-mlp-<time>-<random>.csv": Here(given="monitor"),

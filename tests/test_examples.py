@@ -70,15 +70,23 @@ def test_the_docs_show_the_examples_code(path):
 OWN_LOOP = EXAMPLES / "own_loop" / "train.py"
 
 
-def test_the_own_loop_example_labels_its_windows_phases_and_evaluations(tmp_path):
+@pytest.fixture(scope="module")
+def own_loop_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """A real run of the own loop, two epochs: the finished process and its report."""
+    out = tmp_path_factory.mktemp("own-loop")
+    done = subprocess.run([sys.executable, str(OWN_LOOP), "--epochs", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=out)
+    assert done.returncode == 0, done.stderr
+    (csv,) = out.glob("own-loop-*.csv")
+    return done, csv
+
+
+def test_the_own_loop_example_labels_its_windows_phases_and_evaluations(own_loop_run):
     """A real run of two epochs: each epoch window has the four phases and the train_loss set while it was open,
     each decorated evaluation a row of kind eval labelled with the accuracy it returned, the decorated load the
     number of training samples it returned, every row the run's labels."""
-    done = subprocess.run([sys.executable, str(OWN_LOOP), "--epochs", "2", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done, csv = own_loop_run
 
-    assert done.returncode == 0, done.stderr
-    (csv,) = tmp_path.glob("own-loop-*.csv")
     report = read_report(csv)
     assert [r["window"] for r in report.rows] == ["load", "epoch", "evaluate", "epoch", "evaluate"]
     epochs, evaluations = report.where(window="epoch"), report.where(window="evaluate")
@@ -94,15 +102,16 @@ def test_the_own_loop_example_labels_its_windows_phases_and_evaluations(tmp_path
     assert {r["labels"] for r in report.rows} == {'{"batch_size":64,"lr":0.05,"model":"small-cnn-bn"}'}
     assert report.sidecar["status"] == "complete" and report.sidecar["rounds_completed"] == 2
     assert report.sidecar["monitor"]["windows"] == {"load": 1, "epoch": 2, "evaluate": 2}
-    _read_back_by_the_commands(csv, tmp_path)
 
 
-def _read_back_by_the_commands(csv: Path, out: Path) -> None:
-    """The own loop's report read back as the docs show: summary, trace of epoch 2, the dashboard."""
+def test_the_own_loops_report_is_read_back_by_summary_trace_and_dashboard(own_loop_run, tmp_path):
+    """The own loop's report read back as docs/own-code.md shows: summary, the trace of epoch 2 and of the eval
+    windows, the dashboard."""
     from typer.testing import CliRunner
 
     from edgeprof.cli import app
 
+    csv, out = own_loop_run[1], tmp_path
     runner = CliRunner()
     summary = runner.invoke(app, ["summary", str(csv)], terminal_width=200)
     trace = runner.invoke(app, ["trace", str(csv), "--window", "epoch", "--round", "2"], terminal_width=200)
