@@ -176,6 +176,16 @@ TWO = [{"counts": 0, "bdf": "0000:03:00.0", "hip_uuid": "GPU-aaaa"}, {"counts": 
                                                                       "hip_uuid": "GPU-bbbb"}]
 
 
+@pytest.fixture
+def rocm_torch(monkeypatch):
+    """torch as an AMD machine has it, a ROCm build (``torch.version.hip`` set, ``cuda`` None): its ``cuda:N`` are
+    AMD GPUs. Without it these tests would depend on the torch installed here: a CUDA build (CI's oldest-Python
+    leg installs one) makes every ``cuda:N`` an NVIDIA GPU, and no AMD GPU the round's."""
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+        version=types.SimpleNamespace(hip="6.2.41133", cuda=None)))
+
+
+@pytest.mark.usefixtures("rocm_torch")
 @pytest.mark.parametrize(("gpu", "properties", "environ", "round_index", "how"), [
     ("cuda:0", props(0x83), {"HIP_VISIBLE_DEVICES": "1"}, 1, "PCI 0000:83:00 (torch and AMD SMI)"),
     ("cuda:0", props(uuid="GPU-bbbb"), {}, 1, "UUID bbbb (torch and AMD SMI)"),
@@ -194,6 +204,7 @@ def test_the_rounds_gpu_is_in_column_gpu_and_the_others_beside_it(gpu, propertie
     assert described["amdsmi_index"] == round_index and described["how"].startswith(how)
 
 
+@pytest.mark.usefixtures("rocm_torch")
 @pytest.mark.parametrize(("gpus", "environ", "why"), [
     ([dict(TWO[0], name="AMD Instinct MI210"), dict(TWO[1], name="AMD Radeon 780M")], {},
      "HIP's order of unlike GPUs (AMD Instinct MI210, AMD Radeon 780M) need not be AMD SMI's"),

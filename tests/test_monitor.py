@@ -410,6 +410,32 @@ def test_a_window_that_ends_in_an_exception_says_so_in_its_row(tmp_path, machine
     assert rows["fine"]["labels"] in ("", "{}")
 
 
+def test_a_phase_whose_exit_an_exception_cut_short_ends_with_its_window(tmp_path, machine):
+    """A signal handler that raises (the program's own ``sys.exit(143)``) as a phase's ``with`` block is being left
+    can stop the phase's exit before it runs (contextlib's ``__exit__`` had not yet resumed the phase): the window
+    that ends with that exception ended the phase itself, up to its own end, instead of refusing to end inside a
+    phase (a MonitorError, a traceback and exit 1 where the program asked for 143). The phase's late exit, when its
+    generator is collected, adds nothing."""
+    mon = run_monitor(tmp_path, profiler(machine))
+
+    with mon:
+        with pytest.raises(SystemExit):
+            with mon.window("epoch"):
+                phase = mon.phase("data")
+                phase.__enter__()
+                machine.run(1.0)
+                raise SystemExit(143)  # the phase's __exit__ never runs
+        machine.run(0.5)
+        del phase  # its generator closed: its finally (the phase's exit) runs now
+        with mon.window("next"):
+            machine.run(0.25)
+
+    rows = {r["window"]: r for r in read_report(mon.csv_path).rows}
+    assert json.loads(rows["epoch"]["labels"]) == {"error": "SystemExit"}
+    assert float(rows["epoch"]["data_s"]) == float(rows["epoch"]["wall_s"]) == 1.0
+    assert float(rows["next"]["wall_s"]) == 0.25 and rows["next"]["data_s"] == ""
+
+
 @pytest.mark.parametrize("ending,status,reason", [
     ("", "interrupted", "interrupted (the program exited without stopping the monitor)"),
     ("os.kill(os.getpid(), signal.SIGTERM)", "interrupted", "interrupted (SIGTERM)"),

@@ -90,6 +90,7 @@ class OpenWindow:
         self.overlapped = False  # another window was open at some time during this one
         self.peak_rss_exact = True  # False when it opened while another window was open (no reset possible)
         self.open_phase: Optional[str] = None
+        self._phase_start: Optional[Sample] = None  # the start sample of the open phase
         self._result: Optional[WindowResult] = None
         #: once ended and until resolved: its end sample, peak RSS and peak device memory
         self._ending: Optional[tuple[Sample, float, Optional[float]]] = None
@@ -227,9 +228,15 @@ class Windows:
         _OPEN.set(_OPEN.get() + (win,))
         return win
 
-    def end(self, win: OpenWindow) -> None:
+    def end(self, win: OpenWindow, *, close_phase: bool = False) -> None:
         """Close ``win`` (reading the cheap meters); ``win.result`` holds its figures. Where a slow meter is read off
-        the measured thread, they are resolved when first asked for (the end does not wait for its series)."""
+        the measured thread, they are resolved when first asked for (the end does not wait for its series).
+
+        A window cannot end inside its phase (MonitorError), unless ``close_phase``: the window ends with an
+        exception that left its phase before the phase's own exit ran (a signal handler that raised as the ``with``
+        block of the phase was being left), and the phase ends here, up to now."""
+        if close_phase and win.open_phase is not None and win._phase_start is not None:
+            self._exit_phase(win, win.open_phase, win._phase_start)
         self.profiler.sync()
         cost = _Cost(self.profiler)
         with self._lock:
@@ -343,12 +350,14 @@ class Windows:
                     "phases of one window do not overlap (each is a part of the window); open a window inside "
                     "the phase instead")
             start = self.profiler.sample()
-            win.open_phase = name
+            win.open_phase, win._phase_start = name, start
             self._trace(start)
             self._charge(cost.stop(start), self._open)
         return start
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
+        if win.open_phase != name:  # ended already, with its window (end(close_phase=True)): its late exit is none
+            return
         try:  # a device or meter that fails here fails the window's run, not the bookkeeping of its phases
             self.profiler.sync()
             cost = _Cost(self.profiler)

@@ -300,8 +300,8 @@ class Monitor:
         _split(merged)
         return MonitorWindow(self._windows.begin(name), kind, merged)
 
-    def _end(self, mw: MonitorWindow) -> Measurement:
-        self._windows.end(mw._win)
+    def _end(self, mw: MonitorWindow, close_phase: bool = False) -> Measurement:
+        self._windows.end(mw._win, close_phase=close_phase)
         result = mw._win.result  # its row is written now: a slow meter's series is waited for
         with self._lock:
             row = self._row(mw, result)
@@ -354,7 +354,7 @@ class Monitor:
         except BaseException as err:
             if mw.is_open:  # the row says how the window ended: its labels carry the exception's type
                 mw._error = type(err).__name__
-                self._end(mw)
+                self._end(mw, close_phase=True)  # a phase the exception left before its exit ran ends here
             raise
         if mw.is_open:
             self._end(mw)
