@@ -72,8 +72,8 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
         "to-target": target.energy_to_target_section(page, reports),
         "methods": runs.methods_section(reports),
     }
-    shown = [(sid, name) for sid, name in SECTIONS
-             if not (own_code.own_only(reports) and sid in own_code.FEDERATED_SECTIONS)]
+    left_out = own_code.FEDERATED_SECTIONS if own_code.own_only(reports) else ()
+    shown = [(sid, name) for sid, name in SECTIONS if sid not in left_out]
     nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in shown)
     sections = "".join(f'<section id="{sid}"><h2>{esc(name)}</h2>{bodies[sid]}</section>' for sid, name in shown)
     note = own_code.left_out_note() if len(shown) < len(SECTIONS) else ""
