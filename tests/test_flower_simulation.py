@@ -244,26 +244,17 @@ def test_the_federation_config_is_flowers_own():
                       "client-resources-num-gpus": 0.25, "init-args-num-cpus": 8}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum, to_group", [
-    (__import__("signal").SIGTERM, False),  # timeout, docker stop, systemd: the process alone
-    (__import__("signal").SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group
-    (__import__("signal").SIGHUP, False),  # a closed terminal
-])
-def test_a_stopped_simulation_keeps_its_finished_rounds_and_leaves_nothing(tmp_path, signum, to_group):
-    """The stop is Flower's own, ``flwr stop``: the ServerApp, in a thread of the simulation's process, closes its
-    report as interrupted with every finished round (before: the sidecar stayed ``running``), the runtime is ended
-    (no process, port or temporary folder left), and the command exits with one line and 128 + the signal."""
-    import signal
+def _stop_a_simulation(tmp_path, signum, to_group, env=None):
+    """Start a long ``flower-simulate``, send ``signum`` (to the command, or to its whole process group) once two
+    rounds are in its report, and wait for the command to end: (exit code, seconds it took after the signal, its
+    ``edgeprof:`` lines, the report, its sidecar, its stderr, the runtime's watch)."""
     import subprocess
     import sys
     import time
 
-    from edgeprof.report.writer import read_report
-
     watch = RuntimeWatch()
     out, err_path = tmp_path / "out", tmp_path / "stderr.txt"
-    env = {**os.environ, **watch.env, "FLWR_HOME": str(tmp_path / "flwr-home"), "RAY_DEDUP_LOGS": "0"}
+    env = {**os.environ, **watch.env, "FLWR_HOME": str(tmp_path / "flwr-home"), "RAY_DEDUP_LOGS": "0", **(env or {})}
     with open(err_path, "w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "edgeprof", "flower-simulate", "--clients", "2", "--rounds",
                                  "1000", "--participation", "1", "--tau", "2", "--backbone", "mlp", "--dataset",
@@ -284,22 +275,150 @@ def test_a_stopped_simulation_keeps_its_finished_rounds_and_leaves_nothing(tmp_p
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-    lines = [ln for ln in err_path.read_text().splitlines() if ln.startswith("edgeprof:")]
+    err = err_path.read_text()
+    lines = [ln for ln in err.splitlines() if ln.startswith("edgeprof:")]
     [csv_path] = out.glob("*.csv")
     sidecar = json.loads(csv_path.with_suffix(".json").read_text())
+    return code, took, lines, csv_path, sidecar, err, watch
+
+
+def _runtime_logs(csv_path: Path) -> str:
+    """The last lines of the run's log stream and of the SuperLink's log, for a failing assertion."""
+    logs = csv_path.with_suffix(".flower")
+    return "\n".join(f"--- {name}:\n" + "\n".join((logs / name).read_text(errors="replace").splitlines()[-15:])
+                     for name in ("run.log", "superlink.log") if (logs / name).is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [
+    (__import__("signal").SIGTERM, False),  # timeout, docker stop, systemd: the process alone
+    (__import__("signal").SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group
+    (__import__("signal").SIGHUP, False),  # a closed terminal
+])
+def test_a_stopped_simulation_keeps_its_finished_rounds_and_leaves_nothing(tmp_path, signum, to_group):
+    """The stop is Flower's own, ``flwr stop``: the ServerApp, in a thread of the simulation's process, closes its
+    report as interrupted with every finished round (before: the sidecar stayed ``running``), the runtime is ended
+    (no process, port or temporary folder left), and the command exits with one line and 128 + the signal."""
+    import signal
+
+    from edgeprof.report.writer import read_report
+
+    code, took, lines, csv_path, sidecar, err, watch = _stop_a_simulation(tmp_path, signum, to_group)
 
     name = signal.Signals(signum).name
     print(f"{name}: exit {code} {took:.1f} s after the signal")
-    assert code == 128 + signum, err_path.read_text()[-3000:]
+    assert code == 128 + signum, err[-3000:]
     assert lines == [f"edgeprof: interrupted ({name}); the report keeps every round that finished ({csv_path})"]
     # the stop reached the ServerApp as Flower's runtime's exit, as `flwr stop` reaches a deployed one
-    assert sidecar["status"] == "interrupted", (took, sidecar.get("reason"))
+    assert sidecar["status"] == "interrupted", (took, sidecar.get("reason"), _runtime_logs(csv_path))
     assert sidecar["reason"] == "interrupted (the process was asked to exit: SystemExit 0)"
     assert 2 <= sidecar["rounds_completed"] < 1000
     assert len(read_report(csv_path).rows) == sidecar["rows"] == 3 * sidecar["rounds_completed"]
     assert "Stopping run ID" in (csv_path.with_suffix(".flower") / "run.log").read_text()  # flwr stop's own line
-    assert "run_simulation" not in err_path.read_text()  # Flower's deprecated Python entry point is not used
+    assert "run_simulation" not in err  # Flower's deprecated Python entry point is not used
     watch.assert_nothing_left()
+
+
+#: loaded by every Python process of the runtime (PYTHONPATH): in the simulation's process, a second SIGINT lands
+#: as Flower's runtime starts its exit, after it has put the default handlers back and before its exit handlers
+#: run, as ``flwr stop``'s own SIGINT (sent at the runtime's next heartbeat) did in CI when it landed beside the
+#: command's
+SECOND_SIGINT = """
+import os, sys
+if sys.argv and os.path.basename(sys.argv[0]) == "flwr-simulation":
+    import signal
+    from flwr.supercore.exit import signal_handler
+
+    _flwr_exit = signal_handler.flwr_exit
+
+    def flwr_exit(*args, **kwargs):
+        open(os.environ["EDGEPROF_TEST_SECOND_SIGINT"], "w").close()
+        signal.raise_signal(signal.SIGINT)  # Python's default handler: a KeyboardInterrupt, here
+        return _flwr_exit(*args, **kwargs)
+
+    signal_handler.flwr_exit = flwr_exit
+"""
+
+#: how the sidecar of a stopped simulation ends: closed by its ServerApp, or by the command after the simulation's
+#: process ended without (:func:`edgeprof.flower.simulation.close_abandoned`)
+BY_THE_SERVERAPP = "interrupted (the process was asked to exit: SystemExit 0)"
+BY_THE_COMMAND = ("interrupted (SIGINT); Flower's simulation process ended before its ServerApp closed the report, "
+                  "which this command then closed with the rows it holds")
+
+
+@pytest.mark.slow
+def test_a_second_stop_signal_in_the_simulation_still_ends_the_report_as_interrupted(tmp_path):
+    """Flower's runtime puts the default handlers back at the first stop signal; a second one before its exit
+    handlers run ends the simulation's main thread with a KeyboardInterrupt, Flower's exit handlers never run,
+    and Ray's shutdown under it may end the process at once (in CI the report then stayed ``running``, 67 s after
+    the signal). The report still ends ``interrupted`` with every finished round: closed by the ServerApp (the
+    interpreter's thread-exit call, or the main thread seen gone) or, when the process was ended under it, by the
+    command."""
+    from edgeprof.report.writer import read_report
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SECOND_SIGINT)
+    landed = tmp_path / "second-sigint"
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    code, took, lines, csv_path, sidecar, err, watch = _stop_a_simulation(
+        tmp_path, __import__("signal").SIGINT, True, {"PYTHONPATH": path, "EDGEPROF_TEST_SECOND_SIGINT": str(landed)})
+
+    print(f"exit {code} {took:.1f} s after the signal; {sidecar.get('reason')}")
+    assert landed.exists(), "the second SIGINT was never sent: Flower's exit is no longer where the test puts it"
+    assert code == 130, err[-3000:]
+    assert lines == [f"edgeprof: interrupted (SIGINT); the report keeps every round that finished ({csv_path})"]
+    assert sidecar["status"] == "interrupted", (took, sidecar.get("reason"), _runtime_logs(csv_path))
+    assert sidecar["reason"] in (BY_THE_SERVERAPP, BY_THE_COMMAND)
+    rows = read_report(csv_path).rows
+    assert len(rows) == sidecar["rows"] and sidecar["rounds_completed"] >= 2
+    assert sum(row["kind"] == "server" for row in rows) == sidecar["rounds_completed"]
+    watch.assert_nothing_left()
+
+
+def test_a_stopped_runs_report_left_running_is_closed_by_the_command(tmp_path, monkeypatch):
+    """The runtime ended under a stop with the ServerApp's report still ``running`` (its process ended before it
+    could close it): the command closes it as interrupted, saying so, with the rows and rounds the CSV holds, and
+    its one line names the report; a report the ServerApp closed is left as it wrote it."""
+    import signal
+
+    from edgeprof.algorithms import ALGORITHMS
+    from edgeprof.flower import simulation
+    from edgeprof.flower.superlink import LocalSuperLink
+    from edgeprof.report.schema import columns_for
+    from edgeprof.report.writer import ReportWriter, read_sidecar, write_sidecar
+    from edgeprof.signals import Terminated
+
+    csv_path = tmp_path / "run.csv"
+    with ReportWriter(csv_path, columns_for(ALGORITHMS["pflego"].phases)) as writer:
+        for r in (1, 2, 3):
+            writer.write_rows([{"run_id": "run", "round": r, "kind": "client", "client": c} for c in (0, 1)])
+            if r < 3:  # the third round's server step never ended
+                writer.write({"run_id": "run", "round": r, "kind": "server"})
+    running = {"run_id": "run", "status": "running", "config": {"rounds": 1000}}
+    write_sidecar(csv_path.with_suffix(".json"), running, reserve=True)
+
+    def stopped(self):  # the SIGTERM lands as the runtime starts; the real runtime's end is not needed here
+        raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(LocalSuperLink, "start", stopped)
+    monkeypatch.setattr(LocalSuperLink, "close", lambda self: None)
+    with pytest.raises(Terminated) as stop:
+        simulation.run_federation({}, {}, csv_path)
+
+    data, _ = read_sidecar(csv_path.with_suffix(".json"))
+    assert data["status"] == "interrupted" and data["rows"] == 8 and data["rounds_completed"] == 2
+    assert data["reason"] == ("interrupted (SIGTERM); Flower's simulation process ended before its ServerApp "
+                              "closed the report, which this command then closed with the rows it holds")
+    assert data["config"] == running["config"]  # the rest of the sidecar as the ServerApp wrote it
+    assert stop.value.report == csv_path and stop.value.report_complete is False
+
+    closed = {**running, "status": "interrupted", "reason": "interrupted (the process was asked to exit: SystemExit 0)",
+              "rows": 8, "rounds_completed": 2}
+    write_sidecar(csv_path.with_suffix(".json"), closed)
+    with pytest.raises(Terminated):
+        simulation.run_federation({}, {}, csv_path)
+    assert read_sidecar(csv_path.with_suffix(".json"))[0] == closed
 
 
 @pytest.mark.parametrize("sidecar, expected", [

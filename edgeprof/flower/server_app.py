@@ -201,6 +201,16 @@ class StopRequest:
     for replies and for nodes, every 0.1 s while it waits) as the ``SystemExit(0)`` that Flower's runtime raises
     under a ServerApp in a process of its own, so its report ends ``interrupted`` with every finished round, as a
     deployed run's does (:func:`edgeprof.session.run.ending`).
+
+    The stop reaches the server, too, when the process exits without running Flower's exit handlers. Flower
+    puts the default handlers back at the first stop signal, so a second one that lands before its exit handlers
+    run (``flwr stop``'s own SIGINT, sent at the runtime's next heartbeat, beside the command's) is a
+    KeyboardInterrupt that ends the main thread. The interpreter then joins the other threads, first those of
+    Flower's client pool, one of which may wait for ever for a client's reply from Ray; and this thread would
+    wait for replies that never come (before: the report stayed ``running`` until the runtime was killed, a
+    minute later). So :meth:`ask` is also one of the interpreter's thread-exit calls, run in the main thread
+    before it joins those threads (``threading._register_atexit``, as :mod:`concurrent.futures` uses), and
+    :meth:`check` raises the stop once the main thread has ended.
     """
 
     def __init__(self, wait_s: float = 60.0) -> None:
@@ -216,7 +226,12 @@ class StopRequest:
         self.closed.wait(self.wait_s)
 
     def check(self) -> None:
-        """Raise the stop asked for, if any: ``SystemExit(0)``, the exit Flower's runtime asked for."""
+        """Raise the stop asked for, if any, or the process's exit once its main thread has ended:
+        ``SystemExit(0)``, the exit Flower's runtime asked for."""
+        import threading
+
+        if not self.asked.is_set() and not threading.main_thread().is_alive():
+            self.asked.set()
         if self.asked.is_set():
             raise SystemExit(0)
 
@@ -232,11 +247,17 @@ class StopRequest:
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
-        """Within the block the server runs: :meth:`ask` is one of Flower's exit handlers; at its end, however
-        it ends, the server has let go of its report."""
+        """Within the block the server runs: :meth:`ask` is one of Flower's exit handlers and one of the
+        interpreter's thread-exit calls; at its end, however it ends, the server has let go of its report."""
+        import threading
+
         from flwr.supercore.exit import add_exit_handler
 
         add_exit_handler(self.ask, run_before_force_exit=True)
+        register = getattr(threading, "_register_atexit", None)  # CPython 3.9 and later
+        if register is not None:
+            with contextlib.suppress(RuntimeError):  # the interpreter is already ending: check() sees it
+                register(self.ask)
         try:
             yield
         finally:

@@ -14,9 +14,11 @@ measurement - and clients that run concurrently are counted in each other's wind
 
 The run's name is decided here (``--run-name``, else a new run id), so the report is ``<out>/<run id>.csv``; once
 the runtime has ended, the command ends as the ServerApp's sidecar says the run ended (:func:`run_outcome`). A stop
-(Ctrl-C, SIGTERM, SIGHUP) is Flower's own: ``flwr stop <run id>``; the ServerApp, in a thread of the simulation's
-process, closes its report as interrupted with every finished round
-(:class:`~edgeprof.flower.server_app.StopRequest`), and the command exits with 128 + the signal.
+(Ctrl-C, SIGTERM, SIGHUP) is Flower's own: SIGINT to the simulation's process, whose ServerApp, in a thread there,
+closes its report as interrupted with every finished round (:class:`~edgeprof.flower.server_app.StopRequest`),
+then ``flwr stop <run id>`` (:meth:`~edgeprof.flower.superlink.LocalSuperLink.stop` says why in that order); a
+report that process left ``running`` is closed by the command (:func:`close_abandoned`), and the command exits
+with 128 + the signal.
 
 CPUs and GPUs: Flower's simulation reserves whole CPUs per client (``client-resources-num-cpus`` takes integers,
 :func:`whole_cpus`) and any share of a GPU. Ray shows each virtual client only the GPUs it reserves, numbered from
@@ -30,6 +32,7 @@ both before the runtime starts.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import sys
@@ -39,6 +42,8 @@ from typing import Any, Mapping, Optional
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError, ReportError, require
 from edgeprof.flower.config import FlowerSettings, to_run_config
+
+log = logging.getLogger("edgeprof")
 
 
 def whole_cpus(value: Any, what: str = "--client-cpus") -> int:
@@ -129,7 +134,8 @@ def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any],
     ``federation``; returns ``csv_path`` once the ServerApp's sidecar says ``complete`` (:func:`run_outcome`).
 
     The runtime is ended however the run ends, and the logs stay in ``<out>/<run id>.flower/``. On a stop signal
-    the run is stopped with Flower's ``flwr stop`` and the stop is raised on, naming the report (``report``,
+    the run is stopped as Flower stops it (:meth:`~edgeprof.flower.superlink.LocalSuperLink.stop`), a report left
+    ``running`` is closed (:func:`close_abandoned`), and the stop is raised on, naming the report (``report``,
     ``report_complete``) as the sidecar says; a second stop signal meanwhile is dropped.
     """
     from edgeprof.flower.config import write_app_dir
@@ -147,17 +153,54 @@ def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any],
         except STOP_EXCEPTIONS:
             with signals_held(deliver=False):
                 if run is not None:
-                    link.stop(run)
+                    link.stop(run, done=lambda: _closed(csv_path))
             raise
         finally:
             with signals_held(deliver=ended):  # a stop once the run has ended: after the runtime has
                 link.close()
     except STOP_EXCEPTIONS as stop:
         data = _sidecar(csv_path)
+        if data is not None and data.get("status") == "running":
+            with signals_held(deliver=False):
+                data = close_abandoned(csv_path, data, stop)
         if data is not None:
             stop.report, stop.report_complete = csv_path, data.get("status") == "complete"
         raise
     return run_outcome(csv_path, logs)
+
+
+def _closed(csv_path: Path) -> bool:
+    """Whether the ServerApp has closed the report ``csv_path``: its sidecar no longer says ``running``."""
+    data = _sidecar(csv_path)
+    return data is not None and data.get("status") != "running"
+
+
+def close_abandoned(csv_path: Path, data: dict, stop: BaseException) -> dict:
+    """Close the report ``csv_path`` that a stopped run's ServerApp left ``running`` (its sidecar ``data``): Flower's
+    simulation process ended before its ServerApp could (a second stop signal in that process, Ray's shutdown,
+    a kill). The sidecar then says ``interrupted``, why, and the rows and rounds the CSV holds (a round is
+    finished once its ``server`` row is written); the sidecar written. Returns it; ``data`` unchanged when the CSV
+    cannot be read or the sidecar written (a warning says so)."""
+    from edgeprof.errors import OutputError
+    from edgeprof.report.writer import read_report, write_sidecar
+    from edgeprof.session.run import ending
+
+    try:
+        rows = read_report(csv_path).rows
+    except ReportError as err:
+        log.warning("could not record how the run ended: %s", err)
+        return data
+    _, reason = ending(stop)
+    closed = {**data, "status": "interrupted", "rows": len(rows),
+              "rounds_completed": sum(row.get("kind") == "server" for row in rows),
+              "reason": f"{reason}; Flower's simulation process ended before its ServerApp closed the report, "
+                        "which this command then closed with the rows it holds"}
+    try:
+        write_sidecar(csv_path.with_suffix(".json"), closed)
+    except OutputError as err:
+        log.warning("could not record how the run ended: %s", err)
+        return data
+    return closed
 
 
 def _sidecar(csv_path: Path) -> Optional[dict]:

@@ -15,7 +15,8 @@ SuperNodes (Ray). :class:`LocalSuperLink` owns that runtime for the length of on
   app is edgeprof's own, installed here); its output goes to ``<logs>/superlink.log``;
 - :meth:`run`: ``flwr run <app> edgeprof --stream`` with the federation config (``num-supernodes``,
   ``client-resources-num-cpus``, ...), its output (the run's log stream) to ``<logs>/run.log`` and to ``echo``, the
-  run id read from its ``Successfully started run`` line; :meth:`stop`: ``flwr stop <run id>``, Flower's own stop;
+  run id read from its ``Successfully started run`` line; :meth:`stop`: SIGINT to the simulation process (its
+  ServerApp closes its report), then ``flwr stop <run id>``, Flower's own stop of the run;
 - :meth:`close`: the runs' ``flwr`` processes and the SuperLink are ended (SIGTERM, then SIGKILL), then every process
   of the runtime that is left (each carries :data:`MARK` with this runtime's own token in its environment, Flower's
   and Ray's alike: SIGINT, Flower's own stop signal, then SIGTERM, then SIGKILL), then the temporary folder is
@@ -42,7 +43,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Mapping, Optional, TextIO
+from typing import Callable, Mapping, Optional, TextIO
 
 from edgeprof.errors import ConfigError, EdgeprofError, OutputError
 from edgeprof.flower.loopback import HOST, free_ports
@@ -116,9 +117,9 @@ def _end_marked(token: str, grace_s: float) -> None:
             time.sleep(0.1)
 
 
-def _wait_gone(processes: list, timeout_s: float) -> None:
-    """Wait at most ``timeout_s`` seconds until none of ``processes`` (psutil) runs; one that has exited but is not
-    yet reaped by its parent (a zombie) has ended."""
+def _wait_gone(processes: list, timeout_s: float, done: Optional[Callable[[], bool]] = None) -> None:
+    """Wait at most ``timeout_s`` seconds until none of ``processes`` (psutil) runs, or ``done()`` is true; one that
+    has exited but is not yet reaped by its parent (a zombie) has ended."""
     import psutil
 
     def running(process) -> bool:
@@ -128,7 +129,7 @@ def _wait_gone(processes: list, timeout_s: float) -> None:
             return False
 
     deadline = time.monotonic() + timeout_s
-    while any(running(p) for p in processes) and time.monotonic() < deadline:
+    while any(running(p) for p in processes) and time.monotonic() < deadline and not (done and done()):
         time.sleep(0.1)
 
 
@@ -291,29 +292,34 @@ class LocalSuperLink:
         self.runs.append(run)
         return run
 
-    def stop(self, run: FlowerRun, wait_s: float = 60.0) -> None:
-        """Flower's own stop, ``flwr stop <run id>`` (once the run has an id), then wait at most ``wait_s`` seconds
-        for the run to end: its ServerApp closes its report as interrupted.
+    def stop(self, run: FlowerRun, wait_s: float = 60.0, *, done: Optional[Callable[[], bool]] = None) -> None:
+        """Stop ``run``: SIGINT to the runtime's simulation processes, Flower's own stop signal (its ServerApp
+        closes its report as interrupted); once they have ended, or ``done()`` says what they had to do is done,
+        or after ``wait_s`` seconds, Flower's own stop of the run, ``flwr stop <run id>`` (once the run has an
+        id), which ends it at the SuperLink; then wait at most ``wait_s`` seconds for the ``flwr run`` process.
 
-        Flower's runtime tells the simulation's process at its next heartbeat (up to half a minute later) that its
-        run was stopped, by raising SIGINT in it; that SIGINT is sent at once instead."""
+        The signal comes first. After ``flwr stop`` the runtime sends the simulation process a SIGINT of its own,
+        at its next heartbeat (up to half a minute later), and Flower's handler takes only the first stop signal:
+        the default handler is back after it, so a second one that lands while the process ends is a
+        KeyboardInterrupt, under which Ray's shutdown can end the process before its ServerApp has closed the
+        report (seen in CI: the report stayed ``running``)."""
         import psutil
 
-        if run.process.poll() is None:
-            run.started.wait(min(wait_s, 15.0))  # a run being submitted gets its id in a moment
-        if run.run_id is not None and run.process.poll() is None:
-            try:
-                done = subprocess.run([self._program("flwr"), "stop", run.run_id, CONNECTION],
-                                      stdin=subprocess.DEVNULL, capture_output=True, env=self.env, timeout=wait_s,
-                                      start_new_session=True)
-                run.note(_ANSI.sub("", (done.stdout + done.stderr).decode("utf-8", "replace")))
-            except subprocess.TimeoutExpired:
-                run.note(f"flwr stop {run.run_id} did not return within {wait_s:g} s\n")
         simulations = _simulations(self.token)
         for process in simulations:
             with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGINT)
-        _wait_gone(simulations, wait_s)
+        _wait_gone(simulations, wait_s, done)
+        if run.process.poll() is None:
+            run.started.wait(min(wait_s, 15.0))  # a run being submitted gets its id in a moment
+        if run.run_id is not None:
+            try:
+                answer = subprocess.run([self._program("flwr"), "stop", run.run_id, CONNECTION],
+                                        stdin=subprocess.DEVNULL, capture_output=True, env=self.env,
+                                        timeout=wait_s, start_new_session=True)
+                run.note(_ANSI.sub("", (answer.stdout + answer.stderr).decode("utf-8", "replace")))
+            except subprocess.TimeoutExpired:
+                run.note(f"flwr stop {run.run_id} did not return within {wait_s:g} s\n")
         with contextlib.suppress(subprocess.TimeoutExpired):
             run.process.wait(wait_s)
 
