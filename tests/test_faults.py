@@ -231,13 +231,14 @@ main()
 
 
 def _handlers_installed(pid: int) -> bool:
-    """The console script has taken over its stop signals (SIGTERM is caught: edgeprof.__main__ ran)."""
+    """The console script has taken over its stop signals (SIGINT, SIGTERM and SIGHUP are caught: the first
+    statements of edgeprof.__main__ ran)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return True  # already gone: nothing left to wait for
     caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
-    return bool(caught >> (signal.SIGTERM - 1) & 1)
+    return all(caught >> (sig - 1) & 1 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 @pytest.mark.slow
