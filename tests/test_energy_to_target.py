@@ -285,6 +285,37 @@ def test_summary_of_train_reports_prints_the_table_or_refuses_mixed_targets(tmp_
         assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
 
 
+def test_accuracy_against_cumulative_client_joules_and_its_pareto_front_match_the_rows():
+    """Every evaluation as (client joules of its rounds so far, accuracy), computed again from the rows; the front
+    holds exactly the points no other point beats on both counts, checked against every pair."""
+    from edgeprof.report.to_target import accuracy_energy, pareto_front
+
+    reports = _reports()
+    points = [p for rep in reports for p in accuracy_energy(rep)]
+
+    hand = []
+    for rep in reports:
+        seed = rep.sidecar["config"]["seed"]
+        for row in rep.rows:
+            if row["kind"] == "eval":
+                joules = sum(float(r["energy_j"]) for r in rep.rows
+                             if r["kind"] == "client" and int(r["round"]) <= int(row["round"]))
+                hand.append((row["algo"], int(row["tau"]), seed, int(row["round"]), joules, float(row["test_accuracy"])))
+    got = [(p.algo, p.tau, p.seed, p.round, p.joules, p.accuracy) for p in points]
+    assert sorted(g[:4] for g in got) == sorted(h[:4] for h in hand)
+    for g, h in zip(sorted(got), sorted(hand)):
+        assert g[4] == pytest.approx(h[4], rel=1e-12) and g[5] == h[5]
+
+    front = pareto_front(points)
+    beaten = {id(p) for p in points for q in points
+              if q.joules <= p.joules and q.accuracy >= p.accuracy and (q.joules, q.accuracy) != (p.joules, p.accuracy)}
+    undominated = {(p.joules, p.accuracy) for p in points if id(p) not in beaten}
+    assert {(p.joules, p.accuracy) for p in front} == undominated and len(front) == len(undominated)
+    assert [p.joules for p in front] == sorted(p.joules for p in front)
+    assert all(a.accuracy < b.accuracy for a, b in zip(front, front[1:]))  # more energy on it buys more accuracy
+    assert 1 < len(front) < len(points)
+
+
 def test_the_dashboard_draws_joules_to_target_against_tau_with_the_optimum_and_unreached_cells():
     import json
     import re
@@ -315,3 +346,21 @@ def test_the_dashboard_draws_joules_to_target_against_tau_with_the_optimum_and_u
         else:
             assert f"{algo}: not reached" not in traces
     assert "energy_j (ESTIMATE)" in figure["layout"]["title"]["text"]
+
+    # accuracy against cumulative client joules: a line a run, and the Pareto front over every evaluation
+    from edgeprof.report.to_target import accuracy_energy, pareto_front
+
+    (curves,) = [f for f in figures if "test accuracy against cumulative client joules" in f["layout"]["title"]["text"]]
+    lines = {t["name"]: t for t in curves["data"]}
+    points = [p for rep in reports for p in accuracy_energy(rep)]
+    front = pareto_front(points)
+    assert lines["Pareto front"]["x"] == pytest.approx([p.joules for p in front])
+    assert lines["Pareto front"]["y"] == [p.accuracy for p in front]
+    for algo, tau in CURVES:
+        mine = [p for p in points if (p.algo, p.tau) == (algo, tau)]
+        drawn = [(x, y) for x, y in zip(lines[f"{algo}, tau {tau}"]["x"], lines[f"{algo}, tau {tau}"]["y"]) if x is not None]
+        expected = sorted((p.joules, p.accuracy) for p in mine)
+        assert [x for pair in sorted(drawn) for x in pair] == pytest.approx([x for pair in expected for x in pair])
+        assert lines[f"{algo}, tau {tau}"]["x"].count(None) == len(CURVES[(algo, tau)])  # the seeds apart
+    assert lines["target 90%"]["y"] == [0.9, 0.9]
+    assert "energy_j (ESTIMATE)" in curves["layout"]["title"]["text"]

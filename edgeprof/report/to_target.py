@@ -124,6 +124,47 @@ def energy_to_target(report: Report, target: float) -> list[TargetResult]:
     return [_one(report, algo, target, tau) for algo, tau in cells]
 
 
+@dataclass(frozen=True)
+class Point:
+    """One evaluation of one run: its test accuracy after ``round`` and the client joules of rounds 1..``round``."""
+
+    algo: str
+    tau: Optional[int]
+    seed: Optional[int]
+    round: int
+    joules: float
+    accuracy: float
+
+
+def accuracy_energy(report: Report) -> list[Point]:
+    """Every evaluation of every (algorithm, tau) in ``report``, as test accuracy against the cumulative client
+    joules up to its round; an evaluation whose rounds hold a client row without a measured value is left out."""
+    points = []
+    seed = _seed_of(report)
+    for algo, tau in dict.fromkeys((r["algo"], r.get("tau", "")) for r in report.rows if r.get("kind") == "eval"):
+        def rows(kind: str) -> list[dict]:
+            return [r for r in report.where(algo=algo, kind=kind) if r.get("round") and r.get("tau", "") == tau]
+
+        clients = rows("client")
+        for ev in sorted(rows("eval"), key=lambda r: int(r["round"])):
+            upto = _floats([r for r in clients if int(r["round"]) <= int(ev["round"])], "energy_j")
+            if ev.get("test_accuracy", "") == "" or not upto:
+                continue
+            points.append(Point(algo, int(tau) if tau else None, seed, int(ev["round"]), sum(upto),
+                                float(ev["test_accuracy"])))
+    return points
+
+
+def pareto_front(points: Sequence[Point]) -> list[Point]:
+    """The points no other point beats on both counts (as many joules or fewer and as high an accuracy or higher,
+    one of them strictly), by rising joules: the most accuracy each amount of client energy bought."""
+    front: list[Point] = []
+    for point in sorted(points, key=lambda q: (q.joules, -q.accuracy)):
+        if not front or point.accuracy > front[-1].accuracy:
+            front.append(point)
+    return front
+
+
 # --- over seeds -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Spread:

@@ -1,17 +1,21 @@
-"""The dashboard's "Energy to target accuracy" section: client joules to target against tau, per algorithm.
+"""The dashboard's "Energy to target accuracy" section: client joules to target against tau, per algorithm, and
+test accuracy against cumulative client joules, with their Pareto front.
 
 Drawn from the reports of ``edgeprof train`` (a sidecar with a ``train`` section naming the target), through the
 figures of :mod:`edgeprof.report.to_target`: each reached (algorithm, tau) cell as its median over seeds with its
 95% t interval as error bars, each algorithm's energy-optimal tau as a star, and every cell that did not reach the
-target as an open cross on the axis's floor, labelled "not reached" (never as a number).
+target as an open cross on the axis's floor, labelled "not reached" (never as a number). The second figure draws
+every evaluation of every run (algorithm, tau, seed) as its test accuracy against the client joules of its rounds
+so far, one line a run, and the Pareto front over all of them: the most accuracy each amount of client energy
+bought, and which (algorithm, tau) bought it.
 """
-
 from __future__ import annotations
 
 from typing import Sequence
 
 from edgeprof.report.dashboard.page import Page, esc, grid, table
-from edgeprof.report.to_target import Cell, cells, energy_label, energy_to_target, fmt, optima
+from edgeprof.report.to_target import (Cell, Point, accuracy_energy, cells, energy_label, energy_to_target, fmt,
+                                      optima, pareto_front)
 from edgeprof.report.writer import Report
 
 
@@ -45,8 +49,47 @@ def _traces(page: Page, algo: str, mine: Sequence[Cell], best) -> list[dict]:
     return data
 
 
+def _name(point: Point) -> str:
+    return f"{point.algo}, tau {point.tau}" if point.tau is not None else point.algo
+
+
+def _front_figure(page: Page, points: Sequence[Point], target: float, label: str) -> str:
+    """Test accuracy against cumulative client joules: a line a run (the seeds of one algorithm and tau in one
+    trace, apart), the target as a dotted line, and the Pareto front over every evaluation drawn."""
+    runs: dict = {}
+    for point in points:
+        runs.setdefault(_name(point), {}).setdefault(point.seed, []).append(point)
+    data = []
+    for name, seeds in runs.items():
+        x, y, text = [], [], []
+        for seed, mine in seeds.items():
+            for point in sorted(mine, key=lambda q: q.round):
+                x.append(point.joules)
+                y.append(point.accuracy)
+                text.append(esc(f"{name}, seed {seed}, round {point.round}"))
+            x.append(None)
+            y.append(None)
+            text.append("")
+        data.append({"type": "scatter", "mode": "lines+markers", "name": esc(name), "x": x, "y": y, "text": text,
+                     "marker": {"color": page.color(name), "size": 5}, "line": {"width": 1}, "connectgaps": False})
+    front = pareto_front(points)
+    data.append({"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
+                 "line": {"shape": "hv", "color": "black", "width": 2},
+                 "marker": {"color": "black", "symbol": "diamond", "size": 8},
+                 "x": [q.joules for q in front], "y": [q.accuracy for q in front],
+                 "text": [esc(f"{_name(q)}, seed {q.seed}, round {q.round}") for q in front]})
+    joules = [q.joules for q in points]
+    data.append({"type": "scatter", "mode": "lines", "name": f"target {target:.0%}", "x": [min(joules), max(joules)],
+                 "y": [target, target], "line": {"dash": "dot", "color": "grey"}, "hoverinfo": "skip"})
+    return page.figure(data, f"test accuracy against cumulative client joules, {label}: each evaluation of each run; "
+                             "black: the Pareto front, the most accuracy each amount of client energy bought",
+                       {"title": {"text": "client J so far"}, "type": "log"},
+                       {"title": {"text": "test accuracy"}, "range": [0, 1.02]})
+
+
 def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
-    """One figure of client joules to target against tau (all algorithms), and the table of every cell."""
+    """The figure of client joules to target against tau (all algorithms), the figure of test accuracy against
+    cumulative client joules with its Pareto front, and the table of every cell."""
     found, targets = _target(reports)
     if not found:
         return ('<p class="note">None of these reports was written by <code>edgeprof train</code> (its sidecar names '
@@ -62,9 +105,11 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
                                f"seeds, 95% t interval; crosses on the floor: not reached",
                          {"title": {"text": "tau (local steps per round)"}, "type": "log"},
                          {"title": {"text": "client J to target"}, "rangemode": "tozero"})
+    points = [point for r in found for point in accuracy_energy(r)]
+    figures = [figure] + ([_front_figure(page, points, target, label)] if points else [])
     body = [(c.algo, c.tau, f"{c.reached}/{len(c.seeds)}",
              fmt(c.rounds, ".3g") if c.is_reached else f"not reached in {c.rounds_trained} rounds",
              fmt(c.joules) if c.is_reached else "not reached",
              "energy-optimal" if best.get(c.algo) is c else "") for c in all_cells]
-    return grid([figure]) + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
+    return grid(figures) + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
                                    ""), body, "to-target")
