@@ -203,6 +203,34 @@ def test_auto_is_the_table_until_a_calibration_is_stored_then_the_calibration(tm
         assert execution.resolve("auto", mlp, 1).source.startswith("table")
 
 
+def test_a_calibration_stored_for_one_device_is_not_taken_on_another(tmp_path, monkeypatch):
+    """The device's kind and name are part of the calibration's key (issue 35, item 1): a plan calibrated on one
+    device is never taken by ``auto`` on another of the same kind, which gets its own default until it is
+    calibrated itself; each device then finds its own calibration."""
+    from edgeprof.nn.compute import kind_of
+
+    monkeypatch.setenv("EDGEPROF_CACHE_DIR", str(tmp_path))
+    mlp = build_backbone("mlp", SHAPE, seed=0)
+    kind = kind_of("cpu")
+    names = {"now": "cpu Machine A"}
+    monkeypatch.setattr(type(kind), "identity", lambda self, device: names["now"])
+
+    calibrated = execution.resolve("calibrate", mlp, 1, kind=kind)
+    assert "calibrated on this machine, cpu Machine A" in calibrated.source
+    assert "calibrated on this machine" in execution.resolve("auto", mlp, 1, kind=kind).source
+
+    names["now"] = "cpu Machine B"  # same kind, same module and threads: another device
+    other = execution.resolve("auto", mlp, 1, kind=kind)
+    assert other.source.startswith("table") and "Machine A" not in other.source
+    on_b = execution.resolve("calibrate", mlp, 1, kind=kind)
+    assert len(list((tmp_path / "execution").glob("*.json"))) == 2  # one entry a device
+    assert "Machine B" in execution.resolve("auto", mlp, 1, kind=kind).source
+
+    names["now"] = "cpu Machine A"
+    back = execution.resolve("auto", mlp, 1, kind=kind)
+    assert back.spec == calibrated.spec and "Machine A" in back.source and on_b.source != back.source
+
+
 def test_the_calibration_times_every_candidate_and_picks_one_of_them():
     module = build_backbone("cnn-omniglot", SHAPE, seed=0)
     before = get_params(module)
