@@ -115,9 +115,13 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     from edgeprof.algorithms.participants import participant_rng, sample_participants
     from edgeprof.rounds.simulate import build_federation, load_clients
 
+    from edgeprof.config import EnergySettings
+
+    traced = algo == "pflego"  # --trace on the new runtime: each client window's trace written beside the report
     cfg = RunConfig(algo=algo, tau=2, rounds=2, clients=3, participation=0.67, dataset="synthetic",
                     backbone="mlp", synthetic_samples=150, synthetic_classes=4, seed=seed, threads=1, out=tmp_path,
-                    run_name="sim", beta=beta, progress=False).resolved()
+                    run_name="sim", beta=beta, progress=False,
+                    energy=EnergySettings(trace_hz=200 if traced else 0.0)).resolved()
     # Execute
     csv_path = simulate(cfg, FlowerSettings(round_timeout_s=120), client_cpus=1, total_cpus=2)
     # Assert
@@ -130,6 +134,19 @@ def test_simulation_matches_in_process_and_notes_attribution(tmp_path, monkeypat
     sidecar = json.loads((tmp_path / "sim.json").read_text())
     assert sidecar["status"] == "complete" and sidecar["flower"]["simulation"]
     assert "attribution, not a measurement" in sidecar["flower"]["energy_note"]
+    if traced:
+        from edgeprof.report.trace_file import read_trace
+        from edgeprof.report.writer import read_report
+
+        report = read_report(csv_path).rows
+        trace = read_trace(tmp_path / sidecar["trace"]["file"])
+        clients = [i for i, r in enumerate(report) if r["kind"] == "client"]
+        assert clients and {r["row"] for r in trace if r["kind"] != "server"} >= set(clients)
+        for index in clients:  # each client window's trace integrates to its row's joules (9 digits against 6)
+            total = sum(r["w"] * r["dt_s"] for r in trace if r["row"] == index)
+            assert total == pytest.approx(float(report[index]["energy_j"]), rel=5e-6 + 1e-8), index
+    else:
+        assert "trace" not in sidecar
     algorithm = build_federation(cfg, load_clients(cfg))
     rng = participant_rng(cfg)
     for _ in range(cfg.rounds):
