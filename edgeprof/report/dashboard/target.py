@@ -81,8 +81,7 @@ def _front_figure(page: Page, points: Sequence[Point], target: float, label: str
     joules = [q.joules for q in points]
     data.append({"type": "scatter", "mode": "lines", "name": f"target {target:.0%}", "x": [min(joules), max(joules)],
                  "y": [target, target], "line": {"dash": "dot", "color": "grey"}, "hoverinfo": "skip"})
-    return page.figure(data, f"test accuracy against cumulative client joules, {label}: each evaluation of each run; "
-                             "black: the Pareto front, the most accuracy each amount of client energy bought",
+    return page.figure(data, f"test accuracy against cumulative client joules, {label}",
                        {"title": {"text": "client J so far"}, "type": "log"},
                        {"title": {"text": "test accuracy"}, "range": [0, 1.02]})
 
@@ -101,8 +100,7 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
     best = optima(all_cells)
     data = [t for algo in best for t in _traces(page, algo, [c for c in all_cells if c.algo == algo], best[algo])]
     label = energy_label(all_cells)
-    figure = page.figure(data, f"client joules to {target:.0%} test accuracy against tau, {label}; median over "
-                               f"seeds, 95% t interval; crosses on the floor: not reached",
+    figure = page.figure(data, f"client joules to {target:.0%} test accuracy against tau, {label}",
                          {"title": {"text": "tau (local steps per round)"}, "type": "log"},
                          {"title": {"text": "client J to target"}, "rangemode": "tozero"})
     points = [point for r in found for point in accuracy_energy(r)]
@@ -111,5 +109,11 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
              fmt(c.rounds, ".3g") if c.is_reached else f"not reached in {c.rounds_trained} rounds",
              fmt(c.joules) if c.is_reached else "not reached",
              "energy-optimal" if best.get(c.algo) is c else "") for c in all_cells]
-    return grid(figures) + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
+    caption = ('<p class="note">Left: each (algorithm, tau) as the median over seeds of its client joules to the '
+               'target, with the 95% t interval; the star is the algorithm\'s energy-optimal tau; open crosses on the '
+               'floor did not reach the target. Right: every evaluation of every run as its test accuracy against the '
+               'client joules of its rounds so far, one line a run; in black the Pareto front, the most accuracy each '
+               'amount of client energy bought (hover a point for its algorithm, tau, seed and round).</p>'
+               if len(figures) > 1 else "")
+    return grid(figures) + caption + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
                                    ""), body, "to-target")
