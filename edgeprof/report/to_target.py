@@ -89,12 +89,14 @@ def _seed_of(report: Report) -> Optional[int]:
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
-def _one(report: Report, algo: str, target: float, tau: str = "") -> TargetResult:
-    def rows(kind: str) -> list[dict]:
-        return [r for r in report.where(algo=algo, kind=kind) if r.get("round") and r.get("tau", "") == tau]
+def _rows(report: Report, algo: str, tau: str, kind: str) -> list[dict]:
+    """The rows of ``kind`` of one (algorithm, tau) of ``report`` that name their round (tau ``""``: none given)."""
+    return [r for r in report.where(algo=algo, kind=kind) if r.get("round") and r.get("tau", "") == tau]
 
-    evals = sorted(rows("eval"), key=lambda r: int(r["round"]))
-    clients = rows("client")
+
+def _one(report: Report, algo: str, target: float, tau: str = "") -> TargetResult:
+    evals = sorted(_rows(report, algo, tau, "eval"), key=lambda r: int(r["round"]))
+    clients = _rows(report, algo, tau, "client")
     last = evals[-1] if evals else {}
     reached = _first_reached(evals, target)
     energy = carbon = wall = count = None
@@ -142,11 +144,8 @@ def accuracy_energy(report: Report) -> list[Point]:
     points = []
     seed = _seed_of(report)
     for algo, tau in dict.fromkeys((r["algo"], r.get("tau", "")) for r in report.rows if r.get("kind") == "eval"):
-        def rows(kind: str) -> list[dict]:
-            return [r for r in report.where(algo=algo, kind=kind) if r.get("round") and r.get("tau", "") == tau]
-
-        clients = rows("client")
-        for ev in sorted(rows("eval"), key=lambda r: int(r["round"])):
+        clients = _rows(report, algo, tau, "client")
+        for ev in sorted(_rows(report, algo, tau, "eval"), key=lambda r: int(r["round"])):
             upto = _floats([r for r in clients if int(r["round"]) <= int(ev["round"])], "energy_j")
             if ev.get("test_accuracy", "") == "" or not upto:
                 continue
