@@ -66,8 +66,13 @@ ALGOS = ("pflego", "fedavg")
 PROFILER_LIMIT = 0.02
 #: rounds of each kind run and dropped before the profiler's cost is timed (kernels, caches, the ONNX session)
 PROFILER_WARMUP = 2
-#: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the round's total
-METRICS = ("wall_s", "gpu_j", "energy_j")
+#: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the same net of the
+#: idle power the sweep measured before it ran (``--idle-seconds``; :mod:`edgeprof.report.gpu_energy`), the total
+METRICS = ("wall_s", "gpu_j", "gpu_net_j", "energy_j")
+#: the issue's targets (issue 36, Done when): the FedAvg/PFLEGO ratio at tau=50 at least this, in wall time and
+#: NVML joules; PFLEGO's unprofiled round at most this many times its floor (one forward + one forward+backward)
+RATIO_TARGET = 30.0
+FLOOR_TARGET = 1.3
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -367,7 +372,7 @@ def sweep_config(backbone: str, args, device: str):
     base = RunConfig(dataset="synthetic", synthetic_samples=max(2000, 2 * args.samples), clients=1,
                      participation=1.0, backbone=backbone, device=device, out=args.out,
                      run_name=f"gpu-check-{backbone}", progress=False, hold_seconds=args.hold_seconds,
-                     energy=EnergySettings(trace_hz=args.trace_hz))
+                     energy=EnergySettings(trace_hz=args.trace_hz, idle_seconds=args.idle_seconds))
     return SweepConfig(base=base, algos=("pflego", "fedavg"), taus=args.taus, repeats=args.repeats,
                        samples_per_client=args.samples)
 
@@ -663,9 +668,12 @@ def _spread(values) -> dict:
 
 def figures(csv_path: Path, sampler, taus) -> dict:
     """The figures of one backbone's sweep (and of the NVML samples taken while it ran, where ``sampler``)."""
+    from edgeprof.report import gpu_energy
     from edgeprof.report.analysis import analyze, check_claim, is_short
 
-    rows = [r for r in csv.DictReader(open(csv_path, newline="")) if r["kind"] == "client"]
+    sidecar = json.loads(Path(csv_path).with_suffix(".json").read_text())
+    with open(csv_path, newline="") as f:  # gpu_net_j where the sweep measured the GPU's idle power
+        rows = gpu_energy.with_net((r for r in csv.DictReader(f) if r["kind"] == "client"), sidecar)
     by: dict = {}
     for r in rows:
         by.setdefault((r["algo"], int(r["tau"])), []).append(r)
@@ -699,8 +707,66 @@ def figures(csv_path: Path, sampler, taus) -> dict:
     out["gpu_method"] = sorted({r.get("gpu_method", "") for r in rows} - {""})
     out["energy_method"] = sorted({r.get("energy_method", "") for r in rows} - {""})
     out["short_windows"] = sum(is_short(r) for r in rows)
+    idle = gpu_energy.gpu_idle(sidecar)
+    out["sweep_idle"] = {"power_w": idle.power_w, "why": idle.why} if gpu_energy.measured(rows) else None
     if sampler is not None and sampler.samples:
         out.update(_nvml_figures(rows, sampler))
+    return out
+
+
+def trace_power(csv_path: Path, limit_w: float | None) -> dict | None:
+    """The range of the round GPU's power (report column ``gpu``) in the sweep's trace, against the GPU's power
+    limit: every interval with watts, the resolved unflagged ones (what the dashboard draws as measured), how many
+    the trace flagged (``negative power``, ``above the N W power limit``) and how many lie above ``limit_w`` with
+    no flag (the target: none). None where the sweep wrote no trace."""
+    from edgeprof.report.trace_file import read_trace, trace_file
+
+    path = trace_file(csv_path, json.loads(Path(csv_path).with_suffix(".json").read_text()))
+    if path is None or not path.is_file():
+        return None
+    rows = [r for r in read_trace(path) if r["column"] == "gpu" and r["w"] == r["w"]]
+    plain = [r["w"] for r in rows if not r["flag"]]
+    resolved = [r["w"] for r in rows if not r["flag"] and r["resolved"]]
+    return {"file": path.name, "intervals": len(rows), "limit_w": limit_w,
+            "min_w": min(plain, default=None), "max_w": max(plain, default=None),
+            "resolved": len(resolved), "resolved_min_w": min(resolved, default=None),
+            "resolved_max_w": max(resolved, default=None),
+            "flagged": len([r for r in rows if r["flag"]]), "flags": sorted({r["flag"] for r in rows if r["flag"]}),
+            "over_limit_unflagged": len([w for w in plain if limit_w and w > limit_w])}
+
+
+def check_trace_power(power: dict) -> None:
+    """Fail (raise) where the trace holds a GPU power above the power limit with no flag."""
+    if power["over_limit_unflagged"]:
+        raise RuntimeError(f"{power['file']}: {power['over_limit_unflagged']} interval(s) of the GPU's power above "
+                           f"its {power['limit_w']:g} W limit carry no flag (highest {power['max_w']:.0f} W)")
+
+
+def targets(fig: dict) -> list[tuple[str, str, bool | None]]:
+    """(target, the figure, met: True / False / None where not measured) of one backbone, the issue's Done when."""
+    out: list[tuple[str, str, bool | None]] = []
+    cost = (fig.get("profiler_cost") or {}).get("pflego")
+    out.append(("profiler under 2% of PFLEGO's round",
+                f"{_f(cost['difference'], '{:+.1%}')} (profiled / unprofiled - 1)" if cost else "not measured",
+                cost["difference"] < PROFILER_LIMIT if cost else None))
+    power = fig.get("trace_power")
+    out.append(("no trace power above the power limit unflagged",
+                (f"{power['over_limit_unflagged']} unflagged above {_f(power['limit_w'], '{:.0f}')} W "
+                 f"(highest {_f(power['max_w'], '{:.0f}')} W; {power['flagged']} flagged)") if power else "no trace",
+                power["over_limit_unflagged"] == 0 if power else None))
+    for metric in ("wall_s", "gpu_j"):
+        growth = fig["growth"].get("pflego", {}).get(metric)
+        out.append((f"PFLEGO flat over tau in {metric}",
+                    f"{_iv(growth, '{:+.1%}')}: {growth['verdict']}" if growth else "not measured",
+                    growth["verdict"] == "flat" if growth else None))
+    for metric in ("wall_s", "gpu_j"):
+        ratio = fig["ratio"].get(metric)
+        out.append((f"FedAvg/PFLEGO at tau={fig['tau_for_ratio']} at least {RATIO_TARGET:g}x in {metric}",
+                    _iv(ratio, suffix="x") if ratio else "not measured",
+                    ratio["value"] >= RATIO_TARGET if ratio else None))
+    floor = (fig.get("pace") or {}).get("round_over_floor")
+    out.append((f"PFLEGO's unprofiled round at most {FLOOR_TARGET:g}x its floor",
+                f"{_f(floor, '{:.2f}')}x" if floor else "not measured", floor <= FLOOR_TARGET if floor else None))
     return out
 
 
@@ -775,6 +841,10 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
                       "period (see the sustained figure)"))
     else:
         lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules", "no NVML joules in the report"))
+    if "gpu_net_j" in fig["ratio"]:
+        lines.append((f"FedAvg/PFLEGO per round at tau={tau}, NVML joules net of idle",
+                      f"{_iv(fig['ratio']['gpu_net_j'], suffix='x')} ({_f(fig['fedavg_gpu_net_j'], '{:.4g}')} / "
+                      f"{_f(fig['pflego_gpu_net_j'], '{:.4g}')} J)"))
     for algo in ("pflego", "fedavg"):
         for metric, growth in fig["growth"].get(algo, {}).items():
             if metric != "energy_j":
@@ -807,6 +877,18 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
                          f"{_f(s['integral_j'], '{:.1f}')} J integral over {_f(s['seconds'], '{:.1f}')} s)")
             lines.append((f"NVML energy counter / integral of its {name} power", text))
     lines.append(("short windows (under NVML's update period)", str(fig["short_windows"])))
+    idle = fig.get("sweep_idle")
+    if idle is not None:
+        lines.append(("the GPU's idle power the sweep measured (gpu_net_j = gpu_j - idle W x wall_s)",
+                      f"{_f(idle['power_w'], '{:.1f}')} W" if idle["power_w"] is not None else f"none: {idle['why']}"))
+    power = fig.get("trace_power")
+    if power:
+        lines.append(("the trace's GPU power: all unflagged intervals / resolved ones; flagged; the power limit",
+                      f"{_f(power['min_w'], '{:.0f}')}..{_f(power['max_w'], '{:.0f}')} W over {power['intervals']} "
+                      f"intervals / {_f(power['resolved_min_w'], '{:.0f}')}..{_f(power['resolved_max_w'], '{:.0f}')} W "
+                      f"over {power['resolved']}; {power['flagged']} flagged"
+                      + (f" ({', '.join(power['flags'])})" if power["flags"] else "")
+                      + f"; limit {_f(power['limit_w'], '{:.0f}')} W, {power['over_limit_unflagged']} above it unflagged"))
     if fig.get("pace"):
         lines += pace_lines(fig["pace"])
     held = fig.get("sustained")
@@ -821,6 +903,8 @@ def figure_lines(fig: dict) -> list[tuple[str, str]]:
             if "gpu_j" in a:
                 text += f", {_f(a['gpu_j'], '{:.4g}')} J, {_f(a['power_w'], '{:.0f}')} W"
         lines.append((what, text))
+    for what, text, met in targets(fig):
+        lines.append((f"target: {what}", f"{'MET' if met else 'not measured' if met is None else 'MISSED'}: {text}"))
     return lines
 
 
@@ -1013,6 +1097,10 @@ def main(argv=None) -> int:
                 result["backbones"][backbone] = {"error": result["errors"][f"figures {backbone}"]}
                 continue
             fig["sweep_status"] = done.status
+            limit = result["environment"].get("power_limit_w")
+            power = fig["trace_power"] = steps.run(f"trace power {backbone}", trace_power, done.csv_path, limit)
+            if power:
+                steps.run(f"trace within the power limit {backbone}", check_trace_power, power)
             floor = steps.run(f"floor {backbone}", floor_s, backbone, device, args.samples)
             if floor is not None:
                 fig["floor_forward_s"], fig["floor_forward_backward_s"] = floor

@@ -237,7 +237,7 @@ def test_sigterm_as_from_timeout_stops_it_with_every_file_written_and_the_stop_n
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     run = subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), "--dry-run-on-cpu", "--skip-tests",
                             "--taus", "1,2", "--repeats", "3", "--samples", "20", "--hold-seconds", "0.3",
-                            "--archive", str(tmp_path / "gc.tar.gz")], cwd=tmp_path, env=env,
+                            "--idle-seconds", "0.2", "--archive", str(tmp_path / "gc.tar.gz")], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in run.stdout:
@@ -425,6 +425,17 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
         for power in ("average", "instant"):
             whole = fig["counter_over_integral"][power]["whole_sweep"]
             assert whole["ratio"] == pytest.approx(1.0, abs=0.01), (backbone, power, whole)
+        # the sweep measured the GPU's idle power (150 W, as it draws throughout), so net of idle is about nothing
+        assert fig["sweep_idle"]["power_w"] == pytest.approx(150.0, rel=0.01)
+        if hold:
+            for algo in ("pflego", "fedavg"):
+                assert abs(fig[f"{algo}_gpu_net_j"]) <= 0.05 * fig[f"{algo}_gpu_j"] + 0.02, (backbone, algo)
+        # the trace's GPU power: the 150 W it drew, under the 700 W limit, nothing flagged
+        power = fig["trace_power"]
+        assert power["intervals"] > 0 and power["limit_w"] == 700.0 and power["flagged"] == 0
+        assert power["over_limit_unflagged"] == 0 and 100.0 <= power["min_w"] <= power["max_w"] <= 200.0
+        met = {what: ok for what, _, ok in check.targets(fig)}
+        assert met["no trace power above the power limit unflagged"] is True
     readme = (out / "README.md").read_text()
     assert readme.startswith("# GPU reference: Fake H100") and "580.00.00" in readme and "700 W" in readme
     if not hold:
@@ -433,6 +444,78 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
         assert "NVML joules (counter)" in readme
     assert "NVML energy counter / integral of its instant power" in readme
     assert "| sustained: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme
+    assert "| target: no trace power above the power limit unflagged | MET: 0 unflagged above 700 W" in readme
+    assert "| the GPU's idle power the sweep measured (gpu_net_j = gpu_j - idle W x wall_s) | 150.0 W |" in readme
+
+
+def _trace_report(tmp_path: Path, watts: list[tuple[float, str, int]]) -> Path:
+    """A sweep's report (CSV, sidecar) and its trace, written by the production writer (Parquet, as a run writes
+    it where pyarrow is installed): one client window whose GPU intervals (column ``gpu``) have ``watts``
+    (w, flag, resolved), and one CPU-estimate interval beside them."""
+    from edgeprof.report.trace_file import TraceWriter, trace_csv_path
+    from edgeprof.results import TraceRow
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    csv_path = tmp_path / "gpu-check-mlp.csv"
+    csv_path.write_text("run_id,kind\nr,client\n")
+    trace = TraceWriter(trace_csv_path(csv_path), 50.0)
+    rows = [TraceRow(0.02 * (i + 1), 0.02, "", "gpu_0", "gpu", True, w, "counter", False, bool(resolved), flag)
+            for i, (w, flag, resolved) in enumerate(watts)]
+    rows.append(TraceRow(0.02, 0.02, "", "cpu_estimate", "cpu_estimate", True, 900.0, "estimate", False))
+    trace.write_window(rows, {"run_id": "r", "algo": "pflego", "tau": 5, "round": 0, "kind": "client", "client": 0},
+                       0, window="client")
+    csv_path.with_suffix(".json").write_text(json.dumps({"trace": trace.finish()}))
+    return csv_path
+
+
+def test_the_traces_gpu_power_is_ranged_against_the_limit_and_an_unflagged_reading_over_it_fails(tmp_path):
+    """trace_power reads the trace the sweep wrote: the range of the GPU's unflagged watts (all, and the resolved
+    ones), the flagged intervals apart, and every unflagged one above the power limit counted; one such fails the
+    check and misses the target, flagged ones above it do not."""
+    check = _module()
+    flagged = [(120.0, "", 1), (95.0, "", 0), (5928.0, "above the 700 W power limit", 1), (410.0, "", 1)]
+    power = check.trace_power(_trace_report(tmp_path / "a", flagged), 700.0)
+    assert (power["intervals"], power["min_w"], power["max_w"]) == (4, 95.0, 410.0)
+    assert (power["resolved"], power["resolved_min_w"], power["resolved_max_w"]) == (2, 120.0, 410.0)
+    assert power["flagged"] == 1 and power["flags"] == ["above the 700 W power limit"]
+    assert power["over_limit_unflagged"] == 0
+    check.check_trace_power(power)  # flagged: nothing to fail
+
+    unflagged = check.trace_power(_trace_report(tmp_path / "b", [(120.0, "", 1), (701.5, "", 1)]), 700.0)
+    assert unflagged["over_limit_unflagged"] == 1 and unflagged["max_w"] == 701.5
+    with pytest.raises(RuntimeError, match="1 interval\\(s\\) of the GPU's power above its 700 W limit carry no flag"):
+        check.check_trace_power(unflagged)
+    fig = {"trace_power": unflagged, "growth": {}, "ratio": {}, "tau_for_ratio": 50}
+    assert dict((what, ok) for what, _, ok in check.targets(fig))[
+        "no trace power above the power limit unflagged"] is False
+
+
+@pytest.mark.parametrize("difference,ratio,verdict,floor,met", [
+    (0.012, 31.0, "flat", 1.25, True), (0.025, 31.0, "flat", 1.25, False), (0.012, 29.9, "flat", 1.25, False),
+    (0.012, 31.0, "inconclusive", 1.25, False), (0.012, 31.0, "flat", 1.31, False)],
+    ids=["all-met", "profiler-over", "ratio-under", "not-flat", "over-the-floor"])
+def test_each_target_is_met_only_on_its_side_of_the_issues_bound(difference, ratio, verdict, floor, met):
+    """The Done-when bounds: profiler under 2%, FedAvg/PFLEGO at least 30x, PFLEGO flat, round at most 1.3x its
+    floor; one figure on the wrong side misses its own target and no other."""
+    check = _module()
+    good = {"profiler": 0.012, "ratio": 31.0, "verdict": "flat", "floor": 1.25}
+    given = {"profiler": difference, "ratio": ratio, "verdict": verdict, "floor": floor}
+    growth = {"value": 0.05, "lo": -0.02, "hi": 0.12, "verdict": given["verdict"]}
+    fig = {"tau_for_ratio": 50, "profiler_cost": {"pflego": {"difference": given["profiler"]}},
+           "growth": {"pflego": {"wall_s": growth, "gpu_j": growth}},
+           "ratio": {m: {"value": given["ratio"], "lo": given["ratio"] - 1, "hi": given["ratio"] + 1}
+                     for m in ("wall_s", "gpu_j")},
+           "pace": {"round_over_floor": given["floor"]},
+           "trace_power": {"over_limit_unflagged": 0, "limit_w": 700.0, "max_w": 310.0, "flagged": 0}}
+    result = check.targets(fig)
+    assert len(result) == 7 and all(ok is not None for _, _, ok in result)
+    assert all(ok for _, _, ok in result) is met
+    off = {k for k in good if good[k] != given[k]}
+    names = {"profiler": "profiler", "ratio": "FedAvg/PFLEGO", "verdict": "PFLEGO flat", "floor": "floor"}
+    for what, _, ok in result:
+        if "trace" in what:
+            continue
+        assert ok is not any(names[k] in what for k in off), what
 
 
 @pytest.mark.parametrize("tau", [1, 5, 100])
