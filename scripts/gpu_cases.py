@@ -299,10 +299,44 @@ def check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captur
         assert described["memory_pool"] is not None
 
 
+def check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_the_window_edges() -> None:
+    """On cuda the profiler's phase edges put CUDA events in the queue instead of waiting for the device: a profiled
+    PFLEGO round synchronises the device twice (the window's edges), its three phases are resolved to the moments
+    the device reached their edges (each positive, in order inside the window, adding up to at most the window)."""
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.meters.estimate import CpuTimeEstimateMeter
+    from edgeprof.rounds.simulate import build_federation, load_clients
+
+    cfg = _run_config("pflego", "cuda", "cnn-omniglot")
+    federation = build_federation(cfg, load_clients(cfg))
+    compute = federation.runtime.compute
+    federation.client_round(0)  # warm-up
+    kind, syncs = compute.kind, []
+    real = type(kind).synchronize
+    kind.synchronize = lambda device: (syncs.append(device), real(kind, device))[1]  # this object only
+    profiler = Profiler(MeterSet([CpuTimeEstimateMeter()]), device=compute)
+    try:
+        with profiler.window("client") as win:
+            federation.client_round(0, win.phase, federation.settings_for(cfg))
+        result = win.result
+    finally:
+        del kind.synchronize
+        profiler.close()
+    assert profiler.marks and len(syncs) == 2, syncs
+    phases = result.phases
+    assert list(phases) == ["cache_forward", "head_steps", "joint_grad"], list(phases)
+    assert all(p.wall_s > 0 for p in phases.values()), {n: p.wall_s for n, p in phases.items()}
+    assert sum(p.wall_s for p in phases.values()) <= result.wall_s + 1e-6, (phases, result.wall_s)
+    print("  a profiled PFLEGO round on cuda: " + ", ".join(f"{n} {p.wall_s * 1e3:.3f} ms" for n, p in phases.items())
+          + f", window {result.wall_s * 1e3:.3f} ms, {len(syncs)} waits for the device")
+
+
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
           check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
           check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
           check_the_captured_head_steps_replay_equals_eager_and_the_host_head,
           check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
           check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned,
-          check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing]
+          check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing,
+          check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_the_window_edges]

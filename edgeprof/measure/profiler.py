@@ -88,6 +88,15 @@ class Device(Protocol):
     def peak_memory_mb(self) -> Optional[float]:
         """The device memory allocated at most since the reset, MiB (None for the host)."""
 
+    # optional, for a device that queues its work (a CUDA GPU): ``can_mark() -> bool``, ``mark()`` (a marker put in
+    # its queue now: a CUDA event) and ``seconds_between(first, second)`` (the device's seconds between two reached
+    # markers); :class:`edgeprof.nn.compute.Compute` has them
+
+
+def _can_mark(device: Optional[Device]) -> bool:
+    can = getattr(device, "can_mark", None)
+    return bool(can()) if callable(can) else False
+
 
 class Profiler:
     """Samples a meter set with injectable clocks; windows and phases are built on it by the one engine,
@@ -96,8 +105,16 @@ class Profiler:
     ``clock`` is the wall clock, ``cpu_clock`` the process CPU clock (all threads) whose differences are
     ``cpu_s``, ``thread_clock`` the calling thread's CPU clock that times the profiler's own overhead.
     ``device`` (a :class:`Device`, e.g. the run's Compute): the engine has it wait (:meth:`sync`) before every
-    window and phase edge, so work queued on an accelerator is counted in the span that queued it, and each
-    window records its peak device memory and the device's kind. The power trace's ticks never wait for it.
+    window edge, so work queued on an accelerator is counted in the window that queued it, and each window records
+    its peak device memory and the device's kind. A phase edge waits too, unless the device queues its work and
+    can mark its queue (:attr:`marks`: a CUDA GPU): there a phase edge puts a marker in the queue and goes on, and
+    its time is resolved when the window ends to the moment the device reached it (the window's start plus the
+    device's seconds from a marker put at the start), so the profiler never drains the queue inside a window (a
+    wait at each phase edge made a profiled PFLEGO round 21..33% slower on an H100: the host could no longer
+    queue the next phase while the device ran this one). On such a device every meter that measures hardware
+    (all but the CPU-time estimate, :attr:`~edgeprof.meters.base.Meter.from_cpu_clock`) is read by the series
+    below, so a phase's joules are those between the moments the device reached its edges; the estimate follows
+    the measured thread's CPU clock, read at the edge. The power trace's ticks never wait for the device.
 
     The meters the set found slow to read (:meth:`~edgeprof.meters.discovery.MeterSet.slow_meters`) are read by a
     :class:`~edgeprof.measure.series.CounterSeries` thread, started with the first window (:meth:`start_series`)
@@ -121,7 +138,11 @@ class Profiler:
         self.domain_periods_s = {d.name: m.update_period_s for m in meters.meters for d in m.domains()}
         #: each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)
         self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
-        self._slow = meters.slow_meters()
+        #: phase edges mark the device's queue instead of waiting for it (see the class docstring)
+        self.marks = _can_mark(device)
+        slow = meters.slow_meters()
+        self._slow = (tuple(m for m in meters.meters if m in slow or not m.from_cpu_clock) if self.marks
+                      else slow)
         self._direct = tuple(m for m in meters.meters if m not in self._slow)
         self.series: Optional[CounterSeries] = None
         self._sampling = threading.Lock()  # a sample's clocks and reads together (edges and trace ticks)
@@ -138,6 +159,14 @@ class Profiler:
         """Wait for the device's queued work (the compute seam's sync; nothing without a device)."""
         if self.device is not None:
             self.device.sync()
+
+    def mark(self):
+        """A marker in the device's queue now (only where :attr:`marks`)."""
+        return self.device.mark()
+
+    def device_seconds(self, first, second) -> float:
+        """The device's seconds between two markers it has reached (after a :meth:`sync`)."""
+        return self.device.seconds_between(first, second)
 
     def start_series(self) -> None:
         """Start reading the slow meters off the measured thread (once; nothing when every meter is cheap)."""
@@ -195,7 +224,8 @@ class Profiler:
         """The sidecar's ``profiler`` section: how edges read the meters, and what the profiler cost."""
         out = {"edges": self.cost["edges"], "edge_wall_s": round(self.cost["edge_wall_s"], 9),
                "resolve_wait_s": round(self.cost["resolve_wait_s"], 9),
-               "read_at_edges": [m.name for m in self._direct], "read_off_thread": [m.name for m in self._slow]}
+               "read_at_edges": [m.name for m in self._direct], "read_off_thread": [m.name for m in self._slow],
+               "phase_edges": "device markers, resolved at the window's end" if self.marks else "device synchronised"}
         if self.cost["edges"]:
             out["edge_wall_us_mean"] = round(self.cost["edge_wall_s"] / self.cost["edges"] * 1e6, 3)
         if self.series is not None:

@@ -30,14 +30,23 @@ What overlapping windows mean, and where they are not allowed:
   ``Profiler.cost``). The power trace's ticks run on their own thread: they never synchronise the device, read
   only the cheap meters (never under the engine's lock) and are charged to no window.
 
+* On a device that queues its work and can mark its queue (``Profiler.marks``: a CUDA GPU) a phase edge does not
+  wait for the device: it puts a marker in the queue, reads the clocks and the cheap meters, and goes on. When the
+  window has ended (its end waits for the device), each marked edge's time becomes the moment the device reached
+  its marker (the window's start plus the device's seconds from the marker put at the start; never before the
+  host passed the edge), and its hardware meters' joules are the series' at that moment; its CPU seconds and the
+  CPU-time estimate stay the host's at the edge. A trace's phases follow those moments.
+
 :func:`phase` marks a phase of the innermost window opened in the current context (thread or asyncio task)
 and does nothing outside any window, so library code can mark phases whether or not it is profiled.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
+import dataclasses
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -98,6 +107,10 @@ class OpenWindow:
         self.discarded = False  # dropped unmeasured (its run stopped while it was open)
         #: the samples of its power trace, with the phase open from each on (None: not traced)
         self.trace_points: Optional[list] = [] if engine.trace_hz else None
+        #: on a device whose queue is marked: the marker put at its start, and each phase edge's marker by the id
+        #: of the edge's sample (resolved to the moment the device reached it when the window's figures are made)
+        self.start_marker = None
+        self.markers: dict[int, object] = {}
 
     @property
     def is_open(self) -> bool:
@@ -221,6 +234,8 @@ class Windows:
                 self.profiler.reset_device_peak()
             cost.mark()
             win.start = self.profiler.sample()
+            if self.profiler.marks:  # the device is idle (just synchronised): it reaches this marker at once
+                win.start_marker = self.profiler.mark()
             self._open.append(win)
             self._trace(win.start)
             cost.stop(win.start)
@@ -287,9 +302,10 @@ class Windows:
     def _result(self, win: OpenWindow, end: Sample, peak: float, device_peak: Optional[float]) -> WindowResult:
         """The window's figures from its samples, the slow meters' domains filled in (the series has passed it)."""
         profiler, complete = self.profiler, self.profiler.complete
+        edges = self._reached(win, end)
         phases: dict[str, Span] = {}
         shortest: dict[str, float] = {}
-        for name, start, stop in win.phase_edges:
+        for name, start, stop in edges:
             span = Span.between(complete(start), complete(stop))
             phases[name] = span if name not in phases else phases[name] + span
             shortest[name] = min(shortest.get(name, span.wall_s), span.wall_s)
@@ -297,7 +313,8 @@ class Windows:
         period = profiler.meters.update_period_s
         trace = None
         if win.trace_points is not None:
-            points = [TracePoint(complete(p.sample), p.phase) for p in win.trace_points]
+            points = win.trace_points if not win.markers else _relabelled(win.trace_points, edges)
+            points = [TracePoint(complete(p.sample), p.phase) for p in points]
             trace = trace_rows(points, profiler.domains, hz=self.trace_hz,
                                phase_wall_s={n: p.wall_s for n, p in phases.items()},
                                periods_s=profiler.domain_periods_s, limits_w=profiler.domain_limits_w)
@@ -306,6 +323,22 @@ class Windows:
             short_window=span.wall_s < period, domains=profiler.domains, overhead_wall_s=win.overhead_wall_s,
             device_kind=profiler.device_kind, device_peak_mem_mb=device_peak,
             short_phases=tuple(n for n, wall in shortest.items() if wall < period), trace=trace)
+
+    def _reached(self, win: OpenWindow, end: Sample) -> list[tuple[str, Sample, Sample]]:
+        """The window's phase edges, each marked one at the moment the device reached its marker: the start's time
+        plus the device's seconds from the start's marker, within [the host's time at the edge, the end]. The device
+        has reached every marker: the window's end waited for it."""
+        if not win.markers:
+            return win.phase_edges
+
+        def reached(sample: Sample) -> Sample:
+            marker = win.markers.get(id(sample))
+            if marker is None:
+                return sample
+            t = win.start.wall_s + self.profiler.device_seconds(win.start_marker, marker)
+            return dataclasses.replace(sample, wall_s=min(max(t, sample.wall_s), end.wall_s))
+
+        return [(name, reached(start), reached(stop)) for name, start, stop in win.phase_edges]
 
     def discard(self, win: OpenWindow) -> None:
         """Drop an open window without measuring its end (a run that stops with it still open)."""
@@ -339,7 +372,9 @@ class Windows:
         if not (isinstance(name, str) and name in self._names):
             self.check_phase(name)  # a MonitorError for what can head no column, a list included
             self._names.add(name)
-        self.profiler.sync()
+        marks = self.profiler.marks and win.start_marker is not None
+        if not marks:
+            self.profiler.sync()
         cost = _Cost(self.profiler)
         with self._lock:
             if not win.is_open:
@@ -349,26 +384,54 @@ class Windows:
                     f"phase {name!r} entered while phase {win.open_phase!r} of window {win.name!r} is open: the "
                     "phases of one window do not overlap (each is a part of the window); open a window inside "
                     "the phase instead")
-            start = self.profiler.sample()
+            start = self._edge(win, marks)
             win.open_phase, win._phase_start = name, start
-            self._trace(start)
+            if not marks:
+                self._trace(start)
             self._charge(cost.stop(start), self._open)
         return start
+
+    def _edge(self, win: OpenWindow, marks: bool) -> Sample:
+        """A phase edge's sample (under the lock); with ``marks``, a marker put in the device's queue goes with it
+        (such an edge joins the window's trace when the window is resolved, the others as their phase changes)."""
+        marker = self.profiler.mark() if marks else None
+        sample = self.profiler.sample()
+        if marks:
+            win.markers[id(sample)] = marker
+        return sample
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
         if win.open_phase != name:  # ended already, with its window (end(close_phase=True)): its late exit is none
             return
         try:  # a device or meter that fails here fails the window's run, not the bookkeeping of its phases
-            self.profiler.sync()
+            marks = id(start) in win.markers
+            if not marks:
+                self.profiler.sync()
             cost = _Cost(self.profiler)
             with self._lock:
-                end = self.profiler.sample()
+                end = self._edge(win, marks)
                 win.open_phase = None
-                self._trace(end)
+                if not marks:
+                    self._trace(end)
                 win.phase_edges.append((name, start, end))
                 self._charge(cost.stop(end), self._open)
         finally:
             win.open_phase = None
+
+
+def _relabelled(points: list, edges: list[tuple[str, Sample, Sample]]) -> list:
+    """A window's trace with its phase edges (at the moments the device reached them) among its other samples, in
+    time order, each sample labelled with the phase open from it on by those edges."""
+    changes = sorted([(start.wall_s, 2 * i, name, start) for i, (name, start, _) in enumerate(edges)]
+                     + [(stop.wall_s, 2 * i + 1, None, stop) for i, (_, _, stop) in enumerate(edges)],
+                     key=lambda c: (c[0], c[1]))
+    times = [c[0] for c in changes]
+    out = []
+    for p in points:  # the window's own edges and the ticks: the phase of the last change at or before them
+        i = bisect.bisect_right(times, p.sample.wall_s)
+        out.append((p.sample.wall_s, len(changes), TracePoint(p.sample, changes[i - 1][2] if i else None)))
+    out += [(t, order, TracePoint(sample, name)) for t, order, name, sample in changes]
+    return [point for _, _, point in sorted(out, key=lambda o: (o[0], o[1]))]
 
 
 def _insert(points: list, sample: Sample) -> None:

@@ -103,6 +103,10 @@ class Meter(ABC):
     name: ClassVar[str] = "meter"
     #: seconds between updates of the underlying counter; windows shorter than this are flagged
     update_period_s: float = 0.0
+    #: True for a meter whose joules derive from the process CPU clock the caller samples (the estimate): it is
+    #: read at the measured thread's own edges; every other meter measures hardware, which a device's queued work
+    #: reaches later (:class:`edgeprof.measure.profiler.Profiler` reads those off the thread on such a device)
+    from_cpu_clock: ClassVar[bool] = False
 
     @abstractmethod
     def domains(self) -> tuple[Domain, ...]:

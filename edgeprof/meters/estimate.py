@@ -25,7 +25,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 from edgeprof.meters.base import Backend, Domain, Meter, MeterContext, MeterOption, ProbeResult
 from edgeprof.meters.cpu_clock import MAX_LAG_S, process_cpu_clock_lag, usable_cpus
@@ -96,6 +96,9 @@ class CpuTimeEstimateMeter(Meter):
     ~60 ms at the first meter), else the figure given. ``cores`` (default: the CPUs the process may run on)
     times the watts per core is the most it can estimate (:attr:`max_power_w`).
     """
+
+    #: its joules are the process CPU clock's seconds times watts: it measures no device
+    from_cpu_clock: ClassVar[bool] = True
 
     name = "cpu_estimate"
 

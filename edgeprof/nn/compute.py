@@ -119,6 +119,22 @@ class DeviceKind:
     def describe(self, device: str) -> dict:
         return {"kind": self.name, "device": device}
 
+    def can_mark(self, device: str) -> bool:
+        """Whether the device queues its work and can mark a point in that queue (:meth:`mark`: a CUDA event), so
+        the profiler's phase edges need not wait for it (:mod:`edgeprof.measure.windows`); False on the CPU, whose
+        work is done when the call returns."""
+        return False
+
+    def mark(self, device: str):
+        """A marker put into the device's queue now: it is reached once the work queued before it is done (only
+        where :meth:`can_mark`)."""
+        raise NotImplementedError(f"the {self.name} kind has no queue to mark")
+
+    def seconds_between(self, first, second) -> float:
+        """The device's seconds from reaching marker ``first`` to reaching ``second`` (both reached: after a
+        :meth:`synchronize`)."""
+        raise NotImplementedError(f"the {self.name} kind has no queue to mark")
+
     def can_capture(self, device: str) -> bool:
         """Whether repeated work can be captured once as one device program and replayed (a CUDA graph); where
         not (the CPU, the test kinds) the same program runs eagerly (:mod:`edgeprof.nn.head_program`)."""
@@ -352,8 +368,22 @@ class Compute:
         return float(self.kind.to_host(t.detach()))
 
     def sync(self) -> None:
-        """Wait for the device's queued work: the profiler calls this at every window and phase edge, only there."""
+        """Wait for the device's queued work: the profiler calls this at every window edge, and at every phase edge
+        of a device whose queue cannot be marked (:meth:`can_mark`), only there."""
         self.kind.synchronize(self.device)
+
+    def can_mark(self) -> bool:
+        """Whether the device's queue can be marked (:meth:`DeviceKind.can_mark`): the profiler's phase edges then
+        put a marker in it instead of waiting for it."""
+        return self.kind.can_mark(self.device)
+
+    def mark(self):
+        """A marker in the device's queue (:meth:`DeviceKind.mark`)."""
+        return self.kind.mark(self.device)
+
+    def seconds_between(self, first, second) -> float:
+        """The device's seconds between two reached markers (:meth:`DeviceKind.seconds_between`)."""
+        return self.kind.seconds_between(first, second)
 
     def ort_providers(self) -> list:
         return self.kind.ort_providers(self.device)

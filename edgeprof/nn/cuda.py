@@ -115,6 +115,21 @@ class CudaKind(DeviceKind):
         torch.cuda.current_stream(flat.device).synchronize()
         return buffer.numpy()
 
+    def can_mark(self, device: str) -> bool:
+        """CUDA events, where the device is a CUDA one (a host-backed stand-in of this kind has no queue)."""
+        return self.torch_device(device).type == "cuda"
+
+    def mark(self, device: str):
+        """A timing CUDA event recorded on the device's current stream."""
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.torch_device(device)))
+        return event
+
+    def seconds_between(self, first, second) -> float:
+        return first.elapsed_time(second) / 1000.0
+
     def can_capture(self, device: str) -> bool:
         """CUDA graphs, where the device is a CUDA one (a host-backed stand-in of this kind captures nothing)."""
         return self.torch_device(device).type == "cuda"
