@@ -198,6 +198,25 @@ def check_the_captured_head_steps_replay_equals_eager_and_the_host_head() -> Non
     assert (graphs.captures, graphs.replays, graphs.eager_runs, eager.eager_runs) == (1, 2, 0, 2)
 
 
+def check_every_split_of_the_captured_head_steps_equals_the_host_head() -> None:
+    """Each split prepare may keep (:data:`edgeprof.nn.head_program.SPLITS`), captured and replayed on the GPU,
+    gives the numpy head for N=600 and an N no split divides, to float32 (or TF32) rounding."""
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.head_program import SPLITS, HeadProgram, ProgramKey
+
+    compute = _cuda_compute()
+    for n in (600, 301):
+        feats_b, labels, w0 = _head_inputs(n)
+        f, y = compute.tensor(feats_b), compute.labels(labels)
+        host = headlib.gradient_steps(w0, feats_b, labels, 0.2, 19)
+        for split in SPLITS:
+            program = HeadProgram(compute, ProgramKey(19, n, 5, 65, "float32", "cuda"), f, split)
+            program.capture()
+            got = compute.host(program.run(w0, f, y, 0.2))
+            np.testing.assert_allclose(got, host, rtol=0, err_msg=f"N={n}, split {split}",
+                                       atol=_tf32_ratio() * float32_atol(host, fan_in=n, depth=3 * 19 + 1))
+
+
 def check_a_new_tau_or_n_recaptures_the_head_steps() -> None:
     """One capture per (steps, N): the same shapes again capture nothing; each replay gives the numpy head."""
     from edgeprof.nn import head as headlib
@@ -240,8 +259,10 @@ def check_the_replayed_head_steps_are_not_slower_than_eager() -> None:
         return min(times[1:])
 
     eagerly, replayed = best(eager), best(graphs)
+    tuning = ", ".join(f"split {k}: {v * 1e3:.3f} ms" for k, v in next(iter(graphs.tuning.values())).items())
     print(f"  head steps at tau=100 (N=600): eager {eagerly * 1e3:.3f} ms, captured graph {replayed * 1e3:.3f} ms "
-          f"({eagerly / replayed:.1f}x); capture set-up {graphs.describe()['capture_setup_s'] * 1e3:.1f} ms")
+          f"({eagerly / replayed:.1f}x); capture set-up {graphs.describe()['capture_setup_s'] * 1e3:.1f} ms; "
+          f"replays at set-up: {tuning}")
     assert replayed <= 1.5 * eagerly, (replayed, eagerly)
 
 
@@ -336,6 +357,7 @@ CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gp
           check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
           check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
           check_the_captured_head_steps_replay_equals_eager_and_the_host_head,
+          check_every_split_of_the_captured_head_steps_equals_the_host_head,
           check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
           check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned,
           check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing,

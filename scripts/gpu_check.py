@@ -330,7 +330,7 @@ def run_tests(out: Path) -> dict:
     import xml.etree.ElementTree as ElementTree
 
     xml = out / "gpu-tests.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "gpu",
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", "-m", "gpu",
                     f"--junitxml={xml}", "tests/test_gpu.py"], cwd=ROOT)
     root = ElementTree.parse(xml).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
@@ -461,24 +461,49 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
                  "limit": PROFILER_LIMIT, "enforced": device != "cpu"}
     for algo, run in runs.items():
         with contextlib.closing(build_federation(run, clients)) as federation, \
-                open_meters(run, federation.runtime.compute.device) as meters:
-            profiler = Profiler(meters, device=federation.runtime.compute)
+                open_meters(run, federation.runtime.compute.device) as meters, contextlib.ExitStack() as stack:
+            compute = federation.runtime.compute
+            profiler = Profiler(meters, device=compute)
+            # beside it, where the device's queue is marked: meters of its own with every phase edge waiting for
+            # the device, as the profiler did before (what the markers spare a round)
+            waiting = (Profiler(stack.enter_context(open_meters(run, compute.device)), device=_Waiting(compute))
+                       if profiler.marks else None)
             if args.trace_hz:
                 profiler.windows.start_trace(args.trace_hz)
             try:
                 out[algo] = _interleaved_rounds(federation, profiler, federation.settings_for(run),
-                                                args.profiler_rounds)
+                                                args.profiler_rounds, waiting)
             finally:
                 profiler.windows.stop_trace()
                 profiler.close()  # the slow meters' series, before the meters close
+                if waiting is not None:
+                    waiting.close()
             out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
-            out["read_off_thread"] = profiler.describe()["read_off_thread"]
+            described = profiler.describe()
+            out["read_off_thread"], out["phase_edges"] = described["read_off_thread"], described["phase_edges"]
     return out
 
 
-def _interleaved_rounds(federation, profiler, settings, rounds: int) -> dict:
-    """Client 0's round unprofiled, then profiled, ``PROFILER_WARMUP + rounds`` times; the figures of the last
-    ``rounds`` pairs."""
+class _Waiting:
+    """A device that cannot mark its queue: the profiler waits for it at every phase edge (its old way)."""
+
+    def __init__(self, compute) -> None:
+        self._compute = compute
+        self.device, self.kind_name = compute.device, compute.kind_name
+
+    def sync(self) -> None:
+        self._compute.sync()
+
+    def reset_peak_memory(self) -> None:
+        self._compute.reset_peak_memory()
+
+    def peak_memory_mb(self):
+        return self._compute.peak_memory_mb()
+
+
+def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=None) -> dict:
+    """Client 0's round unprofiled, then profiled (and, with ``waiting``, profiled by a profiler that waits for the
+    device at every phase edge), ``PROFILER_WARMUP + rounds`` times; the figures of the last ``rounds`` of each."""
     from edgeprof.algorithms.contract import no_phase
 
     sync = federation.runtime.compute.sync
@@ -486,26 +511,36 @@ def _interleaved_rounds(federation, profiler, settings, rounds: int) -> dict:
     def unprofiled() -> None:
         federation.client_round(0, no_phase, settings)
 
-    def profiled():
-        with profiler.window("client") as win:
-            federation.client_round(0, win.phase, settings)
-        return win  # its figures are made after the timing (a slow meter's series is read off this thread)
+    def with_profiler(prof):
+        def profiled():
+            with prof.window("client") as win:
+                federation.client_round(0, win.phase, settings)
+            return win  # its figures are made after the timing (a slow meter's series is read off this thread)
+        return profiled
 
-    walls: dict = {"unprofiled": [], "profiled": []}
-    overheads = []
+    kinds = [("unprofiled", unprofiled), ("profiled", with_profiler(profiler))]
+    if waiting is not None:
+        kinds.append(("waiting", with_profiler(waiting)))
+    walls: dict = {kind: [] for kind, _ in kinds}
+    overheads, phases = [], []
     for i in range(PROFILER_WARMUP + rounds):
-        for kind, fn in (("unprofiled", unprofiled), ("profiled", profiled)):
+        for kind, fn in kinds:
             sync()
             start = time.perf_counter()
             win = fn()
             sync()
             if i >= PROFILER_WARMUP:
                 walls[kind].append(time.perf_counter() - start)
-                if win is not None:
+                if kind == "profiled":
                     overheads.append(win.result.overhead_wall_s)
+                    phases.append({n: p.wall_s for n, p in win.result.phases.items()})
     entry = {"unprofiled_wall_s": statistics.median(walls["unprofiled"]),
              "profiled_wall_s": statistics.median(walls["profiled"]),
-             "overhead_wall_s": statistics.median(overheads)}
+             "overhead_wall_s": statistics.median(overheads),
+             "phases_s": {n: statistics.median(p[n] for p in phases) for n in (phases[0] if phases else {})}}
+    if waiting is not None:
+        entry["waiting_wall_s"] = statistics.median(walls["waiting"])
+        entry["waiting_difference"] = entry["waiting_wall_s"] / entry["unprofiled_wall_s"] - 1.0
     return {**entry, **profiler_verdict(entry["unprofiled_wall_s"], entry["profiled_wall_s"])}
 
 
@@ -920,6 +955,13 @@ def profiler_lines(cost: dict) -> list[tuple[str, str]]:
         lines.append((f"{algo} round at tau={cost['tau']}, unprofiled / profiled ({how})",
                       f"{_f(a['unprofiled_wall_s'], '{:.4g}')} / {_f(a['profiled_wall_s'], '{:.4g}')} s: "
                       f"{_f(a['difference'], '{:+.1%}')} ({verdict})"))
+        if "waiting_wall_s" in a:
+            lines.append((f"{algo} round profiled with a wait for the device at every phase edge (the old way)",
+                          f"{_f(a['waiting_wall_s'], '{:.4g}')} s: {_f(a['waiting_difference'], '{:+.1%}')} against "
+                          "unprofiled"))
+        if a.get("phases_s"):
+            lines.append((f"{algo} profiled round's phases ({cost.get('phase_edges', '-')})",
+                          ", ".join(f"{n} {_f(v, '{:.4g}')} s" for n, v in a["phases_s"].items())))
         lines.append((f"{algo} profiled window, the profiler's own overhead_wall_s ({', '.join(cost['meters'])})",
                       f"{_f(a['overhead_wall_s'], '{:.3g}')} s ("
                       f"{_f(a['overhead_wall_s'] / a['unprofiled_wall_s'], '{:.1%}')} of the unprofiled round)"))

@@ -18,6 +18,7 @@ from edgeprof.algorithms import ALGORITHMS
 from edgeprof.config import RunConfig
 from edgeprof.errors import ConfigError
 from edgeprof.nn import compute as computelib
+from edgeprof.nn.head_program import SPLITS, TUNING_REPLAYS
 from edgeprof.nn.compute import Compute, DeviceKind
 from edgeprof.nn.cuda import CudaKind
 from edgeprof.nn.execution import GPU_CANDIDATES
@@ -465,8 +466,12 @@ def test_a_run_captures_the_head_steps_in_set_up_and_replays_them_in_every_windo
     sidecar = json.loads(result.sidecar_path.read_text())
     programs = sidecar["numerics"]["compute"]["programs"]["head_steps"]
     keys = {(k["n"], k["classes"]) for k in programs["keys"]}
-    assert capturing.at("capture") == [(None, None)] * len(keys)  # set-up: one per shape, no window open
-    assert capturing.at("replay") == [("client", "head_steps")] * (2 * 3)
+    # set-up, no window open: one capture per shape and split tried, and the replays that time them
+    assert capturing.at("capture") == [(None, None)] * (len(keys) * len(SPLITS))
+    replays = capturing.at("replay")
+    assert replays[:len(keys) * len(SPLITS) * TUNING_REPLAYS] == [(None, None)] * (len(keys) * len(SPLITS)
+                                                                                  * TUNING_REPLAYS)
+    assert replays[len(keys) * len(SPLITS) * TUNING_REPLAYS:] == [("client", "head_steps")] * (2 * 3)
     assert {k["steps"] for k in programs["keys"]} == {3}
     assert (programs["head_steps"], programs["captures"], programs["programs_built"], programs["replays"],
             programs["eager_runs"]) == ("captured device graph, replayed", len(keys), len(keys), 6, 0)
@@ -499,8 +504,9 @@ def test_the_head_program_is_built_once_per_shape_and_rebuilt_for_a_new_tau_or_n
     federation.client_round(0, settings=federation.settings_for(new))
 
     rebuilt = change != "lr"
-    assert captured_before == 1 and registry.builds == 1 + rebuilt and registry.captures == 1 + rebuilt
-    assert len(capturing.at("capture")) == 1 + rebuilt
+    tried = len(SPLITS)  # a capture per split tried, for each shape prepared
+    assert captured_before == tried and registry.builds == 1 + rebuilt and registry.captures == 1 + rebuilt
+    assert len(capturing.at("capture")) == tried * (1 + rebuilt)
     assert registry.replays == 4 and registry.eager_runs == 0
 
 
@@ -512,5 +518,5 @@ def test_a_round_whose_shapes_were_not_prepared_runs_eagerly_and_captures_nothin
 
     update = federation.client_round(0, settings=settings)
 
-    assert len(capturing.at("capture")) == 1 and registry.eager_runs == 1 and registry.replays == 0
+    assert len(capturing.at("capture")) == len(SPLITS) and registry.eager_runs == 1 and registry.replays == 0
     assert np.isfinite(update.loss) and registry.describe()["eager_runs"] == 1

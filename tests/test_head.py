@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
 from edgeprof.nn import head as headlib
+from edgeprof.nn.compute import DeviceKind
 
 
 @pytest.mark.parametrize("n,m,k", [(1, 3, 2), (13, 8, 3), (50, 64, 5)])
@@ -150,6 +153,74 @@ def test_the_head_program_run_eagerly_equals_the_numpy_head(rng, tau, n, k):
     assert (programs.eager_runs, programs.captures, programs.builds) == (1, 0, 1)
     assert not np.allclose(want, w0), "the steps moved the head"
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=_program_atol(want, n, m, tau - 1))
+
+
+@pytest.mark.parametrize("n,split", [(37, 8), (64, 16), (5, 64), (600, 64), (120, 3)])
+def test_a_program_that_splits_the_update_over_blocks_of_images_equals_the_numpy_head(rng, n, split):
+    """The update's sum over the N images taken as ``split`` blocks side by side (zero rows pad N to a multiple of
+    the split) gives the numpy head's steps to the float32 floor, whether or not N divides."""
+    from edgeprof.nn.compute import Compute
+    from edgeprof.nn.head_program import HeadProgram, ProgramKey, padded_rows
+
+    m, k, steps = 16, 5, 9
+    feats_b, labels, w0 = _head_problem(rng, n, m, k)
+    compute = Compute()
+    program = HeadProgram(compute, ProgramKey(steps, n, k, m + 1, "float32", "cpu"), torch.zeros(1), split)
+
+    got = program.run(w0, torch.from_numpy(feats_b), torch.from_numpy(labels), 0.3).numpy()
+
+    want = headlib.gradient_steps(w0, feats_b, labels, 0.3, steps)
+    assert program.feats_b.shape[0] == padded_rows(n, split) >= n and not program.feats_b[n:].any()
+    assert not np.allclose(want, w0), "the steps moved the head"
+    np.testing.assert_allclose(got, want, rtol=0, atol=_program_atol(want, n, m, steps))
+
+
+class _CapturingKind(DeviceKind):
+    """The CPU kind, except that it "captures" (the replay runs the body eagerly): HeadPrograms.prepare then tunes
+    the split as on a GPU."""
+
+    def can_capture(self, device):
+        return True
+
+    def capture(self, run, device, pool=None):
+        run()  # the warm-up a real capture does
+        return run
+
+
+@pytest.mark.parametrize("slow", ["one product", "every split"])
+def test_prepare_captures_each_split_times_its_replays_and_keeps_the_fastest(rng, monkeypatch, slow):
+    """On a kind that captures, prepare captures one program per split of SPLITS and times its replays; the one
+    kept is the fastest (here the slow ones' replays are made 20 ms slower: the one product, or every split), it is
+    what the rounds replay, and its head equals the numpy head's."""
+    from edgeprof.nn import head_program
+    from edgeprof.nn.compute import Compute
+
+    real = head_program.scaled_steps
+    slowed = {1} if slow == "one product" else set(head_program.SPLITS) - {1}
+
+    def timed(w, feats_b, neg_target, scale, steps, split=1):
+        if split in slowed:
+            time.sleep(0.02)
+        return real(w, feats_b, neg_target, scale, steps, split)
+
+    monkeypatch.setattr(head_program, "scaled_steps", timed)
+    n, m, k, steps = 50, 8, 3, 4
+    feats_b, labels, w0 = _head_problem(rng, n, m, k)
+    programs = head_program.HeadPrograms(Compute(kind=_CapturingKind()))
+
+    prepared = programs.prepare(n, k, m + 1, steps)
+    got = programs.run(w0, torch.from_numpy(feats_b), torch.from_numpy(labels), 0.3, steps).numpy()
+
+    times = programs.tuning[prepared.key]
+    assert set(times) == set(head_program.SPLITS) and 1 in times and len(times) > 1
+    assert prepared.split not in slowed and times[prepared.split] == min(times.values())
+    assert min(times[s] for s in slowed) >= 0.02 > times[prepared.split]
+    assert (programs.captures, programs.replays, programs.eager_runs) == (1, 1, 0)
+    described = programs.describe()["keys"][0]
+    assert described["split"] == prepared.split
+    assert set(described["split_replay_s"]) == {str(s) for s in head_program.SPLITS}
+    want = headlib.gradient_steps(w0, feats_b, labels, 0.3, steps)
+    np.testing.assert_allclose(got, want, rtol=0, atol=_program_atol(want, n, m, steps))
 
 
 @pytest.mark.parametrize("lrs", [(0.3, 0.05), (0.1, 0.1, 0.8)])

@@ -8,6 +8,14 @@ captures graphs (:meth:`~edgeprof.nn.compute.DeviceKind.can_capture`: a CUDA GPU
 captured once (``torch.cuda.CUDAGraph``) and each round copies its inputs into the static tensors and replays the
 graph: one launch. The CPU and the test kinds run the same program eagerly.
 
+The update's product, ``R^T phi_b`` (K x N by N x (M+1)), has a tiny output and a long sum over the N images: one
+matrix product gives it to a few thread blocks, and on an H100 a replayed step took ~40 us for M=64, K=2 (~18 us for
+M=192). A program may instead split the images into ``split`` equal blocks (zero rows pad N to a multiple; a zero
+feature row adds nothing to the product), take the blocks' products side by side (one batched product) and sum
+them. Where the kind captures graphs, :meth:`HeadPrograms.prepare` captures one program per split of
+:data:`SPLITS`, times a few replays of each and keeps the fastest (``describe()`` gives the times); elsewhere a
+program does not split.
+
 A program is keyed by :class:`ProgramKey` (steps, N, K, M+1, dtype, device): a new tau, local set size, class count
 or feature width builds (and captures) a new one. The learning rate is *not* in the key: it is a device tensor the
 program reads (``scale = lr / N``, written before each run), so a changed lr replays the same graph.
@@ -24,6 +32,16 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
+#: the splits of the images' sum a capturing kind tries for each program (1: one matrix product)
+SPLITS = (1, 4, 16, 64)
+#: replays of each captured candidate timed at set-up (the fastest of them is its time)
+TUNING_REPLAYS = 3
+
+
+def padded_rows(n: int, split: int) -> int:
+    """N rounded up to a multiple of ``split``."""
+    return -(-n // split) * split
+
 
 @dataclass(frozen=True)
 class ProgramKey:
@@ -37,16 +55,24 @@ class ProgramKey:
     device: str
 
 
-def scaled_steps(w, feats_b, neg_target, scale, steps: int):
+def scaled_steps(w, feats_b, neg_target, scale, steps: int, split: int = 1):
     """``steps`` head steps on tensors where they lie, in place on ``w`` (K, M+1): ``neg_target`` is
     ``-scale * onehot(y)`` (N, K) and ``scale`` a 0-d tensor ``lr / N``. Each step is
     ``W <- W - (scale * softmax(phi_b W^T) - scale * onehot).T @ phi_b``, the closed form of
-    :func:`edgeprof.nn.head.gradient_steps`. Four kernels a step; nothing is read back."""
+    :func:`edgeprof.nn.head.gradient_steps`. Four kernels a step (``split`` > 1: the update's product as
+    ``split`` blocks of rows side by side, then their sum: six; N must be a multiple of ``split``); nothing is
+    read back."""
     import torch
 
+    n, width = feats_b.shape
+    blocks = feats_b.view(split, n // split, width) if split > 1 else None
     for _ in range(steps):
         residual = torch.addcmul(neg_target, torch.softmax(feats_b @ w.T, dim=1), scale)
-        w.addmm_(residual.T, feats_b, alpha=-1.0)
+        if blocks is None:
+            w.addmm_(residual.T, feats_b, alpha=-1.0)
+        else:
+            parts = torch.bmm(residual.view(split, n // split, -1).transpose(1, 2), blocks)
+            w.sub_(parts.sum(0))
     return w
 
 
@@ -58,15 +84,17 @@ class HeadProgram:
     so a later run does not overwrite a head a round still holds.
     """
 
-    def __init__(self, compute, key: ProgramKey, like) -> None:
-        """``like``: any tensor on the device; the static tensors are allocated beside it (no host copy)."""
+    def __init__(self, compute, key: ProgramKey, like, split: int = 1) -> None:
+        """``like``: any tensor on the device; the static tensors are allocated beside it (no host copy).
+        ``split``: the blocks of the update's sum (:func:`scaled_steps`); the static rows past N stay zero."""
         import torch
 
-        self.compute, self.key = compute, key
+        self.compute, self.key, self.split = compute, key, int(split)
+        rows = padded_rows(key.n, self.split)
         zeros = lambda *shape: like.new_zeros(shape, dtype=getattr(torch, key.dtype))  # noqa: E731
-        self.w, self.feats_b = zeros(key.classes, key.width), zeros(key.n, key.width)
-        self.neg_target, self.scale = zeros(key.n, key.classes), zeros()
-        self.labels = like.new_zeros((key.n,), dtype=torch.int64)
+        self.w, self.feats_b = zeros(key.classes, key.width), zeros(rows, key.width)
+        self.neg_target, self.scale = zeros(rows, key.classes), zeros()
+        self.labels = like.new_zeros((rows,), dtype=torch.int64)
         self._replay: Optional[Callable[[], Any]] = None
         self.setup_s = 0.0
 
@@ -77,7 +105,7 @@ class HeadProgram:
     def _body(self) -> None:
         """The program: targets from the labels, then the steps (what a capture records)."""
         self.neg_target.zero_().scatter_(1, self.labels.unsqueeze(1), 1.0).mul_(-self.scale)
-        scaled_steps(self.w, self.feats_b, self.neg_target, self.scale, self.key.steps)
+        scaled_steps(self.w, self.feats_b, self.neg_target, self.scale, self.key.steps, self.split)
 
     def capture(self) -> None:
         """Capture the body as one device program (the kind warms it up first); its wall time is set-up."""
@@ -93,8 +121,8 @@ class HeadProgram:
 
         with torch.no_grad():
             self.w.copy_(w if isinstance(w, torch.Tensor) else self.compute.tensor(w))
-            self.feats_b.copy_(feats_b)
-            self.labels.copy_(labels)
+            self.feats_b[:self.key.n].copy_(feats_b)
+            self.labels[:self.key.n].copy_(labels)
             self.scale.fill_(float(lr) / self.key.n)
             (self._replay or self._body)()
             return self.w.clone()
@@ -107,6 +135,9 @@ class HeadPrograms:
         self.compute = compute
         self._programs: dict[ProgramKey, HeadProgram] = {}
         self.builds = self.captures = self.replays = self.eager_runs = 0
+        #: per key prepared on a capturing kind: each split's replay time at set-up (s), the fastest kept
+        self.tuning: dict[ProgramKey, dict[int, float]] = {}
+        self.capture_setup_s = 0.0  # every candidate's capture, the ones not kept included
 
     def key(self, n: int, classes: int, width: int, steps: int) -> ProgramKey:
         return ProgramKey(int(steps), int(n), int(classes), int(width), "float32", str(self.compute.device))
@@ -125,11 +156,33 @@ class HeadPrograms:
     def prepare(self, n: int, classes: int, width: int, steps: int) -> HeadProgram:
         """Set-up, outside any window: the program of these shapes built and, where the kind captures graphs,
         captured (once per key)."""
-        program = self._get(self.key(n, classes, width, steps))
-        if not program.captured and steps > 0 and self.compute.can_capture():
-            program.capture()
-            self.captures += 1
-        return program
+        key = self.key(n, classes, width, steps)
+        program = self._get(key)
+        if program.captured or steps <= 0 or not self.compute.can_capture():
+            return program
+        times: dict[int, float] = {}
+        best = None
+        for split in SPLITS:
+            candidate = program if split == program.split else HeadProgram(self.compute, key, program.w, split)
+            candidate.capture()
+            self.capture_setup_s += candidate.setup_s
+            times[split] = self._replay_s(candidate)
+            if best is None or times[split] < times[best.split]:
+                best = candidate
+        self.captures += 1  # one program kept per key; len(SPLITS) graphs captured for it
+        self._programs[key], self.tuning[key] = best, times
+        return best
+
+    def _replay_s(self, program: HeadProgram) -> float:
+        """The fastest of :data:`TUNING_REPLAYS` replays of a captured program on its zero inputs, synchronised."""
+        best = float("inf")
+        for _ in range(TUNING_REPLAYS):
+            self.compute.sync()
+            start = time.perf_counter()
+            program._replay()
+            self.compute.sync()
+            best = min(best, time.perf_counter() - start)
+        return best
 
     def run(self, w, feats_b, labels, lr: float, steps: int):
         """A round's head steps: the prepared program of these shapes replayed, or the program run eagerly (built
@@ -150,5 +203,8 @@ class HeadPrograms:
             how += f"; {self.eager_runs} round(s) eagerly, their shapes not prepared before the windows"
         return {"head_steps": how, "programs_built": self.builds, "captures": self.captures,
                 "replays": self.replays, "eager_runs": self.eager_runs, "lr_in_key": False,
-                "capture_setup_s": round(sum(p.setup_s for p in captured), 6),
-                "keys": [asdict(p.key) for p in self._programs.values()]}
+                "capture_setup_s": round(self.capture_setup_s, 6), "splits_tried": list(SPLITS),
+                "keys": [{**asdict(p.key), "split": p.split,
+                          **({"split_replay_s": {str(k): round(v, 7) for k, v in self.tuning[p.key].items()}}
+                             if p.key in self.tuning else {})}
+                         for p in self._programs.values()]}
