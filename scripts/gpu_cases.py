@@ -349,8 +349,19 @@ def check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_th
     assert list(phases) == ["cache_forward", "head_steps", "joint_grad"], list(phases)
     assert all(p.wall_s > 0 for p in phases.values()), {n: p.wall_s for n, p in phases.items()}
     assert sum(p.wall_s for p in phases.values()) <= result.wall_s + 1e-6, (phases, result.wall_s)
+    import time
+
+    marks = 2000  # what one marker costs the host here (a timing CUDA event made and recorded)
+    start = time.perf_counter()
+    for _ in range(marks):
+        compute.mark()
+    mark_us = (time.perf_counter() - start) / marks * 1e6
+    compute.sync()
+    described = profiler.describe()
     print("  a profiled PFLEGO round on cuda: " + ", ".join(f"{n} {p.wall_s * 1e3:.3f} ms" for n, p in phases.items())
-          + f", window {result.wall_s * 1e3:.3f} ms, {len(syncs)} waits for the device")
+          + f", window {result.wall_s * 1e3:.3f} ms, {len(syncs)} waits for the device; the profiler's own "
+          f"{result.overhead_wall_s * 1e6:.0f} us in the window ({described['edges']} edges, "
+          f"{described.get('edge_wall_us_mean', 0):.1f} us each); a marker costs the host {mark_us:.2f} us")
 
 
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,

@@ -355,6 +355,7 @@ def fake_gpu(monkeypatch):
                         "current_device": lambda: 0, "get_device_properties": lambda *a: props,
                         "synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
                         "max_memory_allocated": lambda *a: 2**20,
+                        "memory_stats_as_nested_dict": lambda *a: {"allocated_bytes": {"all": {"peak": 2**20}}},
                         "mem_get_info": lambda *a: (79 * 2**30, 80 * 2**30)}.items():
         monkeypatch.setattr(torch.cuda, name, value)
 

@@ -4,6 +4,8 @@ invalidate exactly the windows and phases that span them."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -288,3 +290,32 @@ def test_a_flagged_reading_invalidates_exactly_the_windows_and_phases_that_span_
         "cpu_package_0": [{"kind": "counter jump", "readings": 2, "first": "before the window"}],
         "psys": [{"kind": "counter jump", "readings": 1, "first": "fell in a"}],
         "dram_0": [{"kind": "counter jump", "readings": 1, "first": "at the next window's start"}]}
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists() or not hasattr(os, "fork"),
+                    reason="needs Linux's /proc/self/clear_refs and fork")
+def test_the_peak_rss_files_stay_open_and_a_forked_child_reads_its_own():
+    """PeakRss keeps /proc/self's two files open (one write resets the peak, one pread reads it); a forked child
+    opens them again, so its reading is its own peak, not its parent's."""
+    rss = PeakRss()
+    rss.reset()
+    before = rss.read_mb()
+    grown = np.ones(40_000_000)  # 305 MiB touched
+    assert rss.read_mb() >= before + 250
+    del grown
+    rss.reset()
+    assert rss.read_mb() < before + 250, "the reset brought the peak back to what the process holds now"
+    parent = rss.read_mb()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own 610 MiB peak, read through the same object
+        try:
+            rss.reset()
+            child = np.ones(80_000_000)
+            os.write(write, f"{rss.read_mb():.1f} {child.size}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_mb = float(os.read(read, 64).decode().split()[0])
+    os.waitpid(pid, 0)
+    assert child_mb >= 600 and rss.read_mb() == pytest.approx(parent, abs=50), (child_mb, parent)

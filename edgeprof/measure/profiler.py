@@ -32,6 +32,7 @@ how often, and the waits for it.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 import threading
@@ -45,16 +46,50 @@ from edgeprof.results import Sample, Span, WindowResult  # noqa: F401 (the resul
 
 
 class PeakRss:
-    """Peak resident set size per window: resets and reads the kernel's VmHWM where Linux allows."""
+    """Peak resident set size per window: resets and reads the kernel's VmHWM where Linux allows.
+
+    Both files stay open: a window's reset is one write to ``clear_refs`` and its read one ``pread`` of ``status``
+    (opening and reading each file anew took ~130 us a window, a profiler's largest cost on a short round). A
+    forked child's ``/proc/self`` is another process: the files are opened again there."""
+
+    #: the open files (descriptors) and the process that opened them (None: not open)
+    _clear: Optional[int] = None
+    _status: Optional[int] = None
+    _pid: Optional[int] = None
 
     def __init__(self, proc: Path = Path("/proc/self")) -> None:
-        self._clear = proc / "clear_refs"
-        self._status = proc / "status"
+        self._proc = proc
         self.per_window = self._try_reset()
+
+    def _open(self) -> bool:
+        """The two files open in this process (opened again after a fork); False where they cannot be."""
+        if self._pid == os.getpid():
+            return True
+        self.close()
+        try:
+            self._clear = os.open(self._proc / "clear_refs", os.O_WRONLY)
+            self._status = os.open(self._proc / "status", os.O_RDONLY)
+        except OSError:
+            self.close()
+            return False
+        self._pid = os.getpid()
+        return True
+
+    def close(self) -> None:
+        for fd in (self._clear, self._status):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._clear = self._status = self._pid = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def _try_reset(self) -> bool:
         try:
-            self._clear.write_text("5")
+            if not self._open():
+                return False
+            os.write(self._clear, b"5")
             return True
         except OSError:
             return False
@@ -64,10 +99,14 @@ class PeakRss:
             self.per_window = self._try_reset()
 
     def read_mb(self) -> float:
-        if self.per_window:
-            for line in self._status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
+        if self.per_window and self._open():
+            try:
+                status = os.pread(self._status, 16384, 0)
+            except OSError:
+                status = b""
+            at = status.find(b"\nVmHWM:")
+            if at >= 0:
+                return int(status[at + 7:status.index(b"kB", at)]) / 1024.0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
 
@@ -133,6 +172,7 @@ class Profiler:
         self.thread_clock = thread_clock
         self._rss = rss if rss is not None else PeakRss()
         self._flagged: dict[str, tuple[int, str]] = {}  # per domain: readings flagged implausible, latest reason
+        self._flagged_now: dict[str, tuple[int, str]] = {}  # a copy of it, replaced (never changed) on a new flag
         self._windows = None  # the engine, made on first use
         #: each domain's meter's update period: what a span must last for its joules to be resolved
         self.domain_periods_s = {d.name: m.update_period_s for m in meters.meters for d in m.domains()}
@@ -190,10 +230,24 @@ class Profiler:
             wall = self.clock()
             cpu = self._cpu_clock()
             reading = self.meters.read(cpu_s=cpu, only=self._direct)
-            for domain, why in reading.invalid.items():
-                self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
-            flagged = dict(self._flagged)
+            if reading.invalid:
+                for domain, why in reading.invalid.items():
+                    self._flagged[domain] = (self._flagged.get(domain, (0, ""))[0] + 1, str(why))
+                self._flagged_now = dict(self._flagged)
+            flagged = self._flagged_now
         return Sample(wall, cpu, reading.energy_j, flagged, resolved=self.series is None)
+
+    def clocks(self) -> Sample:
+        """A marked phase edge's sample (only where :attr:`marks`): the clocks alone. Every meter read at an edge
+        there derives from the process CPU clock (:attr:`~edgeprof.meters.base.Meter.from_cpu_clock`), so its
+        joules follow from ``cpu_s`` whenever they are made (:meth:`at_device`)."""
+        return Sample(self.clock(), self._cpu_clock(), {}, self._flagged_now, resolved=False)
+
+    def at_device(self, sample: Sample, wall_s: float) -> Sample:
+        """A marked edge's sample (:meth:`clocks`) at the moment ``wall_s`` the device reached it: the CPU-clock
+        meters' joules made from its ``cpu_s``, the slow meters' still to be filled in (:meth:`complete`)."""
+        energy = self.meters.read(cpu_s=sample.cpu_s, only=self._direct).energy_j if self._direct else {}
+        return Sample(wall_s, sample.cpu_s, energy, sample.flagged, resolved=self.series is None)
 
     def complete(self, sample: Sample) -> Sample:
         """``sample`` with the slow meters' domains filled in from the series (interpolated at its time); the

@@ -46,7 +46,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import contextvars
-import dataclasses
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -336,7 +335,7 @@ class Windows:
             if marker is None:
                 return sample
             t = win.start.wall_s + self.profiler.device_seconds(win.start_marker, marker)
-            return dataclasses.replace(sample, wall_s=min(max(t, sample.wall_s), end.wall_s))
+            return self.profiler.at_device(sample, min(max(t, sample.wall_s), end.wall_s))
 
         return [(name, reached(start), reached(stop)) for name, start, stop in win.phase_edges]
 
@@ -394,10 +393,11 @@ class Windows:
     def _edge(self, win: OpenWindow, marks: bool) -> Sample:
         """A phase edge's sample (under the lock); with ``marks``, a marker put in the device's queue goes with it
         (such an edge joins the window's trace when the window is resolved, the others as their phase changes)."""
-        marker = self.profiler.mark() if marks else None
-        sample = self.profiler.sample()
-        if marks:
-            win.markers[id(sample)] = marker
+        if not marks:
+            return self.profiler.sample()
+        marker = self.profiler.mark()
+        sample = self.profiler.clocks()  # the meters' share is made when the window is resolved
+        win.markers[id(sample)] = marker
         return sample
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
