@@ -152,8 +152,9 @@ class Profiler:
     wait at each phase edge made a profiled PFLEGO round 21..33% slower on an H100: the host could no longer
     queue the next phase while the device ran this one). On such a device every meter that measures hardware
     (all but the CPU-time estimate, :attr:`~edgeprof.meters.base.Meter.from_cpu_clock`) is read by the series
-    below, so a phase's joules are those between the moments the device reached its edges; the estimate follows
-    the measured thread's CPU clock, read at the edge. The power trace's ticks never wait for the device.
+    below, so a phase's joules are those between the moments the device reached its edges; its CPU seconds (and
+    the estimate made from them) are the process CPU clock interpolated at those moments. The power trace's ticks
+    never wait for the device.
 
     The meters the set found slow to read (:meth:`~edgeprof.meters.discovery.MeterSet.slow_meters`) are read by a
     :class:`~edgeprof.measure.series.CounterSeries` thread, started with the first window (:meth:`start_series`)
@@ -240,14 +241,15 @@ class Profiler:
     def clocks(self) -> Sample:
         """A marked phase edge's sample (only where :attr:`marks`): the clocks alone. Every meter read at an edge
         there derives from the process CPU clock (:attr:`~edgeprof.meters.base.Meter.from_cpu_clock`), so its
-        joules follow from ``cpu_s`` whenever they are made (:meth:`at_device`)."""
+        joules follow from the CPU seconds whenever they are made (:meth:`at_device`)."""
         return Sample(self.clock(), self._cpu_clock(), {}, self._flagged_now, resolved=False)
 
-    def at_device(self, sample: Sample, wall_s: float) -> Sample:
-        """A marked edge's sample (:meth:`clocks`) at the moment ``wall_s`` the device reached it: the CPU-clock
-        meters' joules made from its ``cpu_s``, the slow meters' still to be filled in (:meth:`complete`)."""
-        energy = self.meters.read(cpu_s=sample.cpu_s, only=self._direct).energy_j if self._direct else {}
-        return Sample(wall_s, sample.cpu_s, energy, sample.flagged, resolved=self.series is None)
+    def at_device(self, sample: Sample, wall_s: float, cpu_s: float) -> Sample:
+        """A marked edge's sample (:meth:`clocks`) at the moment ``wall_s`` the device reached it, when the process
+        CPU clock read ``cpu_s`` (interpolated by the engine): the CPU-clock meters' joules made from it, the slow
+        meters' still to be filled in (:meth:`complete`)."""
+        energy = self.meters.read(cpu_s=cpu_s, only=self._direct).energy_j if self._direct else {}
+        return Sample(wall_s, cpu_s, energy, sample.flagged, resolved=self.series is None)
 
     def complete(self, sample: Sample) -> Sample:
         """``sample`` with the slow meters' domains filled in from the series (interpolated at its time); the

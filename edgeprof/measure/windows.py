@@ -34,8 +34,9 @@ What overlapping windows mean, and where they are not allowed:
   wait for the device: it puts a marker in the queue, reads the clocks and the cheap meters, and goes on. When the
   window has ended (its end waits for the device), each marked edge's time becomes the moment the device reached
   its marker (the window's start plus the device's seconds from the marker put at the start; never before the
-  host passed the edge), and its hardware meters' joules are the series' at that moment; its CPU seconds and the
-  CPU-time estimate stay the host's at the edge. A trace's phases follow those moments.
+  host passed the edge), its hardware meters' joules are the series' at that moment and its process CPU seconds
+  (with the CPU-time estimate) the host's clock interpolated at that moment: a phase is one span of the wall
+  clock for every domain. A trace's phases follow those moments.
 
 :func:`phase` marks a phase of the innermost window opened in the current context (thread or asyncio task)
 and does nothing outside any window, so library code can mark phases whether or not it is profiled.
@@ -46,6 +47,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import contextvars
+import itertools
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -326,16 +328,36 @@ class Windows:
     def _reached(self, win: OpenWindow, end: Sample) -> list[tuple[str, Sample, Sample]]:
         """The window's phase edges, each marked one at the moment the device reached its marker: the start's time
         plus the device's seconds from the start's marker, within [the host's time at the edge, the end]. The device
-        has reached every marker: the window's end waited for it."""
+        has reached every marker: the window's end waited for it.
+
+        Every figure of such an edge is taken at that moment, so that a phase is one span of the wall clock for
+        all its domains: the hardware meters' from their series (:meth:`Profiler.complete`), the process CPU
+        clock (and the meters that derive from it) interpolated linearly at that moment between the host's own
+        samples around it (the window's edges, the host's passage through each phase edge, the trace's ticks).
+        So a phase's ``cpu_s`` is the process's CPU seconds while the device ran it, and a trace never steps back
+        in CPU time."""
         if not win.markers:
             return win.phase_edges
+        host = sorted([(win.start.wall_s, win.start.cpu_s), (end.wall_s, end.cpu_s)]
+                      + [(s.wall_s, s.cpu_s) for _, a, b in win.phase_edges for s in (a, b)]
+                      + [(p.sample.wall_s, p.sample.cpu_s) for p in win.trace_points or ()
+                         if win.start.wall_s <= p.sample.wall_s <= end.wall_s])
+        walls, cpus = [w for w, _ in host], list(itertools.accumulate((c for _, c in host), max))
+
+        def cpu_at(t: float) -> float:
+            i = bisect.bisect_right(walls, t)
+            if i == 0 or i == len(walls):
+                return cpus[min(i, len(cpus) - 1)]
+            (w0, c0), (w1, c1) = (walls[i - 1], cpus[i - 1]), (walls[i], cpus[i])
+            return c0 if w1 <= w0 else c0 + (c1 - c0) * (t - w0) / (w1 - w0)
 
         def reached(sample: Sample) -> Sample:
             marker = win.markers.get(id(sample))
             if marker is None:
                 return sample
             t = win.start.wall_s + self.profiler.device_seconds(win.start_marker, marker)
-            return self.profiler.at_device(sample, min(max(t, sample.wall_s), end.wall_s))
+            t = min(max(t, sample.wall_s), end.wall_s)
+            return self.profiler.at_device(sample, t, cpu_at(t))
 
         return [(name, reached(start), reached(stop)) for name, start, stop in win.phase_edges]
 
