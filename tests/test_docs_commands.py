@@ -134,7 +134,7 @@ RUNS: dict[str, Here | Elsewhere] = {
     'edgeprof trace profiles/reference/trace-pflego-tau50.csv':
         Elsewhere(TRACE_PAGE),
     # docs/gpus.md: the GPU check's folder, unpacked where plotly is installed
-    'edgeprof dashboard profiles/reference/gpu-h100/gpu-check-cnn-omniglot.csv profiles/reference/gpu-h100/gpu-check-cnn-cifar.csv --out profiles/reference/gpu-h100 --name dashboard --title "edgeprof GPU check"':
+    'edgeprof dashboard profiles/reference/gpu-h100/gpu-check-cnn-omniglot.csv --out profiles/reference/gpu-h100 --name dashboard-cnn-omniglot --title "edgeprof GPU check: cnn-omniglot"':
         Elsewhere("tests/test_gpu_check.py::test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figure"),
 }
 #: what ``flower-app-dir`` prints is also started on loopback, SuperLink, SuperNodes and submit, with TLS and without;
