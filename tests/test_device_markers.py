@@ -133,6 +133,7 @@ def test_a_marked_device_is_waited_for_at_the_window_edges_only_and_each_phase_s
         profiler.close()
 
     assert profiler.marks and device.syncs == 2 and device.marks == 1 + 2 * len(WORK_S)
+    assert win.markers == {} and win.start_marker is None, "the device's events are let go once read"
     assert host_queued < 0.5 * sum(WORK_S.values()), "the host waited for the device inside the window"
     # each phase lasts its device work (a marker is reached when the work before it is done); scheduling slack
     # of the host (its edges' microseconds) is the only difference

@@ -558,3 +558,28 @@ def test_the_measured_gemm_and_the_peak_come_from_the_device(monkeypatch):
 
     assert gemm["n"] == 64 and gemm["tflops"] == pytest.approx(2 * 64**3 / gemm["seconds"] / 1e12)
     assert peak["tflops"] > 0 and "FP32 peak" in peak["how"]
+
+
+@pytest.mark.parametrize("backbone", ["cnn-omniglot", "cnn-cifar"])
+def test_the_h100_references_figures_follow_from_its_committed_reports(backbone):
+    """profiles/reference/gpu-h100-2/: the ratios, growths, claims and the trace's power range that gpu_check.json
+    holds (and its README quotes) are made again here from the committed reports and traces, by the same code."""
+    check = _module()
+    folder = ROOT / "profiles" / "reference" / "gpu-h100-2"
+    stored = json.loads((folder / "gpu_check.json").read_text())
+    want = stored["backbones"][backbone]
+    csv_path = folder / f"gpu-check-{backbone}.csv"
+
+    fig = check.figures(csv_path, None, tuple(want["taus"]))
+
+    for metric in ("wall_s", "gpu_j", "gpu_net_j"):
+        assert fig["ratio"][metric]["value"] == pytest.approx(want["ratio"][metric]["value"], rel=1e-9), metric
+        for algo in ("pflego", "fedavg"):
+            got, stored_growth = fig["growth"][algo][metric], want["growth"][algo][metric]
+            assert got["verdict"] == stored_growth["verdict"], (algo, metric)
+            assert [got[k] for k in ("value", "lo", "hi")] == pytest.approx(
+                [stored_growth[k] for k in ("value", "lo", "hi")], rel=1e-9)
+    assert fig["claim"] == want["claim"] and fig["sweep_idle"] == want["sweep_idle"]
+    power = check.trace_power(csv_path, stored["environment"]["power_limit_w"])
+    assert power == want["trace_power"] and power["over_limit_unflagged"] == 0
+    assert {w: ok for w, _, ok in check.targets(want)}["PFLEGO flat over tau in gpu_j"] is True

@@ -295,6 +295,7 @@ class Windows:
                         other.overhead_s += self.profiler.thread_clock() - thread0
             win._result = self._result(win, end, peak, device_peak)
             win._ending = None
+            win.markers, win.start_marker = {}, None  # the device's events, read: let them go
             with self._lock:
                 self._unresolved.remove(win)
                 keep = [w.start.wall_s for w in self._open + self._unresolved]
