@@ -31,7 +31,7 @@ What overlapping windows mean, and where they are not allowed:
   only the cheap meters (never under the engine's lock) and are charged to no window.
 
 * On a device that queues its work and can mark its queue (``Profiler.marks``: a CUDA GPU) a phase edge does not
-  wait for the device: it puts a marker in the queue, reads the clocks and the cheap meters, and goes on. When the
+  wait for the device: it puts a marker in the queue, reads the clocks (no meter) and goes on. When the
   window has ended (its end waits for the device), each marked edge's time becomes the moment the device reached
   its marker (the window's start plus the device's seconds from the marker put at the start; never before the
   host passed the edge), its hardware meters' joules are the series' at that moment and its process CPU seconds
