@@ -83,7 +83,10 @@ class PeakRss:
         self._clear = self._status = self._pid = None
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter exit os may be gone: the files close with the process
+            pass
 
     def _try_reset(self) -> bool:
         try:
