@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -446,7 +447,9 @@ def test_a_rehearsal_on_a_fake_gpu_runs_every_step_and_its_counter_agrees_with_i
     assert "NVML energy counter / integral of its instant power" in readme
     assert "| sustained: rounds back to back at tau=3 for 0.3 s, one counter reading |" in readme
     assert "| target: no trace power above the power limit unflagged | MET: 0 unflagged above 700 W" in readme
-    assert "| the GPU's idle power the sweep measured (gpu_net_j = gpu_j - idle W x wall_s) | 150.0 W |" in readme
+    idle_row = re.search(r"\| the GPU's idle power the sweep measured \(gpu_net_j = gpu_j - idle W x wall_s\) \| "
+                         r"([0-9.]+) W \|", readme)
+    assert idle_row and float(idle_row[1]) == pytest.approx(150.0, rel=0.01), idle_row  # the counter's 150 W
 
 
 def _trace_report(tmp_path: Path, watts: list[tuple[float, str, int]]) -> Path:
