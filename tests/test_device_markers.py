@@ -25,17 +25,10 @@ import pytest
 from edgeprof.meters.base import Domain, Meter
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.estimate import CpuTimeEstimateMeter
-from edgeprof.measure.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import Profiler
+from test_trace import NoRss
 
 BUSY_W = 200.0  # what the fake device draws while it works (it draws nothing while idle)
-
-
-class NoRss(PeakRss):
-    def __init__(self):
-        self.per_window = False
-
-    def read_mb(self) -> float:
-        return 1.0
 
 
 class QueueDevice:

@@ -133,7 +133,7 @@ class CudaKind(DeviceKind):
         import torch
 
         event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(_torch_device(device)))
+        event.record(torch.cuda.current_stream(self.torch_device(device)))
         return event
 
     def seconds_between(self, first, second) -> float:
