@@ -217,6 +217,63 @@ def check_every_split_of_the_captured_head_steps_equals_the_host_head() -> None:
                                        atol=_tf32_ratio() * float32_atol(host, fan_in=n, depth=3 * 19 + 1))
 
 
+def check_every_program_count_of_the_head_kernel_equals_the_host_head() -> None:
+    """The Triton head kernel at each program count the GPU offers (``CudaKind.head_kernel_programs``: several
+    programs meet at a barrier each step), captured and replayed, gives the numpy head to float32 rounding for
+    shapes whose images no count divides, one feature, more classes than a tile's 16 and a wide M; two replays
+    give the same head (the programs' shares are summed in one order). Skipped with a line where Triton is
+    missing."""
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn import head_kernel
+    from edgeprof.nn.head_program import HeadProgram, ProgramKey
+
+    compute = _cuda_compute()
+    counts = compute.head_kernel_programs()
+    if not counts:
+        print(f"  no head kernel here: {head_kernel.unavailable() or 'the kind offers none'}")
+        return
+    assert 1 in counts and len(counts) > 1, counts
+    for n, m, k, steps in ((600, 64, 5, 49), (301, 16, 3, 5), (600, 384, 5, 9), (130, 1, 20, 4), (7, 8, 2, 3)):
+        feats_b, labels, w0 = _head_inputs(n, m, k, seed=n + m)
+        f, y = compute.tensor(feats_b), compute.labels(labels)
+        host = headlib.gradient_steps(w0, feats_b, labels, 0.2, steps)
+        for programs in counts:
+            program = HeadProgram(compute, ProgramKey(steps, n, k, m + 1, "float32", "cuda"), f, 1, programs)
+            program.capture()
+            got = compute.host(program.run(w0, f, y, 0.2))
+            again = compute.host(program.run(w0, f, y, 0.2))
+            np.testing.assert_allclose(got, host, rtol=0, err_msg=f"N={n}, M={m}, K={k}, {programs} programs",
+                                       atol=float32_atol(host, fan_in=max(n, m + 1), depth=3 * steps + 1))
+            assert np.array_equal(got, again), (n, m, k, programs)
+    print(f"  head kernel checked at {', '.join(map(str, counts))} programs")
+
+
+def check_the_staged_upload_equals_the_arrays_and_the_per_tensor_copy() -> None:
+    """``Compute.load`` on cuda stages a round's weights in pinned memory for one transfer: the parameters equal the
+    arrays exactly (a conv's channels_last weights included), twice in a row with other arrays, and the forward
+    after it equals the forward after one copy per tensor."""
+    import torch
+
+    from edgeprof.nn.backbones import build_backbone, input_shape_for
+    from edgeprof.nn.compute import PerTensorUpload, resolve
+
+    module = build_backbone("cnn-cifar", input_shape_for("cnn-cifar", "synthetic"))
+    compute = resolve("cuda", "auto", module, None)
+    module = compute.module(module)
+    x = np.random.default_rng(0).random((64, *module.input_shape), dtype=np.float32)
+    for seed in (1, 2):
+        arrays = [np.random.default_rng(seed * 100 + i).normal(size=tuple(p.shape)).astype(np.float32) * 0.05
+                  for i, p in enumerate(module.parameters())]
+        compute.load(module, arrays)
+        staged = compute.host(compute.forward(module, x))
+        for p, a in zip(module.parameters(), arrays):
+            assert np.array_equal(compute.host(p), a)
+        with torch.no_grad():
+            PerTensorUpload(compute.kind, compute.device).load(list(module.parameters()), arrays)
+        assert np.array_equal(compute.host(compute.forward(module, x)), staged)
+    assert compute._upload[0].describe().startswith("staged")
+
+
 def check_a_new_tau_or_n_recaptures_the_head_steps() -> None:
     """One capture per (steps, N): the same shapes again capture nothing; each replay gives the numpy head."""
     from edgeprof.nn import head as headlib
@@ -259,7 +316,7 @@ def check_the_replayed_head_steps_are_not_slower_than_eager() -> None:
         return min(times[1:])
 
     eagerly, replayed = best(eager), best(graphs)
-    tuning = ", ".join(f"split {k}: {v * 1e3:.3f} ms" for k, v in next(iter(graphs.tuning.values())).items())
+    tuning = ", ".join(f"{k}: {v * 1e3:.3f} ms" for k, v in next(iter(graphs.tuning.values())).items())
     print(f"  head steps at tau=100 (N=600): eager {eagerly * 1e3:.3f} ms, captured graph {replayed * 1e3:.3f} ms "
           f"({eagerly / replayed:.1f}x); capture set-up {graphs.describe()['capture_setup_s'] * 1e3:.1f} ms; "
           f"replays at set-up: {tuning}")
@@ -369,6 +426,8 @@ CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gp
           check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
           check_the_captured_head_steps_replay_equals_eager_and_the_host_head,
           check_every_split_of_the_captured_head_steps_equals_the_host_head,
+          check_every_program_count_of_the_head_kernel_equals_the_host_head,
+          check_the_staged_upload_equals_the_arrays_and_the_per_tensor_copy,
           check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
           check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned,
           check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing,

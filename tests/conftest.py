@@ -20,6 +20,11 @@ if len(_CACHE) < 40:  # Ray's sessions too (a socket path under it must stay bel
 
 torch.set_num_threads(1)
 
+# Triton's kernels (PFLEGO's head steps, edgeprof/nn/head_kernel.py) run in Triton's interpreter on the CPU where
+# there is no GPU: the switch must be set before triton is first imported (its own library is decorated then)
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture
 def task_identity(monkeypatch):

@@ -211,14 +211,14 @@ def test_prepare_captures_each_split_times_its_replays_and_keeps_the_fastest(rng
     prepared = programs.prepare(n, k, m + 1, steps)
     got = programs.run(w0, torch.from_numpy(feats_b), torch.from_numpy(labels), 0.3, steps).numpy()
 
-    times = programs.tuning[prepared.key]
+    times = {int(name.split()[-1]): t for name, t in programs.tuning[prepared.key].items()}
     assert set(times) == set(head_program.SPLITS) and 1 in times and len(times) > 1
     assert prepared.split not in slowed and times[prepared.split] == min(times.values())
     assert min(times[s] for s in slowed) >= 0.02 > times[prepared.split]
     assert (programs.captures, programs.replays, programs.eager_runs) == (1, 1, 0)
     described = programs.describe()["keys"][0]
-    assert described["split"] == prepared.split
-    assert set(described["split_replay_s"]) == {str(s) for s in head_program.SPLITS}
+    assert described["split"] == prepared.split and described["variant"] == f"graph split {prepared.split}"
+    assert set(described["variant_replay_s"]) == {f"graph split {s}" for s in head_program.SPLITS}
     want = headlib.gradient_steps(w0, feats_b, labels, 0.3, steps)
     np.testing.assert_allclose(got, want, rtol=0, atol=_program_atol(want, n, m, steps))
 

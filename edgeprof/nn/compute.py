@@ -146,6 +146,11 @@ class DeviceKind:
         (None: one of its own)."""
         raise NotImplementedError(f"the {self.name} kind captures no device programs")
 
+    def head_kernel_programs(self, device: str) -> tuple:
+        """The program counts at which PFLEGO's head steps may run as one Triton kernel here
+        (:mod:`edgeprof.nn.head_kernel`; tried beside the captured graphs, the fastest kept); () where none."""
+        return ()
+
     def graph_pool(self, device: str):
         """A memory pool several captures may share (their replays sequential; :mod:`edgeprof.nn.step_program`
         says when that is safe), or None where captures keep their own."""
@@ -154,6 +159,30 @@ class DeviceKind:
     def read_back(self, flat: "torch.Tensor") -> np.ndarray:
         """A flat device tensor's values in one host buffer (the tensor's own memory on the CPU)."""
         return self.to_host(flat).numpy()
+
+    def uploader(self, device: str):
+        """What copies host arrays into device tensors for :meth:`Compute.load` (kept by the compute for the run):
+        here one copy per tensor; a GPU stages them all for one transfer (:class:`edgeprof.nn.cuda.StagedUpload`)."""
+        return PerTensorUpload(self, device)
+
+
+class PerTensorUpload:
+    """Host arrays into device tensors one by one, each placed on the device (:meth:`DeviceKind.to_device`) and
+    copied into its target."""
+
+    def __init__(self, kind: DeviceKind, device: str) -> None:
+        self.kind, self.device = kind, device
+
+    def load(self, targets: Sequence["torch.Tensor"], arrays: Sequence[np.ndarray]) -> None:
+        import torch
+
+        with torch.no_grad():
+            for target, value in zip(targets, arrays):
+                host = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+                target.copy_(self.kind.to_device(host, self.device))
+
+    def describe(self) -> str:
+        return "one copy per tensor"
 
 
 #: torch's float32 matmul precision by default (FP32) and with ``--tf32`` (TF32 where the device has it)
@@ -224,6 +253,8 @@ class Compute:
     _kept: dict = field(default_factory=dict, compare=False, repr=False)
     #: the run's device programs by name (:meth:`programs`), described in the sidecar
     _programs: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the kind's uploader for :meth:`load`, made on first use (a GPU's keeps its staging buffers for the run)
+    _upload: list = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -318,9 +349,10 @@ class Compute:
 
         targets = list(module.parameters())
         check_params([tuple(t.shape) for t in targets], arrays)
+        if not self._upload:
+            self._upload.append(self.kind.uploader(self.device))
         with torch.no_grad():
-            for target, value in zip(targets, arrays):
-                target.copy_(self.tensor(value))
+            self._upload[0].load(targets, arrays)
 
     # ---------------------------------------------------------------------------------------- device -> host
 
@@ -435,6 +467,10 @@ class Compute:
         if pool is None:
             return self.kind.capture(run, self.device)
         return self.kind.capture(run, self.device, pool=pool)
+
+    def head_kernel_programs(self) -> tuple:
+        """:meth:`DeviceKind.head_kernel_programs` of this device."""
+        return tuple(self.kind.head_kernel_programs(self.device))
 
     def graph_pool(self):
         """A memory pool captures may share (:meth:`DeviceKind.graph_pool`; None: each keeps its own)."""

@@ -10,9 +10,9 @@ What it does differently from the host CPU (:class:`~edgeprof.nn.compute.DeviceK
   NVIDIA's build on a Jetson): TensorRT first, then CUDA, each pinned to this device's index, with the CPU
   provider last for the operators they lack (:func:`gpu_providers`);
 * repeated work is captured once as a CUDA graph and replayed (:meth:`CudaKind.capture`: PFLEGO's head steps,
-  :mod:`edgeprof.nn.head_program`; the baselines' local step, :mod:`edgeprof.nn.step_program`, whose graphs
-  share one memory pool, :meth:`CudaKind.graph_pool`), and flat read-backs land in pinned host memory
-  (:meth:`CudaKind.read_back`);
+  :mod:`edgeprof.nn.head_program`, or their one Triton kernel, :mod:`edgeprof.nn.head_kernel`, where faster;
+  the baselines' local step, :mod:`edgeprof.nn.step_program`, whose graphs share one memory pool,
+  :meth:`CudaKind.graph_pool`), and flat read-backs land in pinned host memory (:meth:`CudaKind.read_back`);
 * peak GPU memory per window: the allocator's peak of allocated bytes (the figure
   ``torch.cuda.max_memory_allocated`` gives, read from the nested stats), reset at each window's start;
 * ``--execution auto`` without a stored calibration runs the whole local set at once, unless the GPU's free memory
@@ -56,6 +56,10 @@ def _torch_device(device: str):
     import torch
 
     return torch.device("cuda", _index(device))
+
+
+#: each GPU's current stream as a torch object, while it stays current (:meth:`CudaKind.current_stream`)
+_STREAMS: dict = {}
 
 
 class CudaKind(DeviceKind):
@@ -124,17 +128,39 @@ class CudaKind(DeviceKind):
         torch.cuda.current_stream(flat.device).synchronize()
         return buffer.numpy()
 
+    def uploader(self, device: str):
+        """:class:`StagedUpload` on a CUDA device; one copy per tensor on a host-backed stand-in of this kind."""
+        if not self.can_capture(device):
+            return super().uploader(device)
+        return StagedUpload(self.torch_device(device))
+
     def can_mark(self, device: str) -> bool:
         """CUDA events, where the device is a CUDA one (a host-backed stand-in of this kind has no queue)."""
         return self.torch_device(device).type == "cuda"
 
     def mark(self, device: str):
-        """A timing CUDA event recorded on the device's current stream."""
+        """A timing CUDA event recorded on the device's current stream (:meth:`current_stream`)."""
         import torch
 
         event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.torch_device(device)))
+        event.record(self.current_stream(device))
         return event
+
+    def current_stream(self, device: str):
+        """The device's current stream, the object kept while the stream stays current: ``torch.cuda.current_stream``
+        makes a new one at each call (5 us on an H200's host, at every profiler edge); the raw stream handle, read
+        first, says whether the kept one is still current."""
+        import torch
+
+        dev = self.torch_device(device)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is None:  # a torch without it: a new object each time
+            return torch.cuda.current_stream(dev)
+        handle = raw(dev.index)
+        kept = _STREAMS.get(dev.index)
+        if kept is None or kept.cuda_stream != handle:
+            kept = _STREAMS[dev.index] = torch.cuda.current_stream(dev)
+        return kept
 
     def seconds_between(self, first, second) -> float:
         return first.elapsed_time(second) / 1000.0
@@ -158,6 +184,19 @@ class CudaKind(DeviceKind):
         with torch.cuda.graph(graph, pool=pool):
             run()
         return graph.replay
+
+    def head_kernel_programs(self, device: str) -> tuple:
+        """The kernel's program counts (:data:`edgeprof.nn.head_kernel.PROGRAM_COUNTS`, those up to the GPU's
+        multiprocessor count) on a CUDA device where Triton is importable (a CUDA build of torch on Linux brings it);
+        () elsewhere."""
+        from edgeprof.nn import head_kernel
+
+        if not (self.can_capture(device) and head_kernel.available()):
+            return ()
+        import torch
+
+        units = torch.cuda.get_device_properties(self.torch_device(device)).multi_processor_count
+        return tuple(p for p in head_kernel.PROGRAM_COUNTS if p <= units)  # every program resident at once
 
     def graph_pool(self, device: str):
         """A fresh CUDA graph memory pool handle (``torch.cuda.graph_pool_handle``) for captures to share."""
@@ -204,3 +243,58 @@ class CudaKind(DeviceKind):
         return {"kind": self.name, "device": device, "name": props.name,
                 "capability": f"{props.major}.{props.minor}", "memory_gib": round(props.total_memory / 2**30, 2),
                 "uuid": str(getattr(props, "uuid", "") or ""), "torch_cuda": torch.version.cuda}
+
+
+class StagedUpload:
+    """Host arrays into a module's parameters on a CUDA device in one transfer: each array copied into one pinned
+    (page-locked) host buffer (torch's CPU copy, on its intra-op threads), the buffer sent to one flat device buffer
+    with one DMA queued with ``non_blocking``, then every parameter copied from its slice of it (one multi-tensor
+    copy), all queued on the current stream: the host goes on to queue the forward while the GPU copies.
+
+    A copy per parameter from pageable memory (what :class:`~edgeprof.nn.compute.PerTensorUpload` does) stages
+    each through the driver and returns when it is done. On an H200's host (``scripts/gpu_probe.py``, best of 20,
+    synchronised) cnn-cifar's 1.75 M parameters took 0.76 ms that way and 0.44 ms staged, and the upload then a
+    forward of 600 images 2.20 ms against 1.81 ms (the forward alone 1.36 ms); cnn-omniglot's 0.11 M took 0.19 and
+    0.20 ms. The buffers are kept and grown as needed; before the host buffer is written again the previous transfer out of it is waited for (an
+    event recorded after it)."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self._host = self._flat = self._sent = None
+
+    def _buffers(self, total: int):
+        import torch
+
+        if self._host is None or self._host.numel() < total:
+            self._host = torch.empty(total, dtype=torch.float32, pin_memory=True)
+            self._flat = torch.empty(total, dtype=torch.float32, device=self.device)
+            self._sent = None
+        elif self._sent is not None:
+            self._sent.synchronize()  # the last transfer has read the host buffer
+        return self._host, self._flat
+
+    def load(self, targets, arrays) -> None:
+        import numpy as np
+        import torch
+
+        sizes = [int(np.size(a)) for a in arrays]
+        host, flat = self._buffers(sum(sizes))
+        start = 0
+        for value, size in zip(arrays, sizes):
+            host[start:start + size].copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)).view(-1))
+            start += size
+        flat[:start].copy_(host[:start], non_blocking=True)
+        self._sent = torch.cuda.Event()
+        self._sent.record(torch.cuda.current_stream(self.device))
+        slices, start = [], 0
+        for target, size in zip(targets, sizes):
+            slices.append(flat[start:start + size].view(target.shape))
+            start += size
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(list(targets), slices)
+        else:  # torch before 2.1
+            for target, part in zip(targets, slices):
+                target.copy_(part)
+
+    def describe(self) -> str:
+        return "staged in pinned host memory, one transfer"

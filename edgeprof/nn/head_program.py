@@ -12,9 +12,15 @@ The update's product, ``R^T phi_b`` (K x N by N x (M+1)), has a tiny output and 
 matrix product gives it to a few thread blocks, and on an H100 a replayed step took ~40 us for M=64, K=2 (~18 us for
 M=192). A program may instead split the images into ``split`` equal blocks (zero rows pad N to a multiple; a zero
 feature row adds nothing to the product), take the blocks' products side by side (one batched product) and sum
-them. Where the kind captures graphs, :meth:`HeadPrograms.prepare` captures one program per split of
-:data:`SPLITS`, times a few replays of each and keeps the fastest (``describe()`` gives the times); elsewhere a
-program does not split.
+them.
+
+Where the kind runs Triton kernels (:meth:`~edgeprof.nn.compute.DeviceKind.head_kernel_programs`: a CUDA GPU with
+Triton importable), a program may instead be one launch of :mod:`edgeprof.nn.head_kernel` for all its steps, the
+images' sum split over a few programs that meet at a barrier each step (no four to six launches a step).
+
+Where the kind captures graphs, :meth:`HeadPrograms.prepare` captures one program per variant (each split of
+:data:`SPLITS`, and the kernel at each of the kind's program counts), times a few replays of each and keeps the
+fastest (``describe()`` gives the times); elsewhere a program does not split and runs eagerly.
 
 A program is keyed by :class:`ProgramKey` (steps, N, K, M+1, dtype, device): a new tau, local set size, class count
 or feature width builds (and captures) a new one. The learning rate is *not* in the key: it is a device tensor the
@@ -84,17 +90,26 @@ class HeadProgram:
     so a later run does not overwrite a head a round still holds.
     """
 
-    def __init__(self, compute, key: ProgramKey, like, split: int = 1) -> None:
+    def __init__(self, compute, key: ProgramKey, like, split: int = 1, kernel_programs: int = 0) -> None:
         """``like``: any tensor on the device; the static tensors are allocated beside it (no host copy).
-        ``split``: the blocks of the update's sum (:func:`scaled_steps`); the static rows past N stay zero."""
+        ``split``: the blocks of the update's sum (:func:`scaled_steps`); the static rows past N stay zero.
+        ``kernel_programs`` > 0: the steps are one launch of :class:`~edgeprof.nn.head_kernel.HeadKernel` with that
+        many programs instead (``split`` is then 1)."""
         import torch
 
-        self.compute, self.key, self.split = compute, key, int(split)
+        self.compute, self.key = compute, key
+        self.kernel_programs = int(kernel_programs)
+        self.split = 1 if self.kernel_programs else int(split)
         rows = padded_rows(key.n, self.split)
         zeros = lambda *shape: like.new_zeros(shape, dtype=getattr(torch, key.dtype))  # noqa: E731
         self.w, self.feats_b = zeros(key.classes, key.width), zeros(rows, key.width)
         self.neg_target, self.scale = zeros(rows, key.classes), zeros()
         self.labels = like.new_zeros((rows,), dtype=torch.int64)
+        self.kernel = None
+        if self.kernel_programs:
+            from edgeprof.nn.head_kernel import HeadKernel
+
+            self.kernel = HeadKernel(key.n, key.classes, key.width, self.kernel_programs, self.w)
         self._replay: Optional[Callable[[], Any]] = None
         self.setup_s = 0.0
 
@@ -102,8 +117,17 @@ class HeadProgram:
     def captured(self) -> bool:
         return self._replay is not None
 
+    @property
+    def variant(self) -> str:
+        """How the steps run: ``graph split S`` (the eager steps, captured where the kind captures) or
+        ``kernel P programs``."""
+        return f"kernel {self.kernel_programs} programs" if self.kernel else f"graph split {self.split}"
+
     def _body(self) -> None:
-        """The program: targets from the labels, then the steps (what a capture records)."""
+        """The program: targets from the labels, then the steps (what a capture records); or the kernel's launch."""
+        if self.kernel is not None:
+            self.kernel.launch(self.w, self.feats_b, self.labels, self.scale, self.key.steps)
+            return
         self.neg_target.zero_().scatter_(1, self.labels.unsqueeze(1), 1.0).mul_(-self.scale)
         scaled_steps(self.w, self.feats_b, self.neg_target, self.scale, self.key.steps, self.split)
 
@@ -135,9 +159,11 @@ class HeadPrograms:
         self.compute = compute
         self._programs: dict[ProgramKey, HeadProgram] = {}
         self.builds = self.captures = self.replays = self.eager_runs = 0
-        #: per key prepared on a capturing kind: each split's replay time at set-up (s), the fastest kept
-        self.tuning: dict[ProgramKey, dict[int, float]] = {}
+        #: per key prepared on a capturing kind: each variant's replay time at set-up (s), the fastest kept
+        self.tuning: dict[ProgramKey, dict[str, float]] = {}
         self.capture_setup_s = 0.0  # every candidate's capture, the ones not kept included
+        #: kernel variants that could not be built or launched here, and why (never a graph: that error is raised)
+        self.failed: dict[str, str] = {}
 
     def key(self, n: int, classes: int, width: int, steps: int) -> ProgramKey:
         return ProgramKey(int(steps), int(n), int(classes), int(width), "float32", str(self.compute.device))
@@ -160,16 +186,25 @@ class HeadPrograms:
         program = self._get(key)
         if program.captured or steps <= 0 or not self.compute.can_capture():
             return program
-        times: dict[int, float] = {}
+        times: dict[str, float] = {}
         best = None
-        for split in SPLITS:
-            candidate = program if split == program.split else HeadProgram(self.compute, key, program.w, split)
-            candidate.capture()
+        variants = [(split, 0) for split in SPLITS] + [(1, p) for p in self.compute.head_kernel_programs()]
+        for split, kernel_programs in variants:
+            try:
+                candidate = (program if (split, kernel_programs) == (program.split, program.kernel_programs)
+                             else HeadProgram(self.compute, key, program.w, split, kernel_programs))
+                candidate.capture()
+            except Exception as err:  # a kernel this device cannot build or launch (e.g. out of shared memory)
+                if not kernel_programs:
+                    raise
+                self.failed[f"kernel {kernel_programs} programs ({key.n}x{key.width}, {key.steps} steps)"] = \
+                    f"{type(err).__name__}: {err}".splitlines()[0][:300]
+                continue
             self.capture_setup_s += candidate.setup_s
-            times[split] = self._replay_s(candidate)
-            if best is None or times[split] < times[best.split]:
+            times[candidate.variant] = self._replay_s(candidate)
+            if best is None or times[candidate.variant] < times[best.variant]:
                 best = candidate
-        self.captures += 1  # one program kept per key; len(SPLITS) graphs captured for it
+        self.captures += 1  # one program kept per key; one graph captured per variant for it
         self._programs[key], self.tuning[key] = best, times
         return best
 
@@ -204,7 +239,9 @@ class HeadPrograms:
         return {"head_steps": how, "programs_built": self.builds, "captures": self.captures,
                 "replays": self.replays, "eager_runs": self.eager_runs, "lr_in_key": False,
                 "capture_setup_s": round(self.capture_setup_s, 6), "splits_tried": list(SPLITS),
-                "keys": [{**asdict(p.key), "split": p.split,
-                          **({"split_replay_s": {str(k): round(v, 7) for k, v in self.tuning[p.key].items()}}
+                "kernel_programs_tried": list(self.compute.head_kernel_programs()), "failed": dict(self.failed),
+                "keys": [{**asdict(p.key), "split": p.split, "kernel_programs": p.kernel_programs,
+                          "variant": p.variant,
+                          **({"variant_replay_s": {k: round(v, 7) for k, v in self.tuning[p.key].items()}}
                              if p.key in self.tuning else {})}
                          for p in self._programs.values()]}

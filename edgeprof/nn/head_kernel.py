@@ -1,0 +1,100 @@
+"""PFLEGO's tau-1 head steps as one Triton kernel: every step in one launch, the images' sum split over programs.
+
+A captured graph of the eager steps (:mod:`edgeprof.nn.head_program`) still launches four to six kernels a step,
+each tiny: ~17 us a step replayed on an H100, 20..28% of a PFLEGO round at tau=100. This kernel runs all the steps
+in one launch. ``programs`` programs each own a slice of the N images; at every step each computes its slice's
+logits ``phi_b W^T``, their softmax and the residual against the one-hot targets, and its share of the update's
+product ``R^T phi_b``; writes that share to a buffer; waits at a barrier until every program has written its share
+(an atomic counter in device memory); then sums the shares in the same order as every other program and takes
+the step ``W <- W - (lr / N) * sum``, so every program holds the same ``W`` and program 0 writes it out at the end.
+The shares alternate between two buffers, one per step's parity: a program can only write step s+2's shares once
+every program has passed step s+1's barrier, so after it has read step s's.
+
+The products are float32 (``input_precision="ieee"``: no TF32), the softmax takes the row's maximum first, as
+:func:`edgeprof.nn.head.gradient_steps` does; the rounding differs from numpy's by the order of the sums only.
+
+The barrier needs every program resident on the device at once: ``programs`` is at most :data:`MAX_PROGRAMS`
+(far under any CUDA GPU's multiprocessor count) and the kernel runs alone in its stream. One program has no
+barrier, and is what Triton's interpreter (``TRITON_INTERPRET=1``, on the CPU: it runs a launch's programs one
+after another, so a barrier would never open) runs in the tests; several programs are checked on a GPU
+(``scripts/gpu_cases.py``). :func:`available` says whether this module can be used (Triton importable).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+#: the most programs a launch may use: each must be resident at once for the barrier (one a multiprocessor at most:
+#: H100 and H200 have 132), a power of two (each sums one equal slice of the programs' shares)
+MAX_PROGRAMS = 64
+#: the program counts :class:`edgeprof.nn.head_program.HeadPrograms` tries on a GPU (those up to its multiprocessor
+#: count): on an H200, 49 steps at N=600, M=64 took 3.85 ms with one program and 0.85 ms with eight, about
+#: inversely to the count (the first version of this kernel: each program's tile products dominate)
+PROGRAM_COUNTS = (1, 8, 16, 32, 64)
+#: the most floats in a tile of the features (rows x padded width): 32 KiB (with 64 images of M=384, Triton asked
+#: an H200 for 289 KiB of shared memory, over its 227 KiB)
+TILE_ELEMENTS = 8192
+
+
+@functools.lru_cache(maxsize=None)
+def unavailable() -> Optional[str]:
+    """Why the kernel cannot run here (Triton not importable), or None."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as err:  # an ImportError, or a Triton that fails to load its backend
+        return f"triton is not importable ({type(err).__name__}: {err})"
+    return None
+
+
+def available() -> bool:
+    return unavailable() is None
+
+
+def _next_pow2(n: int, least: int = 16) -> int:
+    p = least
+    while p < n:
+        p *= 2
+    return p
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    """The Triton kernel (:mod:`edgeprof.nn._head_triton`), imported on first use: importing this module never
+    imports Triton."""
+    from edgeprof.nn import _head_triton
+
+    return _head_triton.head_steps
+
+
+class HeadKernel:
+    """The launch of the kernel for one shape (N images, K classes, ``width`` = M+1) and program count, on static
+    device tensors: :meth:`launch` steps ``w`` (K, width) in place ``steps`` times on ``feats_b`` (at least N rows,
+    width columns), ``labels`` (int64) and the 0-d ``scale`` (lr / N). Its scratch (the shares, the counter) is
+    allocated here, beside ``w``; the counter is zeroed at each launch (a captured graph zeroes it at each replay)."""
+
+    def __init__(self, n: int, classes: int, width: int, programs: int, like) -> None:
+        import torch
+
+        if not 1 <= programs <= MAX_PROGRAMS or programs & (programs - 1):
+            raise ValueError(f"programs must be a power of two in 1..{MAX_PROGRAMS}, not {programs}")
+        self.n, self.classes, self.width, self.programs = int(n), int(classes), int(width), int(programs)
+        self.rows = -(-self.n // self.programs)  # each program's slice of the images
+        self.block_k, self.block_d = _next_pow2(self.classes), _next_pow2(self.width - 1)
+        # a tile of the features is at most TILE_ELEMENTS floats (registers, and the dots' operands in shared memory)
+        self.block_n = max(16, min(_next_pow2(self.rows), TILE_ELEMENTS // self.block_d))
+        # per parity: each program's share of the update, then their sum (each K x M, then K for the bias)
+        shares = 2 * (self.programs + 1) * self.block_k * (self.block_d + 1) if self.programs > 1 else 1
+        self.shares = torch.zeros(shares, dtype=torch.float32, device=like.device)
+        self.count = torch.zeros(1, dtype=torch.int32, device=like.device)
+
+    def launch(self, w, feats_b, labels, scale, steps: int) -> None:
+        self.count.zero_()
+        _kernel()[(self.programs,)](
+            w, feats_b, labels, scale, self.shares, self.count, self.n, self.classes, self.width, int(steps),
+            self.rows, BLOCK_N=self.block_n, BLOCK_K=self.block_k, BLOCK_D=self.block_d, PROGRAMS=self.programs,
+            num_warps=4, num_stages=1)
+
+    def describe(self) -> dict:
+        return {"programs": self.programs, "block_n": self.block_n, "block_k": self.block_k, "block_d": self.block_d}

@@ -1,0 +1,303 @@
+#!/usr/bin/env python
+"""Where a PFLEGO round's time goes on a GPU, part by part: a short diagnostic run beside ``scripts/gpu_check.py``.
+
+    PYTHONPATH=. python scripts/gpu_probe.py [--device cuda] [--rounds 12] [--json OUT.json]
+
+Prints, each measured on this machine (``--device cpu`` runs the same code on the CPU, to test this script):
+
+1. the host cost of each call a profiler window makes (median over many calls, microseconds): the clocks, a CUDA
+   event made and recorded, the current stream, the device's peak-memory reset and read, the peak-RSS reset and
+   read, NVML's energy counter; and the threads in the process (the process CPU clock sums theirs);
+2. PFLEGO's head steps (N=600, K=5, M=64 and 384, tau 50 and 100): every variant ``HeadPrograms.prepare`` tunes
+   (captured graphs of the eager steps per split, the Triton kernel per program count), each checked against the
+   numpy head to the float32 floor, and its replay time;
+3. the upload of a round's weights (``Compute.load``) for cnn-omniglot and cnn-cifar: one copy per tensor against
+   the staged single transfer, each alone and before a forward, against the forward alone (synchronised, best of 20);
+4. a PFLEGO and a FedAvg round at tau=50 on both backbones, unprofiled and profiled (``gpu_check``'s interleaved
+   rounds) and the host seconds spent inside each of the window engine's calls (begin, phase edges, end, resolve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def _us(fn, n: int = 2000) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def host_costs(device: str) -> dict:
+    import torch
+
+    from edgeprof.measure.profiler import PeakRss
+    from edgeprof.nn.compute import device_compute
+
+    compute = device_compute(device)
+    compute.tensor(np.zeros(1024, dtype=np.float32))  # the allocator made (a peak reset refuses before it)
+    out = {"threads": threading.active_count(), "perf_counter": _us(time.perf_counter),
+           "process_time": _us(time.process_time), "thread_time": _us(time.thread_time)}
+    try:
+        import os
+
+        out["os_threads"] = len(os.listdir("/proc/self/task"))
+    except OSError:
+        pass
+    rss = PeakRss()
+    out["peak_rss_reset"], out["peak_rss_read"] = _us(rss.reset), _us(rss.read_mb)
+    out["device_peak_reset"], out["device_peak_read"] = _us(compute.reset_peak_memory), _us(compute.peak_memory_mb)
+    out["sync_idle"] = _us(compute.sync)
+    if compute.can_mark():
+        dev = compute.kind.torch_device(device)
+        out["current_stream"] = _us(lambda: torch.cuda.current_stream(dev))
+        out["event_new"] = _us(lambda: torch.cuda.Event(enable_timing=True))
+        stream = torch.cuda.current_stream(dev)
+        event = torch.cuda.Event(enable_timing=True)
+        out["event_record"] = _us(lambda: event.record(stream))
+        out["compute_mark"] = _us(compute.mark)
+        compute.sync()
+    out.update(_window_costs(compute, device))
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        out["nvml_energy"] = _us(lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), 200)
+    except Exception as err:  # no NVML here
+        out["nvml_energy"] = f"unavailable: {type(err).__name__}"
+    return out
+
+
+def _window_costs(compute, device: str) -> dict:
+    """A profiler over this machine's meters (as a run opens them) with the device: each of a window's pieces alone,
+    then empty windows and windows of three empty phases, traced at 50 Hz (median per call, us)."""
+    from edgeprof.config import RunConfig
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.session.run import open_meters
+
+    out = {}
+    with open_meters(RunConfig(device=device), compute.device) as meters:
+        profiler = Profiler(meters, device=compute)
+        profiler.windows.start_trace(50.0)
+        try:
+            out["sample"] = _us(profiler.sample, 500)
+            out["clocks"] = _us(profiler.clocks, 500)
+            out["reset_peak_rss"] = _us(profiler.reset_peak_rss, 500)
+            out["read_peak_rss"] = _us(profiler.read_peak_rss_mb, 500)
+            out["reset_device_peak"] = _us(profiler.reset_device_peak, 500)
+            out["read_device_peak"] = _us(profiler.read_device_peak_mb, 500)
+            if profiler.marks:
+                out["profiler_mark"] = _us(profiler.mark, 500)
+            engine = profiler.windows
+            begins, ends, edges = [], [], []
+            for _ in range(300):
+                compute.sync()
+                t0 = time.perf_counter()
+                win = engine.begin("client")
+                t1 = time.perf_counter()
+                for name in ("a", "b", "c"):
+                    with win.phase(name):
+                        pass
+                t2 = time.perf_counter()
+                engine.end(win)
+                t3 = time.perf_counter()
+                win.result  # noqa: B018 (resolved after the timing, as the rounds' windows are)
+                begins.append(t1 - t0)
+                edges.append((t2 - t1) / 6)
+                ends.append(t3 - t2)
+            out["window_begin"] = statistics.median(begins) * 1e6
+            out["window_phase_edge"] = statistics.median(edges) * 1e6
+            out["window_end"] = statistics.median(ends) * 1e6
+            out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
+        finally:
+            profiler.windows.stop_trace()
+            profiler.close()
+    return out
+
+
+def head_variants(device: str) -> list:
+    from edgeprof.nn import head as headlib
+    from edgeprof.nn.compute import device_compute
+    from edgeprof.nn.head_program import HeadPrograms
+    from edgeprof.nn.tolerances import float32_atol
+
+    compute = device_compute(device)
+    rows = []
+    for m, steps in ((64, 49), (64, 99), (384, 49)):
+        rng = np.random.default_rng(m + steps)
+        n, k = 600, 5
+        feats_b = headlib.with_bias(rng.normal(size=(n, m)).astype(np.float32))
+        labels = rng.integers(0, k, size=n)
+        w0 = rng.normal(scale=0.1, size=(k, m + 1)).astype(np.float32)
+        programs = HeadPrograms(compute)
+        t0 = time.perf_counter()
+        best = programs.prepare(n, k, m + 1, steps)
+        setup = time.perf_counter() - t0
+        want = headlib.gradient_steps(w0, feats_b, labels, 0.2, steps)
+        atol = float32_atol(want, fan_in=max(n, m + 1), depth=3 * steps + 1)
+        f, y = compute.tensor(feats_b), compute.labels(labels)
+        errors = {}
+        for variant in [best.variant] + [v for v in programs.tuning.get(best.key, {}) if v != best.variant]:
+            program = _program_of(programs, best, variant)
+            got = compute.host(program.run(w0, f, y, 0.2))
+            errors[variant] = float(np.abs(got - want).max())
+        rows.append({"n": n, "m": m, "k": k, "steps": steps, "kept": best.variant, "setup_s": setup, "atol": atol,
+                     "failed": dict(programs.failed),
+                     "replay_ms": {v: t * 1e3 for v, t in programs.tuning.get(best.key, {}).items()},
+                     "max_error": errors, "within": all(e <= atol for e in errors.values())})
+    return rows
+
+
+def _program_of(programs, best, variant: str):
+    """The kept program, or a fresh capture of another variant (for its check)."""
+    from edgeprof.nn.head_program import HeadProgram
+
+    if variant == best.variant:
+        return best
+    words = variant.split()
+    split, kernel = (int(words[2]), 0) if words[0] == "graph" else (1, int(words[1]))
+    program = HeadProgram(programs.compute, best.key, best.w, split, kernel)
+    if programs.compute.can_capture():
+        program.capture()
+    return program
+
+
+def uploads(device: str) -> list:
+    import torch
+
+    from edgeprof.nn.backbones import build_backbone, input_shape_for
+    from edgeprof.nn.compute import PerTensorUpload, resolve
+
+    rows = []
+    for backbone in ("cnn-omniglot", "cnn-cifar"):
+        module = build_backbone(backbone, input_shape_for(backbone, "synthetic"))
+        compute = resolve(device, "auto", module, None)
+        module = compute.module(module)
+        arrays = [np.random.default_rng(i).normal(size=tuple(p.shape)).astype(np.float32) * 0.01
+                  for i, p in enumerate(module.parameters())]
+        x = np.random.default_rng(0).random((600, *module.input_shape), dtype=np.float32)
+        staged = compute.kind.uploader(compute.device)
+        per = PerTensorUpload(compute.kind, compute.device)
+        targets = list(module.parameters())
+
+        def best(fn, repeats: int = 20) -> float:
+            fn()
+            times = []
+            for _ in range(repeats):
+                compute.sync()
+                t0 = time.perf_counter()
+                fn()
+                compute.sync()
+                times.append(time.perf_counter() - t0)
+            return min(times) * 1e3
+
+        with torch.no_grad():
+            row = {"backbone": backbone, "parameters": sum(a.size for a in arrays), "tensors": len(arrays),
+                   "uploader": staged.describe(),
+                   "per_tensor_ms": best(lambda: per.load(targets, arrays)),
+                   "staged_ms": best(lambda: staged.load(targets, arrays)),
+                   "forward_ms": best(lambda: compute.forward(module, x)),
+                   "per_tensor_then_forward_ms": best(lambda: (per.load(targets, arrays), compute.forward(module, x))),
+                   "staged_then_forward_ms": best(lambda: (staged.load(targets, arrays), compute.forward(module, x)))}
+            staged.load(targets, arrays)
+            compute.sync()
+            row["staged_exact"] = all(np.array_equal(compute.host(t), a) for t, a in zip(targets, arrays))
+        rows.append(row)
+    return rows
+
+
+class _Timed:
+    """Host seconds inside each of the window engine's calls, summed (patched onto the class for the run)."""
+
+    NAMES = ("begin", "end", "_enter_phase", "_exit_phase", "_resolve")
+
+    def __init__(self) -> None:
+        from edgeprof.measure import windows
+
+        self.windows = windows
+        self.seconds = {n: 0.0 for n in self.NAMES}
+        self.calls = {n: 0 for n in self.NAMES}
+        self._saved = {n: getattr(windows.Windows, n) for n in self.NAMES}
+
+    def __enter__(self):
+        for name, real in self._saved.items():
+            setattr(self.windows.Windows, name, self._wrap(name, real))
+        return self
+
+    def _wrap(self, name, real):
+        def timed(engine, *a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return real(engine, *a, **kw)
+            finally:
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+        return timed
+
+    def __exit__(self, *exc) -> None:
+        for name, real in self._saved.items():
+            setattr(self.windows.Windows, name, real)
+
+    def per_call_us(self) -> dict:
+        return {n: round(self.seconds[n] / self.calls[n] * 1e6, 1) for n in self.NAMES if self.calls[n]}
+
+
+def rounds(device: str, n_rounds: int) -> dict:
+    import gpu_check
+
+    out = {}
+    for backbone in ("cnn-omniglot", "cnn-cifar"):
+        args = gpu_check.parse_args(["--out", "/tmp/probe", "--device", device, "--taus", "50",
+                                     "--profiler-rounds", str(n_rounds)])
+        with _Timed() as timed:
+            cost = gpu_check.profiler_cost(backbone, args, device)
+        cost["engine_calls_us"] = timed.per_call_us()
+        out[backbone] = cost
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--parts", default="host,head,upload,rounds")
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    results = {}
+    for name, fn in (("host", lambda: host_costs(args.device)), ("head", lambda: head_variants(args.device)),
+                     ("upload", lambda: uploads(args.device)), ("rounds", lambda: rounds(args.device, args.rounds))):
+        if name not in parts:
+            continue
+        t0 = time.perf_counter()
+        try:
+            results[name] = fn()
+        except Exception as err:  # a part that fails is reported and the next one runs
+            import traceback
+
+            traceback.print_exc()
+            results[name] = f"FAILED: {type(err).__name__}: {err}"
+        print(f"== {name} ({time.perf_counter() - t0:.1f} s)")
+        print(json.dumps(results[name], indent=1, default=str), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
