@@ -17,12 +17,13 @@ def _barrier(count_ptr, target):
         arrived = tl.atomic_add(count_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
 
+
 @triton.jit
 def head_steps(w_ptr, f_ptr, y_ptr, scale_ptr, share_ptr, count_ptr, n, k, width, steps, rows,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, PROGRAMS: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, PROGRAMS: tl.constexpr,
+               KD: tl.constexpr, SLICE: tl.constexpr):
     # the features' M = width - 1 columns are a tile (BLOCK_D: M's next power of two), the bias column a vector
-    KD = BLOCK_K * BLOCK_D
-    SLICE = KD // PROGRAMS
+    # KD = BLOCK_K * BLOCK_D (the update's tile), SLICE = KD // PROGRAMS (each program's part of the sum)
     pid = tl.program_id(0)
     m = width - 1
     offs_k = tl.arange(0, BLOCK_K)

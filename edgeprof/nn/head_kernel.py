@@ -94,6 +94,7 @@ class HeadKernel:
         _kernel()[(self.programs,)](
             w, feats_b, labels, scale, self.shares, self.count, self.n, self.classes, self.width, int(steps),
             self.rows, BLOCK_N=self.block_n, BLOCK_K=self.block_k, BLOCK_D=self.block_d, PROGRAMS=self.programs,
+            KD=self.block_k * self.block_d, SLICE=self.block_k * self.block_d // self.programs,
             num_warps=4, num_stages=1)
 
     def describe(self) -> dict:
