@@ -84,16 +84,19 @@ def host_costs(device: str) -> dict:
 
 
 def _window_costs(compute, device: str) -> dict:
-    """A profiler over this machine's meters (as a run opens them) with the device: each of a window's pieces alone,
-    then empty windows and windows of three empty phases, traced at 50 Hz (median per call, us)."""
+    """A profiler with the device over this machine's meters (as a run opens them): each of a window's pieces alone,
+    then empty windows of three empty phases (median per call, us) in three set-ups: traced at 50 Hz, not traced,
+    and over the CPU-time estimate alone (no NVML: no series or sampler thread beside the measured one), so that
+    what the threads beside it cost the measured thread shows."""
     from edgeprof.config import RunConfig
     from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.meters.estimate import CpuTimeEstimateMeter
     from edgeprof.session.run import open_meters
 
     out = {}
     with open_meters(RunConfig(device=device), compute.device) as meters:
         profiler = Profiler(meters, device=compute)
-        profiler.windows.start_trace(50.0)
         try:
             out["sample"] = _us(profiler.sample, 500)
             out["clocks"] = _us(profiler.clocks, 500)
@@ -103,31 +106,43 @@ def _window_costs(compute, device: str) -> dict:
             out["read_device_peak"] = _us(profiler.read_device_peak_mb, 500)
             if profiler.marks:
                 out["profiler_mark"] = _us(profiler.mark, 500)
-            engine = profiler.windows
-            begins, ends, edges = [], [], []
-            for _ in range(300):
-                compute.sync()
-                t0 = time.perf_counter()
-                win = engine.begin("client")
-                t1 = time.perf_counter()
-                for name in ("a", "b", "c"):
-                    with win.phase(name):
-                        pass
-                t2 = time.perf_counter()
-                engine.end(win)
-                t3 = time.perf_counter()
-                win.result  # noqa: B018 (resolved after the timing, as the rounds' windows are)
-                begins.append(t1 - t0)
-                edges.append((t2 - t1) / 6)
-                ends.append(t3 - t2)
-            out["window_begin"] = statistics.median(begins) * 1e6
-            out["window_phase_edge"] = statistics.median(edges) * 1e6
-            out["window_end"] = statistics.median(ends) * 1e6
             out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
+            profiler.windows.start_trace(50.0)
+            out["traced"] = _empty_windows(compute, profiler)
+            profiler.windows.stop_trace()
+            out["untraced"] = _empty_windows(compute, profiler)
         finally:
             profiler.windows.stop_trace()
             profiler.close()
+    alone = Profiler(MeterSet([CpuTimeEstimateMeter()]), device=compute)
+    try:
+        out["estimate_only_untraced"] = _empty_windows(compute, alone)
+    finally:
+        alone.close()
     return out
+
+
+def _empty_windows(compute, profiler, windows: int = 300) -> dict:
+    """Medians (us) of an empty window's begin, of its six phase edges (three empty phases) each, of its end."""
+    engine = profiler.windows
+    begins, ends, edges = [], [], []
+    for _ in range(windows):
+        compute.sync()
+        t0 = time.perf_counter()
+        win = engine.begin("client")
+        t1 = time.perf_counter()
+        for name in ("a", "b", "c"):
+            with win.phase(name):
+                pass
+        t2 = time.perf_counter()
+        engine.end(win)
+        t3 = time.perf_counter()
+        win.result  # noqa: B018 (resolved after the timing, as the rounds' windows are)
+        begins.append(t1 - t0)
+        edges.append((t2 - t1) / 6)
+        ends.append(t3 - t2)
+    return {"begin": statistics.median(begins) * 1e6, "phase_edge": statistics.median(edges) * 1e6,
+            "end": statistics.median(ends) * 1e6}
 
 
 def head_variants(device: str) -> list:

@@ -520,3 +520,43 @@ def test_a_round_whose_shapes_were_not_prepared_runs_eagerly_and_captures_nothin
 
     assert len(capturing.at("capture")) == len(SPLITS) and registry.eager_runs == 1 and registry.replays == 0
     assert np.isfinite(update.loss) and registry.describe()["eager_runs"] == 1
+
+
+class _RecordingUpload(computelib.PerTensorUpload):
+    """The per-tensor upload, counting its loads (a GPU's kind gives a staged one; the seam is the same)."""
+
+    made = 0
+
+    def __init__(self, kind, device):
+        super().__init__(kind, device)
+        type(self).made += 1
+        self.loads = 0
+
+    def load(self, targets, arrays):
+        self.loads += 1
+        super().load(targets, arrays)
+
+
+class _UploadKind(computelib.DeviceKind):
+    def uploader(self, device):
+        return _RecordingUpload(self, device)
+
+
+def test_load_copies_through_the_kinds_uploader_made_once_per_run_and_refuses_a_wrong_shape_first():
+    """Compute.load asks its kind for an uploader once and loads every round through it; the parameters equal the
+    arrays; a wrong shape is refused before the uploader copies anything."""
+    from edgeprof.errors import ModelError
+    from edgeprof.nn.backbones import build_backbone, get_params
+
+    compute = computelib.Compute(kind=_UploadKind())
+    module = build_backbone("cnn-omniglot", seed=0)
+    _RecordingUpload.made = 0
+    for seed in (1, 2):
+        arrays = get_params(build_backbone("cnn-omniglot", seed=seed))
+        compute.load(module, arrays)
+        assert all(np.array_equal(p.detach().numpy(), a) for p, a in zip(module.parameters(), arrays))
+    uploader = compute._upload[0]
+    assert _RecordingUpload.made == 1 and uploader.loads == 2
+    with pytest.raises(ModelError):
+        compute.load(module, [a[:1] if a.ndim else a for a in get_params(module)])
+    assert uploader.loads == 2

@@ -259,8 +259,11 @@ class StagedUpload:
     event recorded after it)."""
 
     def __init__(self, device) -> None:
+        import threading
+
         self.device = device
         self._host = self._flat = self._sent = None
+        self._lock = threading.Lock()  # one load at a time: the buffers are shared (the copies are stream-ordered)
 
     def _buffers(self, total: int):
         import torch
@@ -274,6 +277,10 @@ class StagedUpload:
         return self._host, self._flat
 
     def load(self, targets, arrays) -> None:
+        with self._lock:
+            self._load(targets, arrays)
+
+    def _load(self, targets, arrays) -> None:
         import numpy as np
         import torch
 

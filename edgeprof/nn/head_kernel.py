@@ -40,9 +40,10 @@ TILE_ELEMENTS = 8192
 @functools.lru_cache(maxsize=None)
 def unavailable() -> Optional[str]:
     """Why the kernel cannot run here (Triton not importable), or None."""
+    import importlib
+
     try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+        importlib.import_module("triton.language")
     except Exception as err:  # an ImportError, or a Triton that fails to load its backend
         return f"triton is not importable ({type(err).__name__}: {err})"
     return None
