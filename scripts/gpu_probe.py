@@ -43,8 +43,6 @@ def _us(fn, n: int = 2000) -> float:
 
 
 def host_costs(device: str) -> dict:
-    import torch
-
     from edgeprof.measure.profiler import PeakRss
     from edgeprof.nn.compute import device_compute
 
@@ -63,11 +61,12 @@ def host_costs(device: str) -> dict:
     out["device_peak_reset"], out["device_peak_read"] = _us(compute.reset_peak_memory), _us(compute.peak_memory_mb)
     out["sync_idle"] = _us(compute.sync)
     if compute.can_mark():
-        dev = compute.kind.torch_device(device)
-        out["current_stream"] = _us(lambda: torch.cuda.current_stream(dev))
-        out["event_new"] = _us(lambda: torch.cuda.Event(enable_timing=True))
-        stream = torch.cuda.current_stream(dev)
-        event = torch.cuda.Event(enable_timing=True)
+        # through the seam (scripts never reach torch's device API themselves): the kind's kept current stream,
+        # an event of the marker's own type made and recorded on it, the marker whole
+        out["current_stream_kept"] = _us(lambda: compute.kind.current_stream(device))
+        event_type = type(compute.mark())
+        out["event_new"] = _us(lambda: event_type(enable_timing=True))
+        stream, event = compute.kind.current_stream(device), event_type(enable_timing=True)
         out["event_record"] = _us(lambda: event.record(stream))
         out["compute_mark"] = _us(compute.mark)
         compute.sync()
