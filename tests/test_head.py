@@ -239,3 +239,19 @@ def test_a_new_learning_rate_reuses_the_program_and_steps_with_it(rng, lrs):
     for lr, out in zip(lrs, got):
         want = headlib.gradient_steps(w0, feats_b, labels, lr, steps)
         np.testing.assert_allclose(out, want, rtol=0, atol=_program_atol(want, n, m, steps))
+
+
+@pytest.mark.parametrize("value,off", [("off", True), ("0", True), (" False ", True), ("no", True), ("on", False),
+                                       ("", False)])
+def test_edgeprof_head_kernel_off_leaves_the_cuda_kind_no_kernel_programs(monkeypatch, value, off):
+    """EDGEPROF_HEAD_KERNEL=off (0, no, false) turns the Triton head kernel off: the CUDA kind then offers no program
+    counts (checked before it asks the GPU anything), so prepare tunes the graphs alone."""
+    from edgeprof.nn import head_kernel
+    from edgeprof.nn.cuda import CudaKind
+
+    monkeypatch.setenv(head_kernel.SWITCH, value)
+    assert head_kernel.switched_off() is off
+    if off:
+        monkeypatch.setattr(CudaKind, "can_capture", lambda self, device: True)
+        monkeypatch.setattr(head_kernel, "available", lambda: True)
+        assert CudaKind().head_kernel_programs("cuda") == ()

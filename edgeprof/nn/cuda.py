@@ -188,10 +188,10 @@ class CudaKind(DeviceKind):
     def head_kernel_programs(self, device: str) -> tuple:
         """The kernel's program counts (:data:`edgeprof.nn.head_kernel.PROGRAM_COUNTS`, those up to the GPU's
         multiprocessor count) on a CUDA device where Triton is importable (a CUDA build of torch on Linux brings it);
-        () elsewhere."""
+        () elsewhere, and where ``EDGEPROF_HEAD_KERNEL=off`` (:func:`edgeprof.nn.head_kernel.switched_off`)."""
         from edgeprof.nn import head_kernel
 
-        if not (self.can_capture(device) and head_kernel.available()):
+        if not (self.can_capture(device) and head_kernel.available()) or head_kernel.switched_off():
             return ()
         import torch
 

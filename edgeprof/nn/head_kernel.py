@@ -11,11 +11,14 @@ The shares alternate between two buffers, one per step's parity: a program can o
 every program has passed step s+1's barrier, so after it has read step s's.
 
 The products are float32 (``input_precision="ieee"``: no TF32), the softmax takes the row's maximum first, as
-:func:`edgeprof.nn.head.gradient_steps` does; the rounding differs from numpy's by the order of the sums only.
+:func:`edgeprof.nn.head.gradient_steps` does; the rounding differs from numpy's in the order of the operations, within
+the float32 floor the tests hold it to.
 
-The barrier needs every program resident on the device at once: ``programs`` is at most :data:`MAX_PROGRAMS`
-(far under any CUDA GPU's multiprocessor count) and the kernel runs alone in its stream. One program has no
-barrier, and is what Triton's interpreter (``TRITON_INTERPRET=1``, on the CPU: it runs a launch's programs one
+The barrier needs every program resident on the device at once: ``programs`` is at most :data:`MAX_PROGRAMS` and at
+most the GPU's multiprocessor count (:meth:`edgeprof.nn.cuda.CudaKind.head_kernel_programs`). A GPU shared so that
+fewer multiprocessors than that are ever free together (an MPS client limited to a share of the threads) would
+leave the kernel waiting at its first barrier: ``EDGEPROF_HEAD_KERNEL=off`` turns the kernel off (the captured
+graphs then run the steps). One program has no barrier, and is what Triton's interpreter (``TRITON_INTERPRET=1``, on the CPU: it runs a launch's programs one
 after another, so a barrier would never open) runs in the tests; several programs are checked on a GPU
 (``scripts/gpu_cases.py``). :func:`available` says whether this module can be used (Triton importable).
 """
@@ -29,12 +32,21 @@ from typing import Optional
 #: H100 and H200 have 132), a power of two (each sums one equal slice of the programs' shares)
 MAX_PROGRAMS = 64
 #: the program counts :class:`edgeprof.nn.head_program.HeadPrograms` tries on a GPU (those up to its multiprocessor
-#: count): on an H200, 49 steps at N=600, M=64 took 3.85 ms with one program and 0.85 ms with eight, about
-#: inversely to the count (the first version of this kernel: each program's tile products dominate)
+#: count): on an H200, 99 steps at N=600, M=64, K=5 took 3.678 / 1.045 / 0.766 / 0.688 / 0.528 ms at 1 / 8 / 16 /
+#: 32 / 64 programs (the best captured graph: 1.740 ms); each program's tile products dominate
 PROGRAM_COUNTS = (1, 8, 16, 32, 64)
-#: the most floats in a tile of the features (rows x padded width): 32 KiB (with 64 images of M=384, Triton asked
-#: an H200 for 289 KiB of shared memory, over its 227 KiB)
+#: the most floats in a tile of the features (rows x padded width): 32 KiB (a first version's tile of 64 images by
+#: 512 padded columns, M=384, asked an H200 for 289 KiB of shared memory, over its 227 KiB)
 TILE_ELEMENTS = 8192
+#: the environment variable that turns the kernel off (``off``, ``0``, ``no``, ``false``)
+SWITCH = "EDGEPROF_HEAD_KERNEL"
+
+
+def switched_off() -> bool:
+    """Whether :data:`SWITCH` turns the kernel off."""
+    import os
+
+    return os.environ.get(SWITCH, "").strip().lower() in ("off", "0", "no", "false")
 
 
 @functools.lru_cache(maxsize=None)
