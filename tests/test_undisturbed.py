@@ -328,3 +328,41 @@ def test_doctor_prints_each_meters_read_cost_and_how_a_run_reads_it():
     assert rows["cpu_estimate"]["read_cost_s"] < SLOW_READ_S and rows["cpu_estimate"]["read"].startswith("at every")
     nvml_block = text[text.index("nvml "):]
     assert re.search(r"read cost: +\d+(\.\d+)? ms a read \(read off the measured thread", nvml_block), nvml_block
+
+
+def test_on_a_device_whose_queue_is_marked_every_hardware_meter_is_described_as_read_off_thread():
+    """One rule (MeterSet.off_thread) says which meters a profiler reads off the measured thread, and the sidecar's
+    description follows it: on a marking device a cheap hardware meter is read off-thread too (so described), the
+    CPU-time estimate still at the edges; on the CPU the cheap one is read at the edges, its line saying where
+    that changes."""
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.base import Domain, Meter
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.meters.estimate import CpuTimeEstimateMeter
+
+    class CheapRails(Meter):
+        name = "rails"
+
+        def domains(self):
+            return (Domain("cpu_package_0", "cpu_package", "counter"),)
+
+        def read_j(self):
+            return {"cpu_package_0": 0.0}
+
+    class Marking:
+        kind_name = "fake"
+
+        def can_mark(self):
+            return True
+
+    meters = MeterSet([CheapRails(), CpuTimeEstimateMeter()])
+    meters.read_cost_s.update(rails=1e-6, cpu_estimate=1e-6)
+    for marks in (True, False):
+        described = {m["name"]: m["read"] for m in meters.describe(marks=marks)["meters"]}
+        assert described["cpu_estimate"] == "at every window and phase edge"
+        if marks:
+            assert described["rails"].startswith("off the measured thread")
+        else:
+            assert described["rails"].startswith("at every window and phase edge (off the measured thread where")
+    assert [m.name for m in meters.off_thread(marks=True)] == ["rails"] and meters.off_thread() == ()
+    assert [m.name for m in Profiler(meters, device=Marking())._slow] == ["rails"]

@@ -184,9 +184,7 @@ class Profiler:
         self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
         #: phase edges mark the device's queue instead of waiting for it (see the class docstring)
         self.marks = _can_mark(device)
-        slow = meters.slow_meters()
-        self._slow = (tuple(m for m in meters.meters if m in slow or not m.from_cpu_clock) if self.marks
-                      else slow)
+        self._slow = meters.off_thread(self.marks)
         self._direct = tuple(m for m in meters.meters if m not in self._slow)
         self.series: Optional[CounterSeries] = None
         self._sampling = threading.Lock()  # a sample's clocks and reads together (edges and trace ticks)

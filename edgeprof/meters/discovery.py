@@ -134,6 +134,14 @@ class MeterSet:
         """The meters whose read costs more than :data:`SLOW_READ_S` (read off the measured thread)."""
         return tuple(m for m in self.meters if self.read_cost_s.get(m.name, 0.0) > SLOW_READ_S)
 
+    def off_thread(self, marks: bool = False) -> tuple[Meter, ...]:
+        """The meters a profiler reads off the measured thread: the slow ones; and with ``marks`` (a device whose queue
+        the profiler marks: a CUDA GPU) every meter that measures hardware, all but those derived from the process
+        CPU clock (:attr:`~edgeprof.meters.base.Meter.from_cpu_clock`), so that a phase's joules are those between
+        the moments the device reached its edges."""
+        slow = self.slow_meters()
+        return tuple(m for m in self.meters if m in slow or not m.from_cpu_clock) if marks else slow
+
     def read_j(self, *, cpu_s: float | None = None) -> dict[str, float]:
         """The joules of :meth:`read` (its flags are still recorded for ``describe()``)."""
         return dict(self.read(cpu_s=cpu_s).energy_j)
@@ -148,10 +156,12 @@ class MeterSet:
         used = {d.method for d in self.domains() if d.in_total}
         return tuple(m for m in METHODS if m in used)
 
-    def describe(self) -> dict:
+    def describe(self, marks: bool = False) -> dict:
         """The meters, the back-ends not found (with the parts they left out) or not used, and ``invalid``:
-        per domain, each kind of implausible reading seen so far with how many readings and the first detail."""
-        slow = self.slow_meters()
+        per domain, each kind of implausible reading seen so far with how many readings and the first detail.
+        ``marks``: the run's device is one whose queue the profiler marks (each meter's ``read`` then says so,
+        :meth:`off_thread`)."""
+        slow = self.off_thread(marks)
         return {
             "meters": [{**m.describe(), **self._read_description(m, m in slow)} for m in self.meters],
             "not_found": [
@@ -172,7 +182,9 @@ class MeterSet:
             return {}
         return {"read_cost_s": round(self.read_cost_s[meter.name], 9),
                 "read": ("off the measured thread: sampled with timestamps, edges interpolated" if slow
-                         else "at every window and phase edge")}
+                         else "at every window and phase edge" if meter.from_cpu_clock
+                         else "at every window and phase edge (off the measured thread where the profiler marks "
+                              "the device's queue: a CUDA GPU)")}
 
     def close(self) -> None:
         for meter in self.meters:

@@ -162,7 +162,8 @@ def sidecar_data(cfg, run_id: str, meters: MeterSet, energy: Energy, phases: Seq
     from edgeprof.host import host_info, library_versions
 
     return {"run_id": run_id, "config": cfg.to_dict(), "host": host_info(),
-            "libraries": library_versions(), "numerics": numerics(runtime), "meters": meters.describe(),
+            "libraries": library_versions(), "numerics": numerics(runtime),
+            "meters": meters.describe(marks=runtime is not None and runtime.compute.can_mark()),
             "profiler_overhead": "wall",
             "energy": energy.sidecar, "phases": list(phases), "notes": list(energy.notes), **status}
 
