@@ -108,6 +108,7 @@ def _window_costs(compute, device: str) -> dict:
             out["meters"] = [f"{d.name} ({d.method})" for d in profiler.domains]
             profiler.windows.start_trace(50.0)
             out["traced"] = _empty_windows(compute, profiler)
+            out["traced_profiled"] = _profiled_windows(compute, profiler)
             profiler.windows.stop_trace()
             out["untraced"] = _empty_windows(compute, profiler)
         finally:
@@ -119,6 +120,22 @@ def _window_costs(compute, device: str) -> dict:
     finally:
         alone.close()
     return out
+
+
+def _profiled_windows(compute, profiler, windows: int = 300, top: int = 20) -> list:
+    """The empty windows of :func:`_empty_windows` under cProfile: the functions with the most own time, each as
+    "own us a window, calls a window, name" (cProfile slows every call; the shares are what it tells)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    _empty_windows(compute, profiler, windows)
+    profile.disable()
+    stats = pstats.Stats(profile).stats
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return [f"{tt / windows * 1e6:.1f} us, {nc / windows:.1f} calls: {name} ({Path(file).name}:{line})"
+            for (file, line, name), (_, nc, tt, _, _) in rows]
 
 
 def _empty_windows(compute, profiler, windows: int = 300) -> dict:
