@@ -168,7 +168,8 @@ class DeviceKind:
 
 class PerTensorUpload:
     """Host arrays into device tensors one by one, each placed on the device (:meth:`DeviceKind.to_device`) and
-    copied into its target."""
+    copied into its target. :meth:`load` runs under ``torch.no_grad`` (:meth:`Compute.load` holds it), as every
+    uploader's does."""
 
     def __init__(self, kind: DeviceKind, device: str) -> None:
         self.kind, self.device = kind, device
@@ -176,10 +177,9 @@ class PerTensorUpload:
     def load(self, targets: Sequence["torch.Tensor"], arrays: Sequence[np.ndarray]) -> None:
         import torch
 
-        with torch.no_grad():
-            for target, value in zip(targets, arrays):
-                host = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-                target.copy_(self.kind.to_device(host, self.device))
+        for target, value in zip(targets, arrays):
+            host = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+            target.copy_(self.kind.to_device(host, self.device))
 
     def describe(self) -> str:
         return "one copy per tensor"

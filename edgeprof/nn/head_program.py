@@ -44,6 +44,12 @@ SPLITS = (1, 4, 16, 64)
 TUNING_REPLAYS = 3
 
 
+def variant_name(split: int, kernel_programs: int = 0) -> str:
+    """A head program's variant as the tuning and the sidecar name it: ``graph split S`` (the eager steps, captured
+    where the kind captures) or ``kernel P programs``."""
+    return f"kernel {kernel_programs} programs" if kernel_programs else f"graph split {split}"
+
+
 def padded_rows(n: int, split: int) -> int:
     """N rounded up to a multiple of ``split``."""
     return -(-n // split) * split
@@ -119,9 +125,8 @@ class HeadProgram:
 
     @property
     def variant(self) -> str:
-        """How the steps run: ``graph split S`` (the eager steps, captured where the kind captures) or
-        ``kernel P programs``."""
-        return f"kernel {self.kernel_programs} programs" if self.kernel else f"graph split {self.split}"
+        """How the steps run (:func:`variant_name`)."""
+        return variant_name(self.split, self.kernel_programs)
 
     def _body(self) -> None:
         """The program: targets from the labels, then the steps (what a capture records); or the kernel's launch."""
@@ -197,7 +202,7 @@ class HeadPrograms:
             except Exception as err:  # a kernel this device cannot build or launch (e.g. out of shared memory)
                 if not kernel_programs:
                     raise
-                self.failed[f"kernel {kernel_programs} programs ({key.n}x{key.width}, {key.steps} steps)"] = \
+                self.failed[f"{variant_name(split, kernel_programs)} ({key.n}x{key.width}, {key.steps} steps)"] = \
                     f"{type(err).__name__}: {err}".splitlines()[0][:300]
                 continue
             self.capture_setup_s += candidate.setup_s
