@@ -34,7 +34,9 @@ class RuntimeWatch:
         self.token = uuid.uuid4().hex
         self.tmp = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
         self.env = {TEST_MARK: self.token, "TMPDIR": str(self.tmp)}
-        self.seen: dict[int, str] = {}  # pid -> command line
+        # pid -> every command line it showed: a child caught between its fork and its exec still shows its
+        # parent's line (the command's, for the SuperLink), and is known by its own at a later look
+        self.seen: dict[int, set] = {}
         self.ports: set[int] = set()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -59,7 +61,7 @@ class RuntimeWatch:
         while not self._done.wait(0.5):
             for process in self.marked():
                 try:
-                    self.seen.setdefault(process.pid, " ".join(process.cmdline()))
+                    self.seen.setdefault(process.pid, set()).add(" ".join(process.cmdline()))
                     self.ports |= {c.laddr.port for c in process.net_connections("inet")
                                    if c.status == psutil.CONN_LISTEN}
                 except psutil.Error:
@@ -70,9 +72,9 @@ class RuntimeWatch:
         process, every port it listened on free again, the temporary folder empty."""
         self._done.set()
         self._thread.join(10)
-        commands = list(self.seen.values())
+        commands = [line for lines in self.seen.values() for line in lines]
         assert any("flower-superlink" in c for c in commands) and any("flwr-simulation" in c for c in commands), \
-            commands
+            "\n".join(commands)
         left = [(p.pid, " ".join(p.cmdline())) for p in self.marked()]
         assert not left, left
         assert self.ports, "no port seen: the watch missed the SuperLink"
