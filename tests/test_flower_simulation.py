@@ -34,8 +34,8 @@ class RuntimeWatch:
         self.token = uuid.uuid4().hex
         self.tmp = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
         self.env = {TEST_MARK: self.token, "TMPDIR": str(self.tmp)}
-        # pid -> every command line it showed: a child caught between its fork and its exec still shows its
-        # parent's line (the command's, for the SuperLink), and is known by its own at a later look
+        # pid -> every command line it showed: a child caught between its fork and its exec shows an empty line or
+        # its parent's (the command's, for the SuperLink), and is known by its own at a later look
         self.seen: dict[int, set] = {}
         self.ports: set[int] = set()
         self._done = threading.Event()
