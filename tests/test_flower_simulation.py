@@ -34,9 +34,9 @@ class RuntimeWatch:
         self.token = uuid.uuid4().hex
         self.tmp = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
         self.env = {TEST_MARK: self.token, "TMPDIR": str(self.tmp)}
-        # pid -> every command line it showed: a child caught between its fork and its exec shows an empty line or
-        # its parent's (the command's, for the SuperLink), and is known by its own at a later look
-        self.seen: dict[int, set] = {}
+        # every command line a marked process showed: a child caught between its fork and its exec shows an empty
+        # line or its parent's (the command's, for the SuperLink), and its own at a later look
+        self.seen: set[str] = set()
         self.ports: set[int] = set()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -61,7 +61,7 @@ class RuntimeWatch:
         while not self._done.wait(0.5):
             for process in self.marked():
                 try:
-                    self.seen.setdefault(process.pid, set()).add(" ".join(process.cmdline()))
+                    self.seen.add(" ".join(process.cmdline()))
                     self.ports |= {c.laddr.port for c in process.net_connections("inet")
                                    if c.status == psutil.CONN_LISTEN}
                 except psutil.Error:
@@ -72,7 +72,7 @@ class RuntimeWatch:
         process, every port it listened on free again, the temporary folder empty."""
         self._done.set()
         self._thread.join(10)
-        commands = [line for lines in self.seen.values() for line in lines]
+        commands = sorted(self.seen)
         assert any("flower-superlink" in c for c in commands) and any("flwr-simulation" in c for c in commands), \
             "\n".join(commands)
         left = [(p.pid, " ".join(p.cmdline())) for p in self.marked()]
