@@ -14,7 +14,11 @@ Prints, each measured on this machine (``--device cpu`` runs the same code on th
 3. the upload of a round's weights (``Compute.load``) for cnn-omniglot and cnn-cifar: one copy per tensor against
    the staged single transfer, each alone and before a forward, against the forward alone (synchronised, best of 20);
 4. a PFLEGO and a FedAvg round at tau=50 on both backbones, unprofiled and profiled (``gpu_check``'s interleaved
-   rounds) and the host seconds spent inside each of the window engine's calls (begin, phase edges, end, resolve).
+   rounds) and the host seconds spent inside each of the window engine's calls (begin, phase edges, end, resolve);
+5. (``--parts nvml``) PFLEGO rounds at tau=50 on both backbones, unprofiled and back to back, with no other thread,
+   then beside a thread reading NVML's energy counter every 24 ms (four readings a counter update, the series'
+   old period) and every :func:`edgeprof.measure.series.period_for` of that counter (the series' period now):
+   each set's median, mean and slowest round (a read stalls the measured thread's CUDA work now and then).
 """
 
 from __future__ import annotations
@@ -302,6 +306,89 @@ def rounds(device: str, n_rounds: int) -> dict:
     return out
 
 
+#: the periods of the neighbour thread :func:`nvml_neighbours` reads NVML's counter at (None: no such thread)
+NEIGHBOUR_PERIODS = (None, 0.024, "series", None)
+
+
+def nvml_neighbours(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-cifar"), warmup_s: float = 1.0
+                    ) -> dict:
+    """PFLEGO's round at tau=50 back to back, alone and beside a thread reading NVML's energy counter (ms: median,
+    mean, slowest of ``n_rounds``), per backbone; the counter's read cost and the series' period for it."""
+    import gpu_check
+    import pynvml
+
+    from types import SimpleNamespace
+
+    from edgeprof.meters.nvml import COUNTER_PERIOD_S
+    from edgeprof.measure.series import period_for
+    from edgeprof.rounds.simulate import build_federation
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    def read() -> None:
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+
+    cost = min(_seconds(read) for _ in range(5))
+    series_s = period_for([SimpleNamespace(update_period_s=COUNTER_PERIOD_S)], cost)  # what a run's series takes
+    out: dict = {"read_ms": cost * 1e3, "series_period_s": series_s}
+    args = gpu_check.parse_args(["--out", "/tmp/probe", "--device", device, "--taus", "50"])
+    for backbone in backbones:
+        _, clients, runs = gpu_check.ratio_runs(backbone, args, device)
+        federation = build_federation(runs["pflego"], clients)
+        sync = federation.runtime.compute.sync
+
+        def round_ms() -> float:
+            sync()
+            start = time.perf_counter()
+            federation.client_round(0)
+            sync()
+            return (time.perf_counter() - start) * 1e3
+
+        try:
+            start = time.perf_counter()
+            while time.perf_counter() - start < warmup_s:
+                round_ms()
+            rows = []
+            for period in NEIGHBOUR_PERIODS:
+                seconds = series_s if period == "series" else period
+                with _Neighbour(read, seconds):
+                    times = [round_ms() for _ in range(n_rounds)]
+                rows.append({"reader_period_s": seconds, "median_ms": statistics.median(times),
+                             "mean_ms": statistics.fmean(times), "max_ms": max(times)})
+        finally:
+            federation.close()
+        out[backbone] = rows
+    return out
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+class _Neighbour:
+    """A thread calling ``read`` every ``period_s`` seconds while the block runs (None: no thread)."""
+
+    def __init__(self, read, period_s) -> None:
+        self.read, self.period_s, self.stop, self.thread = read, period_s, threading.Event(), None
+
+    def __enter__(self):
+        if self.period_s is not None:
+            def run() -> None:
+                while not self.stop.wait(self.period_s):
+                    self.read()
+            self.thread = threading.Thread(target=run, name="probe-neighbour", daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -312,7 +399,8 @@ def main() -> int:
     parts = args.parts.split(",")
     results = {}
     for name, fn in (("host", lambda: host_costs(args.device)), ("head", lambda: head_variants(args.device)),
-                     ("upload", lambda: uploads(args.device)), ("rounds", lambda: rounds(args.device, args.rounds))):
+                     ("upload", lambda: uploads(args.device)), ("rounds", lambda: rounds(args.device, args.rounds)),
+                     ("nvml", lambda: nvml_neighbours(args.device, max(args.rounds, 30)))):
         if name not in parts:
             continue
         t0 = time.perf_counter()

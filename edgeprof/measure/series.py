@@ -35,14 +35,21 @@ from edgeprof.meters.base import Meter, Reading
 
 #: the series thread spends at most about 1/this of its time in reads
 DUTY = 10.0
-#: readings per update period of the counter (so an update is seen within a quarter of its period)
-PER_UPDATE = 4.0
+#: readings per update period of the counter: one. A read of NVML's energy counter is a driver round trip (2.4 to
+#: 3 ms on an H200's host) that now and then stalls the measured thread's CUDA work. On an H200 (2026-11-27,
+#: ``scripts/gpu_probe.py --parts nvml``), PFLEGO rounds at tau=50 back to back (medians 4.5 / 6.8 ms on cnn-omniglot
+#: / cnn-cifar) beside a thread reading the counter every 24 ms (four readings an update) had means 53% / 32% over
+#: their medians and rounds up to 27 / 29 ms; beside one reading every 100 ms, 4% / 10% and up to 7 / 16 ms; with
+#: none, 0 / 4% and up to 6 / 11 ms. More readings than updates only tell when the counter stepped, inside a span
+#: it does not resolve anyway.
+PER_UPDATE = 1.0
 #: the shortest period of the series thread, seconds
 MIN_PERIOD_S = 0.005
 
 
 def period_for(meters: Sequence[Meter], read_cost_s: float) -> float:
-    """The series thread's period: a few readings per counter update, at most 1/:data:`DUTY` of the time busy."""
+    """The series thread's period: one reading per counter update (:data:`PER_UPDATE`), at most 1/:data:`DUTY` of the
+    time busy, never under :data:`MIN_PERIOD_S`."""
     update = max((m.update_period_s for m in meters), default=0.0)
     return max(MIN_PERIOD_S, DUTY * read_cost_s, update / PER_UPDATE if update > 0 else 0.0)
 

@@ -1,0 +1,32 @@
+"""scripts/gpu_probe.py's NVML neighbour check on the CPU: real PFLEGO rounds beside the slow fake NVML's reader."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fixtures_sysfs import slow_stepping_pynvml
+
+ROOT = Path(__file__).resolve().parents[1]
+READ_S = 0.003
+
+
+def test_the_neighbour_check_times_rounds_alone_and_beside_each_reader(monkeypatch):
+    """Each set of rounds is timed, and the reader ran at the periods named: the old series' 24 ms and the period
+    :func:`period_for` gives NVML's counter at its measured read cost (one reading per 100-ms update)."""
+    fake = slow_stepping_pynvml(power_w=100.0, read_s=READ_S)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import gpu_probe
+
+    out = gpu_probe.nvml_neighbours("cpu", 4, backbones=("cnn-omniglot",), warmup_s=0.0)
+
+    assert READ_S * 1e3 <= out["read_ms"] < 100 * READ_S * 1e3
+    assert out["series_period_s"] == 0.1  # max(5 ms, 10 x the read, the counter's update period)
+    rows = out["cnn-omniglot"]
+    assert [r["reader_period_s"] for r in rows] == [None, 0.024, 0.1, None]
+    for row in rows:
+        assert 0 < row["median_ms"] <= row["max_ms"] and 0 < row["mean_ms"] <= row["max_ms"]
+    # five reads for the read cost on this thread, the rest by the neighbour thread while its rounds ran
+    assert fake.energy_reads.count("MainThread") == 5
+    assert fake.energy_reads.count("probe-neighbour") >= 2 and set(fake.energy_reads) == {"MainThread", "probe-neighbour"}
