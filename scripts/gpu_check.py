@@ -64,8 +64,11 @@ PFLEGO_PHASES = ("cache_forward", "head_steps", "joint_grad")
 ALGOS = ("pflego", "fedavg")
 #: the most a profiled client round may be slower than the same round unprofiled (profiled / unprofiled - 1)
 PROFILER_LIMIT = 0.02
-#: rounds of each kind run and dropped before the profiler's cost is timed (kernels, caches, the ONNX session)
+#: rounds of each kind run and dropped before the profiler's cost is timed (kernels, caches, the ONNX session), and
+#: the seconds they last at least: on an H200's host a PFLEGO round's first rounds took up to 4x its later ones
+#: (2026-11-27; the host's memory and the GPU settling), longer than two rounds of 5 ms
 PROFILER_WARMUP = 2
+PROFILER_WARMUP_S = 1.0
 #: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the same net of the
 #: idle power the sweep measured before it ran (``--idle-seconds``; :mod:`edgeprof.report.gpu_energy`), the total
 METRICS = ("wall_s", "gpu_j", "gpu_net_j", "energy_j")
@@ -444,9 +447,9 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
     """What the profiler costs a client round: per algorithm, ``--profiler-rounds`` rounds at the ratio's tau with
     no profiler (the federation's client round called with a no-op phase marker) and as many inside a profiler
     window with phases (as the sweep's rounds run: :func:`edgeprof.rounds.simulate.run_round`, traced at
-    ``--trace-hz``; one round a window, not held), interleaved after :data:`PROFILER_WARMUP` of each, on one
-    federation and client. Each round is timed with ``time.perf_counter`` between two waits for the device
-    (``Compute.sync``). The meters are this machine's, discovered as a run discovers them (NVML on a GPU machine),
+    ``--trace-hz``; one round a window, not held), interleaved after :data:`PROFILER_WARMUP` passes lasting
+    :data:`PROFILER_WARMUP_S` at least, on one federation and client (:func:`_interleaved_rounds`). Each round is
+    timed with ``time.perf_counter`` between two waits for the device (``Compute.sync``). The meters are this machine's, discovered as a run discovers them (NVML on a GPU machine),
     and stay open throughout, as in a run: a thread of theirs that runs all the time slows both kinds alike.
     Per algorithm: the median wall of each kind, their difference (:func:`profiler_verdict`) and the median of
     the profiled windows' own figure of their bookkeeping (``WindowResult.overhead_wall_s``)."""
@@ -457,7 +460,8 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
     from edgeprof.rounds.simulate import build_federation
 
     tau, clients, runs = ratio_runs(backbone, args, device)
-    out: dict = {"tau": tau, "rounds": args.profiler_rounds, "warmup": PROFILER_WARMUP, "trace_hz": args.trace_hz,
+    out: dict = {"tau": tau, "rounds": args.profiler_rounds, "warmup": PROFILER_WARMUP,
+                 "warmup_s": PROFILER_WARMUP_S, "trace_hz": args.trace_hz,
                  "limit": PROFILER_LIMIT, "enforced": device != "cpu"}
     for algo, run in runs.items():
         with contextlib.closing(build_federation(run, clients)) as federation, \
@@ -501,9 +505,13 @@ class _Waiting:
         return self._compute.peak_memory_mb()
 
 
-def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=None) -> dict:
+def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=None,
+                        warmup_s: float = PROFILER_WARMUP_S) -> dict:
     """Client 0's round unprofiled, then profiled (and, with ``waiting``, profiled by a profiler that waits for the
-    device at every phase edge), ``PROFILER_WARMUP + rounds`` times; the figures of the last ``rounds`` of each."""
+    device at every phase edge), the kinds' order turning by one at each pass so that none always follows another;
+    first :data:`PROFILER_WARMUP` passes and at least ``warmup_s`` seconds of them (dropped), then ``rounds``
+    passes. The figures: each kind's median; ``paired_difference``, the median over the passes of profiled over
+    unprofiled in the same pass, less one (a drift slower than a pass cancels in it)."""
     from edgeprof.algorithms.contract import no_phase
 
     sync = federation.runtime.compute.sync
@@ -523,20 +531,28 @@ def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=Non
         kinds.append(("waiting", with_profiler(waiting)))
     walls: dict = {kind: [] for kind, _ in kinds}
     overheads, phases = [], []
-    for i in range(PROFILER_WARMUP + rounds):
-        for kind, fn in kinds:
+    passes, warm, started = 0, 0, time.perf_counter()
+    while passes < rounds:
+        timed = warm >= PROFILER_WARMUP and time.perf_counter() - started >= warmup_s
+        turn = (passes if timed else warm) % len(kinds)
+        for kind, fn in kinds[turn:] + kinds[:turn]:
             sync()
             start = time.perf_counter()
             win = fn()
             sync()
-            if i >= PROFILER_WARMUP:
+            if timed:
                 walls[kind].append(time.perf_counter() - start)
                 if kind == "profiled":
                     overheads.append(win.result.overhead_wall_s)
                     phases.append({n: p.wall_s for n, p in win.result.phases.items()})
+            elif win is not None:
+                win.result  # noqa: B018 (made, as a timed window's are)
+        passes, warm = (passes + 1, warm) if timed else (passes, warm + 1)
     entry = {"unprofiled_wall_s": statistics.median(walls["unprofiled"]),
              "profiled_wall_s": statistics.median(walls["profiled"]),
-             "overhead_wall_s": statistics.median(overheads),
+             "paired_difference": statistics.median(p / u for p, u in zip(walls["profiled"], walls["unprofiled"]))
+             - 1.0,
+             "warmup_passes": warm, "walls_s": walls, "overhead_wall_s": statistics.median(overheads),
              "phases_s": {n: statistics.median(p[n] for p in phases) for n in (phases[0] if phases else {})}}
     if waiting is not None:
         entry["waiting_wall_s"] = statistics.median(walls["waiting"])
@@ -955,6 +971,9 @@ def profiler_lines(cost: dict) -> list[tuple[str, str]]:
         lines.append((f"{algo} round at tau={cost['tau']}, unprofiled / profiled ({how})",
                       f"{_f(a['unprofiled_wall_s'], '{:.4g}')} / {_f(a['profiled_wall_s'], '{:.4g}')} s: "
                       f"{_f(a['difference'], '{:+.1%}')} ({verdict})"))
+        if "paired_difference" in a:
+            lines.append((f"{algo} profiled over unprofiled in the same pass, median of the {cost['rounds']} passes",
+                          f"{_f(a['paired_difference'], '{:+.1%}')}"))
         if "waiting_wall_s" in a:
             lines.append((f"{algo} round profiled with a wait for the device at every phase edge (the old way)",
                           f"{_f(a['waiting_wall_s'], '{:.4g}')} s: {_f(a['waiting_difference'], '{:+.1%}')} against "

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -108,6 +109,11 @@ def test_a_dry_run_on_the_cpu_without_what_a_cuda_image_lacks_writes_every_figur
             assert a["unprofiled_wall_s"] > 0 and a["profiled_wall_s"] > 0 and a["overhead_wall_s"] >= 0
             assert a["difference"] == pytest.approx(a["profiled_wall_s"] / a["unprofiled_wall_s"] - 1, rel=1e-12)
             assert a["passed"] == (a["difference"] <= cost["limit"])
+            walls = a["walls_s"]  # each kind's rounds, pass by pass; the paired figure from the same passes
+            assert len(walls["unprofiled"]) == len(walls["profiled"]) == 3 and a["warmup_passes"] >= 2
+            assert a["paired_difference"] == pytest.approx(
+                statistics.median(p / u for p, u in zip(walls["profiled"], walls["unprofiled"])) - 1, rel=1e-12)
+            assert a["profiled_wall_s"] == pytest.approx(statistics.median(walls["profiled"]), rel=1e-12)
             assert f"{algo} round at tau=3, unprofiled / profiled (median of 3 each, interleaved" in done.stdout
         floor = cost["pflego"]["unprofiled_wall_s"] / fig["floor_forward_backward_s"]
         assert f"PFLEGO round unprofiled / forward+backward: {floor:.2f}x" in done.stdout
