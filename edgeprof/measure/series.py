@@ -35,13 +35,15 @@ from edgeprof.meters.base import Meter, Reading
 
 #: the series thread spends at most about 1/this of its time in reads
 DUTY = 10.0
-#: readings per update period of the counter: one. A read of NVML's energy counter is a driver round trip (2.4 to
-#: 3 ms on an H200's host) that now and then stalls the measured thread's CUDA work. On an H200 (2026-11-27,
-#: ``scripts/gpu_probe.py --parts nvml``), PFLEGO rounds at tau=50 back to back (medians 4.5 / 6.8 ms on cnn-omniglot
-#: / cnn-cifar) beside a thread reading the counter every 24 ms (four readings an update) had means 53% / 32% over
-#: their medians and rounds up to 27 / 29 ms; beside one reading every 100 ms, 4% / 10% and up to 7 / 16 ms; with
-#: none, 0 / 4% and up to 6 / 11 ms. More readings than updates only tell when the counter stepped, inside a span
-#: it does not resolve anyway.
+#: readings per update period of the counter: one. A read of NVML's energy counter is a driver round trip (2.2 to
+#: 3 ms on an H200's host) that now and then stalls the measured thread's CUDA work. On an H200 (2026-11-27, two
+#: leases: the first with this check's first draft, the second with ``scripts/gpu_probe.py --parts nvml``),
+#: PFLEGO rounds at tau=50 back to back on cnn-omniglot / cnn-cifar beside a thread reading the counter every 24 ms
+#: (four readings an update) had means 53% / 32% and 4% / 48% over their medians, rounds up to 27 / 29 and 9 / 32
+#: ms; beside one reading every 100 ms, 4% / 10% and 1% / 27%, up to 7 / 16 and 6 / 36 ms; with none, 0..3% /
+#: 4..23%, up to 6 / 11 and 7 / 30 ms (cnn-cifar's rounds were noisy on the second lease with no reader too). More
+#: readings than updates only tell when the counter stepped, inside a span it does not resolve anyway; fewer round
+#: trips can only stall less.
 PER_UPDATE = 1.0
 #: the shortest period of the series thread, seconds
 MIN_PERIOD_S = 0.005
