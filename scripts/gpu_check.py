@@ -449,8 +449,9 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
     window with phases (as the sweep's rounds run: :func:`edgeprof.rounds.simulate.run_round`, traced at
     ``--trace-hz``; one round a window, not held), interleaved after :data:`PROFILER_WARMUP` passes lasting
     :data:`PROFILER_WARMUP_S` at least, on one federation and client (:func:`_interleaved_rounds`). Each round is
-    timed with ``time.perf_counter`` between two waits for the device (``Compute.sync``). The meters are this machine's, discovered as a run discovers them (NVML on a GPU machine),
-    and stay open throughout, as in a run: a thread of theirs that runs all the time slows both kinds alike.
+    timed with ``time.perf_counter`` between two waits for the device (``Compute.sync``). The meters are this
+    machine's, discovered as a run discovers them (NVML on a GPU machine), and stay open throughout, as in a run: a
+    thread of theirs that runs all the time slows both kinds alike.
     Per algorithm: the median wall of each kind, their difference (:func:`profiler_verdict`) and the median of
     the profiled windows' own figure of their bookkeeping (``WindowResult.overhead_wall_s``)."""
     import contextlib
@@ -505,11 +506,10 @@ class _Waiting:
         return self._compute.peak_memory_mb()
 
 
-def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=None,
-                        warmup_s: float = PROFILER_WARMUP_S) -> dict:
+def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=None) -> dict:
     """Client 0's round unprofiled, then profiled (and, with ``waiting``, profiled by a profiler that waits for the
     device at every phase edge), the kinds' order turning by one at each pass so that none always follows another;
-    first :data:`PROFILER_WARMUP` passes and at least ``warmup_s`` seconds of them (dropped), then ``rounds``
+    first :data:`PROFILER_WARMUP` passes and at least :data:`PROFILER_WARMUP_S` of them (dropped), then ``rounds``
     passes. The figures: each kind's median; ``paired_difference``, the median over the passes of profiled over
     unprofiled in the same pass, less one (a drift slower than a pass cancels in it)."""
     from edgeprof.algorithms.contract import no_phase
@@ -533,7 +533,7 @@ def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=Non
     overheads, phases = [], []
     passes, warm, started = 0, 0, time.perf_counter()
     while passes < rounds:
-        timed = warm >= PROFILER_WARMUP and time.perf_counter() - started >= warmup_s
+        timed = warm >= PROFILER_WARMUP and time.perf_counter() - started >= PROFILER_WARMUP_S
         turn = (passes if timed else warm) % len(kinds)
         for kind, fn in kinds[turn:] + kinds[:turn]:
             sync()

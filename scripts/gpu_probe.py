@@ -320,6 +320,7 @@ def nvml_neighbours(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-
     from types import SimpleNamespace
 
     from edgeprof.meters.nvml import COUNTER_PERIOD_S
+    from edgeprof.meters.sampler import Periodic
     from edgeprof.measure.series import period_for
     from edgeprof.rounds.simulate import build_federation
 
@@ -329,7 +330,7 @@ def nvml_neighbours(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-
     def read() -> None:
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
 
-    cost = min(_seconds(read) for _ in range(5))
+    cost = min(_us(read, 1) for _ in range(5)) / 1e6  # the fastest of five, as a run's meters measure it
     series_s = period_for([SimpleNamespace(update_period_s=COUNTER_PERIOD_S)], cost)  # what a run's series takes
     out: dict = {"read_ms": cost * 1e3, "series_period_s": series_s}
     args = gpu_check.parse_args(["--out", "/tmp/probe", "--device", device, "--taus", "50"])
@@ -352,41 +353,18 @@ def nvml_neighbours(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-
             rows = []
             for period in NEIGHBOUR_PERIODS:
                 seconds = series_s if period == "series" else period
-                with _Neighbour(read, seconds):
+                reader = None if seconds is None else Periodic(read, 1.0 / seconds, "probe-neighbour").start()
+                try:
                     times = [round_ms() for _ in range(n_rounds)]
+                finally:
+                    if reader is not None:
+                        reader.stop()
                 rows.append({"reader_period_s": seconds, "median_ms": statistics.median(times),
                              "mean_ms": statistics.fmean(times), "max_ms": max(times)})
         finally:
             federation.close()
         out[backbone] = rows
     return out
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-class _Neighbour:
-    """A thread calling ``read`` every ``period_s`` seconds while the block runs (None: no thread)."""
-
-    def __init__(self, read, period_s) -> None:
-        self.read, self.period_s, self.stop, self.thread = read, period_s, threading.Event(), None
-
-    def __enter__(self):
-        if self.period_s is not None:
-            def run() -> None:
-                while not self.stop.wait(self.period_s):
-                    self.read()
-            self.thread = threading.Thread(target=run, name="probe-neighbour", daemon=True)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
 
 
 def main() -> int:
