@@ -66,7 +66,7 @@ ALGOS = ("pflego", "fedavg")
 PROFILER_LIMIT = 0.02
 #: rounds of each kind run and dropped before the profiler's cost is timed (kernels, caches, the ONNX session), and
 #: the seconds they last at least: on an H200's host a PFLEGO round's first rounds took up to 4x its later ones
-#: (2026-11-27; the host's memory and the GPU settling), longer than two rounds of 5 ms
+#: (2026-11-27; the host settling: the SM clock read 1980 MHz throughout), longer than two rounds of 5 ms
 PROFILER_WARMUP = 2
 PROFILER_WARMUP_S = 1.0
 #: the sweep's metrics the figures are read from: wall time, the round's GPU's NVML joules, the same net of the
