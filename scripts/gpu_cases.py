@@ -421,6 +421,61 @@ def check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_th
           f"{described.get('edge_wall_us_mean', 0):.1f} us each); a marker costs the host {mark_us:.2f} us")
 
 
+def check_the_profiler_records_its_events_again_once_their_window_is_read() -> None:
+    """A window's CUDA events go back to the kind once its figures are made (``CudaKind.release``), and the next
+    window records those same events again: its phases are valid as the first's, and a reused pair of events times
+    the device's work (within the host's wall time of it)."""
+    import time
+
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.meters.estimate import CpuTimeEstimateMeter
+    from edgeprof.nn import cuda as cudalib
+    from edgeprof.rounds.simulate import build_federation, load_clients
+
+    cfg = _run_config("pflego", "cuda", "cnn-omniglot")
+    federation = build_federation(cfg, load_clients(cfg))
+    compute = federation.runtime.compute
+    federation.client_round(0)  # warm-up
+    index = compute.kind.torch_device(compute.device).index
+    profiler = Profiler(MeterSet([CpuTimeEstimateMeter()]), device=compute)
+    results, used, pools = [], [], []
+    try:
+        for _ in range(2):
+            with profiler.window("client") as win:
+                federation.client_round(0, win.phase, federation.settings_for(cfg))
+            used.append({id(m) for m in (win.start_marker, *win.markers.values())})
+            results.append(win.result)
+            pools.append({id(e) for e in cudalib._FREE_EVENTS.get(index, [])})
+    finally:
+        profiler.close()
+    assert len(used[0]) == len(used[1]) == 7, used
+    assert used[0] <= pools[0] and used[1] <= pools[1], "a read window's events were not given back"
+    assert used[1] <= pools[0] and pools[1] == pools[0], "the second window made new events"
+    for result in results:
+        phases = result.phases
+        assert list(phases) == ["cache_forward", "head_steps", "joint_grad"] and all(
+            p.wall_s > 0 for p in phases.values()), phases
+        assert sum(p.wall_s for p in phases.values()) <= result.wall_s + 1e-6
+    # a reused pair times the device's work: 20 products of 4096x4096 matrices between two reused events, against
+    # the host's wall time of the same work between two waits for the device (at least the device's own time)
+    a = compute.tensor(np.random.default_rng(0).random((4096, 4096), dtype=np.float32))
+    compute.sync()
+    wall = time.perf_counter()
+    first = compute.mark()
+    for _ in range(20):
+        a @ a
+    second = compute.mark()
+    compute.sync()
+    wall = time.perf_counter() - wall
+    device_s = compute.seconds_between(first, second)
+    compute.release([first, second])
+    assert {id(first), id(second)} <= pools[1], "the pair was not recorded from the released events"
+    assert 0.5 * wall <= device_s <= wall, (device_s, wall)
+    print(f"  events recorded again: a second window used {len(used[1] & used[0])} of the first's 7; 20 products "
+          f"of 4096x4096 took {device_s * 1e3:.3f} ms between two reused events, {wall * 1e3:.3f} ms of the host's")
+
+
 CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gpu_equals_the_cpu_round,
           check_the_device_head_steps_equal_the_host_head_steps, check_the_gpu_peak_memory_is_reset_per_window,
           check_auto_on_cuda_runs_the_whole_set_with_cudnn_benchmark_in_fp32, check_tf32_is_on_only_when_asked,
@@ -431,4 +486,5 @@ CHECKS = [check_every_algorithm_runs_a_round_on_the_gpu, check_a_round_on_the_gp
           check_a_new_tau_or_n_recaptures_the_head_steps, check_the_replayed_head_steps_are_not_slower_than_eager,
           check_a_pflego_run_on_the_gpu_replays_its_captured_head_steps_and_reads_back_pinned,
           check_the_captured_local_steps_replay_equals_eager_and_a_second_round_captures_nothing,
-          check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_the_window_edges]
+          check_a_profiled_round_on_the_gpu_marks_its_phase_edges_and_waits_only_at_the_window_edges,
+          check_the_profiler_records_its_events_again_once_their_window_is_read]

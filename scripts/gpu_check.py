@@ -451,12 +451,15 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
     :data:`PROFILER_WARMUP_S` at least, on one federation and client (:func:`_interleaved_rounds`). Each round is
     timed with ``time.perf_counter`` between two waits for the device (``Compute.sync``). The meters are this
     machine's, discovered as a run discovers them (NVML on a GPU machine), and stay open throughout, as in a run: a
-    thread of theirs that runs all the time slows both kinds alike.
+    thread of theirs that runs all the time slows both kinds alike. A profiled window's figures are made once the
+    slow meters' series has passed it, as a run writes its rows (asking for them at once would have the series read
+    NVML right then, beside the next round).
     Per algorithm: the median wall of each kind, their difference (:func:`profiler_verdict`) and the median of
     the profiled windows' own figure of their bookkeeping (``WindowResult.overhead_wall_s``)."""
     import contextlib
 
     from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
     from edgeprof.session.run import open_meters
     from edgeprof.rounds.simulate import build_federation
 
@@ -466,12 +469,13 @@ def profiler_cost(backbone: str, args, device: str) -> dict:
                  "limit": PROFILER_LIMIT, "enforced": device != "cpu"}
     for algo, run in runs.items():
         with contextlib.closing(build_federation(run, clients)) as federation, \
-                open_meters(run, federation.runtime.compute.device) as meters, contextlib.ExitStack() as stack:
+                open_meters(run, federation.runtime.compute.device) as meters:
             compute = federation.runtime.compute
             profiler = Profiler(meters, device=compute)
-            # beside it, where the device's queue is marked: meters of its own with every phase edge waiting for
-            # the device, as the profiler did before (what the markers spare a round)
-            waiting = (Profiler(stack.enter_context(open_meters(run, compute.device)), device=_Waiting(compute))
+            # beside it, where the device's queue is marked: a profiler with every phase edge waiting for the
+            # device, as the profiler did before (what the markers spare a round), over the run's CPU-clock meters
+            # alone: a second series thread reading NVML would disturb every kind's rounds
+            waiting = (Profiler(MeterSet([m for m in meters.meters if m.from_cpu_clock]), device=_Waiting(compute))
                        if profiler.marks else None)
             if args.trace_hz:
                 profiler.windows.start_trace(args.trace_hz)
@@ -531,6 +535,17 @@ def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=Non
         kinds.append(("waiting", with_profiler(waiting)))
     walls: dict = {kind: [] for kind, _ in kinds}
     overheads, phases = [], []
+    unread: list = []  # (timed, window): figures made once the series has passed them, as a run's rows are
+
+    def read(wait: bool) -> None:
+        while unread and (wait or unread[0][1].ready()):
+            timed, win = unread.pop(0)
+            if timed:
+                overheads.append(win.result.overhead_wall_s)
+                phases.append({n: p.wall_s for n, p in win.result.phases.items()})
+            else:
+                win.result  # noqa: B018 (made, as a timed window's are)
+
     passes, warm, started = 0, 0, time.perf_counter()
     while passes < rounds:
         timed = warm >= PROFILER_WARMUP and time.perf_counter() - started >= PROFILER_WARMUP_S
@@ -542,12 +557,13 @@ def _interleaved_rounds(federation, profiler, settings, rounds: int, waiting=Non
             sync()
             if timed:
                 walls[kind].append(time.perf_counter() - start)
-                if kind == "profiled":
-                    overheads.append(win.result.overhead_wall_s)
-                    phases.append({n: p.wall_s for n, p in win.result.phases.items()})
+            if kind == "profiled":
+                unread.append((timed, win))
             elif win is not None:
-                win.result  # noqa: B018 (made, as a timed window's are)
+                unread.append((False, win))
+        read(wait=False)
         passes, warm = (passes + 1, warm) if timed else (passes, warm + 1)
+    read(wait=True)
     entry = {"unprofiled_wall_s": statistics.median(walls["unprofiled"]),
              "profiled_wall_s": statistics.median(walls["profiled"]),
              "paired_difference": statistics.median(p / u for p, u in zip(walls["profiled"], walls["unprofiled"]))
@@ -975,7 +991,8 @@ def profiler_lines(cost: dict) -> list[tuple[str, str]]:
             lines.append((f"{algo} profiled over unprofiled in the same pass, median of the {cost['rounds']} passes",
                           f"{_f(a['paired_difference'], '{:+.1%}')}"))
         if "waiting_wall_s" in a:
-            lines.append((f"{algo} round profiled with a wait for the device at every phase edge (the old way)",
+            lines.append((f"{algo} round profiled with a wait for the device at every phase edge (the old way; "
+                          "its meters the CPU-clock ones alone)",
                           f"{_f(a['waiting_wall_s'], '{:.4g}')} s: {_f(a['waiting_difference'], '{:+.1%}')} against "
                           "unprofiled"))
         if a.get("phases_s"):

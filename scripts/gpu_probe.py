@@ -18,7 +18,13 @@ Prints, each measured on this machine (``--device cpu`` runs the same code on th
 5. (``--parts nvml``) PFLEGO rounds at tau=50 on both backbones, unprofiled and back to back, with no other thread,
    then beside a thread reading NVML's energy counter every 24 ms (four readings a counter update, the series'
    old period) and every :func:`edgeprof.measure.series.period_for` of that counter (the series' period now):
-   each set's median, mean and slowest round (a read stalls the measured thread's CUDA work now and then).
+   each set's median, mean and slowest round (a read stalls the measured thread's CUDA work now and then);
+6. (``--parts edges``) the profiler inside real PFLEGO rounds at tau=50 on both backbones: rounds unprofiled,
+   profiled with their figures made later (as a run writes its rows: when the series has passed them), profiled
+   with each window's figures asked for at once (a read of the slow meters forced after every round, as
+   ``gpu_check`` did; that kind's time holds the wait for the reading), and profiled with every engine call and every profiler piece in it timed (the sync, the
+   peak resets and reads, the sample, the clocks, the device marker), interleaved; per set the median round, and
+   per engine call and piece the median microseconds; then the alternatives for the dearest pieces, each alone.
 """
 
 from __future__ import annotations
@@ -367,6 +373,154 @@ def nvml_neighbours(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-
     return out
 
 
+#: the profiler's pieces :func:`edges` times inside each engine call (methods of the Profiler)
+PIECES = ("sync", "reset_peak_rss", "reset_device_peak", "sample", "clocks", "mark", "read_peak_rss_mb",
+          "read_device_peak_mb")
+#: the engine's calls on the measured thread
+ENGINE_CALLS = ("begin", "_enter_phase", "_exit_phase", "end")
+
+
+class _InSitu:
+    """Every engine call and every profiler piece of one profiler timed (per call, in microseconds), patched onto
+    that profiler and its engine only."""
+
+    def __init__(self, profiler) -> None:
+        self.times: dict = {n: [] for n in (*ENGINE_CALLS, *PIECES)}
+        for owner, names in ((profiler, PIECES), (profiler.windows, ENGINE_CALLS)):
+            for name in names:
+                setattr(owner, name, self._timed(name, getattr(owner, name)))
+
+    def _timed(self, name, real):
+        times = self.times[name]
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return real(*a, **kw)
+            finally:
+                times.append((time.perf_counter() - t0) * 1e6)
+        return timed
+
+    def medians(self) -> dict:
+        return {n: round(statistics.median(t), 2) for n, t in self.times.items() if t}
+
+    def calls(self) -> dict:
+        return {n: len(t) for n, t in self.times.items() if t}
+
+
+def edges(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-cifar"), warmup_s: float = 1.0) -> dict:
+    """The profiler inside PFLEGO's rounds at tau=50 (see the module docstring, item 6), per backbone; then the
+    alternatives for the dearest pieces (:func:`_alternatives`)."""
+    import contextlib
+
+    import gpu_check
+
+    from edgeprof.algorithms.contract import no_phase
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.rounds.simulate import build_federation
+    from edgeprof.session.run import open_meters
+
+    args = gpu_check.parse_args(["--out", "/tmp/probe", "--device", device, "--taus", "50"])
+    out: dict = {}
+    for backbone in backbones:
+        _, clients, runs = gpu_check.ratio_runs(backbone, args, device)
+        run = runs["pflego"]
+        with contextlib.closing(build_federation(run, clients)) as federation, \
+                open_meters(run, federation.runtime.compute.device) as meters:
+            compute = federation.runtime.compute
+            settings = federation.settings_for(run)
+            plain = Profiler(meters, device=compute)
+            timed_profiler = Profiler(meters, device=compute)
+            in_situ = _InSitu(timed_profiler)
+            later: list = []
+
+            def profiled(profiler, kind: str, force: bool):
+                def round_() -> None:
+                    with profiler.window("client") as win:
+                        federation.client_round(0, win.phase, settings)
+                    if force:
+                        win.result  # noqa: B018 (asked for at once: the series reads now)
+                    later.append((kind, win))
+                return round_
+
+            kinds = [("unprofiled", lambda: federation.client_round(0, no_phase, settings)),
+                     ("profiled_later", profiled(plain, "profiled_later", False)),
+                     ("profiled_at_once", profiled(plain, "profiled_at_once", True)),
+                     ("profiled_timed", profiled(timed_profiler, "profiled_timed", False))]
+            walls: dict = {k: [] for k, _ in kinds}
+            own: dict = {k: [] for k, _ in kinds[1:]}
+
+            def made(keep: bool) -> None:  # the windows' figures made (the series has passed most of them by now)
+                for kind, win in later:
+                    if keep:
+                        own[kind].append(win.result.overhead_wall_s * 1e6)
+                    else:
+                        win.result  # noqa: B018
+                later.clear()
+
+            try:
+                start = time.perf_counter()
+                while time.perf_counter() - start < warmup_s:
+                    for _, fn in kinds:
+                        fn()
+                        compute.sync()
+                    made(False)
+                for values in in_situ.times.values():
+                    values.clear()
+                for n in range(n_rounds):
+                    turn = n % len(kinds)
+                    for kind, fn in kinds[turn:] + kinds[:turn]:
+                        compute.sync()
+                        t0 = time.perf_counter()
+                        fn()
+                        compute.sync()
+                        walls[kind].append(time.perf_counter() - t0)
+                    if len(later) > 30:
+                        made(True)
+                made(True)
+            finally:
+                plain.close()
+                timed_profiler.close()
+            unprofiled = statistics.median(walls["unprofiled"])
+            out[backbone] = {
+                "rounds": {k: {"median_ms": round(statistics.median(v) * 1e3, 4),
+                               "over_unprofiled": round(statistics.median(v) / unprofiled - 1.0, 4),
+                               "paired": round(statistics.median(a / b for a, b in zip(v, walls["unprofiled"]))
+                                               - 1.0, 4),
+                               "own_us": round(statistics.median(own[k]), 2) if own.get(k) else None}
+                           for k, v in walls.items()},
+                "in_situ_us": in_situ.medians(), "in_situ_calls": in_situ.calls(),
+                "series": plain.describe().get("series")}
+    out["alternatives_us"] = _alternatives(device)
+    return out
+
+
+def _alternatives(device: str) -> dict:
+    """The dearest pieces alone, through the seam (median us of many calls, in a tight loop, so lower than where
+    they run in a round): the clocks, the device's sync, its peak-memory reset and read, a marker (recorded again
+    from the kind's free events, and a new event of its type recorded)."""
+    from edgeprof.nn.compute import device_compute
+
+    compute = device_compute(device)
+    compute.tensor(np.zeros(1024, dtype=np.float32))
+    out = {"perf_counter": _us(time.perf_counter), "process_time": _us(time.process_time),
+           "thread_time": _us(time.thread_time), "compute_sync": _us(compute.sync),
+           "device_peak_read": _us(compute.peak_memory_mb), "device_peak_reset": _us(compute.reset_peak_memory)}
+    if compute.can_mark():
+        marker = compute.mark()
+        compute.sync()
+        compute.release([marker])
+
+        def mark_and_release() -> None:
+            compute.release([compute.mark()])  # one event, recorded again each time
+
+        out["compute_mark_reused"] = _us(mark_and_release)
+        event_type, stream = type(marker), compute.kind.current_stream(device)
+        out["event_new_and_record"] = _us(lambda: event_type(enable_timing=True).record(stream))
+        compute.sync()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -378,7 +532,8 @@ def main() -> int:
     results = {}
     for name, fn in (("host", lambda: host_costs(args.device)), ("head", lambda: head_variants(args.device)),
                      ("upload", lambda: uploads(args.device)), ("rounds", lambda: rounds(args.device, args.rounds)),
-                     ("nvml", lambda: nvml_neighbours(args.device, max(args.rounds, 30)))):
+                     ("nvml", lambda: nvml_neighbours(args.device, max(args.rounds, 30))),
+                     ("edges", lambda: edges(args.device, max(args.rounds, 30)))):
         if name not in parts:
             continue
         t0 = time.perf_counter()

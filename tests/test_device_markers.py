@@ -43,6 +43,7 @@ class QueueDevice:
         self._can_mark = can_mark
         self.busy: list[tuple[float, float]] = []  # (start, end) of each piece of work
         self.syncs = self.marks = 0
+        self.released: list = []  # markers given back once read (the real kind records those events again)
         self._lock = threading.Lock()
 
     def can_mark(self) -> bool:
@@ -63,6 +64,9 @@ class QueueDevice:
 
     def seconds_between(self, first: float, second: float) -> float:
         return second - first
+
+    def release(self, markers) -> None:
+        self.released.extend(markers)
 
     def sync(self) -> None:
         self.syncs += 1
@@ -110,6 +114,23 @@ def _round(win, device: QueueDevice) -> None:
     for name, seconds in WORK_S.items():
         with win.phase(name):
             device.launch(seconds)
+
+
+def test_a_windows_markers_go_back_to_the_device_once_its_figures_are_made_and_only_then():
+    """The start marker and every phase edge's, each given back once, when the window's figures are made (they are
+    read there); none while the window is open or ended but not yet read."""
+    device = QueueDevice()
+    profiler = _profiler(device)
+    try:
+        with profiler.window("client") as win:
+            _round(win, device)
+            assert device.released == []
+        markers = [win.start_marker, *win.markers.values()]
+        assert device.released == [] and len(markers) == 1 + 2 * len(WORK_S)
+        win.result  # noqa: B018
+    finally:
+        profiler.close()
+    assert device.released == markers
 
 
 def test_a_marked_device_is_waited_for_at_the_window_edges_only_and_each_phase_spans_its_device_work():

@@ -31,3 +31,24 @@ def test_the_neighbour_check_times_rounds_alone_and_beside_each_reader(monkeypat
     assert fake.energy_reads.count("MainThread") == 5
     assert fake.energy_reads.count("probe-neighbour") >= 2
     assert set(fake.energy_reads) == {"MainThread", "probe-neighbour"}
+
+
+def test_the_edges_part_times_each_kind_of_round_and_every_piece_inside_the_profiled_ones(monkeypatch):
+    """Real PFLEGO rounds on the CPU: every kind timed at every pass, the profiled ones' own figure kept, and the
+    engine's calls and the profiler's pieces timed where they ran (three phases: six phase edges a round)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import gpu_probe
+
+    passes = 3
+    out = gpu_probe.edges("cpu", passes, backbones=("cnn-omniglot",), warmup_s=0.0)
+
+    rounds = out["cnn-omniglot"]["rounds"]
+    assert set(rounds) == {"unprofiled", "profiled_later", "profiled_at_once", "profiled_timed"}
+    assert rounds["unprofiled"]["own_us"] is None and rounds["unprofiled"]["over_unprofiled"] == 0.0
+    for kind in ("profiled_later", "profiled_at_once", "profiled_timed"):
+        assert rounds[kind]["median_ms"] > 0 and rounds[kind]["own_us"] > 0, kind
+    calls = out["cnn-omniglot"]["in_situ_calls"]
+    assert calls["begin"] == calls["end"] == passes and calls["_enter_phase"] == calls["_exit_phase"] == 3 * passes
+    assert calls["read_peak_rss_mb"] == calls["read_device_peak_mb"] == passes
+    assert all(v >= 0 for v in out["cnn-omniglot"]["in_situ_us"].values())
+    assert out["alternatives_us"]["perf_counter"] > 0 and "stream_synchronize" not in out["alternatives_us"]

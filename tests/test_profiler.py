@@ -319,3 +319,58 @@ def test_the_peak_rss_files_stay_open_and_a_forked_child_reads_its_own():
     child_mb = float(os.read(read, 64).decode().split()[0])
     os.waitpid(pid, 0)
     assert child_mb >= 600 and rss.read_mb() == pytest.approx(parent, abs=50), (child_mb, parent)
+
+
+def _vm_hwm_mb() -> float:
+    """VmHWM from /proc/self/status, read here apart from PeakRss."""
+    text = Path("/proc/self/status").read_text()
+    return int(text.split("VmHWM:")[1].split("kB")[0]) / 1024.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_the_cheap_peak_read_is_the_reset_high_water_mark(monkeypatch):
+    """Where getrusage's peak is above every peak read just after a reset, it is the high-water mark: across a growth
+    and a reset PeakRss agrees with /proc/self/status to the pages that move between the two reads (a peak at the
+    bound is read from status: the spawned child below)."""
+    preads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: (preads.append(a[0]), real(*a))[1])
+    rss = PeakRss()
+    rss.reset()
+    grown = np.ones(40_000_000)  # 305 MiB touched
+    fast, status = rss.read_mb(), _vm_hwm_mb()
+    assert preads == [], "a peak above the bound was read from status"
+    assert fast == pytest.approx(status, abs=4.0)
+    del grown
+    rss.reset()
+    again, status = rss.read_mb(), _vm_hwm_mb()
+    assert again == pytest.approx(status, abs=4.0) and again < fast - 250
+
+
+CHILD = """
+import json, resource, sys
+sys.path.insert(0, {root!r})
+from edgeprof.measure.profiler import PeakRss
+rss = PeakRss()
+rss.reset()
+text = open("/proc/self/status").read()
+print(json.dumps({{"getrusage_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                  "peak_mb": rss.read_mb(), "status_mb": int(text.split("VmHWM:")[1].split("kB")[0]) / 1024.0}}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_a_process_spawned_by_a_large_one_reads_its_own_peak_not_its_parents():
+    """Linux's getrusage peak of a process spawned by a large one starts at that one's peak, and no reset lowers it:
+    PeakRss then reads the child's own high-water mark from /proc/self/status, never the parent's figure."""
+    import json
+    import subprocess
+    import sys
+
+    large = np.ones(60_000_000)  # 458 MiB touched in this (the parent) process
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(Path(__file__).resolve().parents[1]))],
+                         capture_output=True, text=True, check=True)
+    del large
+    child = json.loads(out.stdout)
+    assert child["getrusage_mb"] > 400, "getrusage carries the parent's peak (the case this guards against)"
+    assert child["peak_mb"] == pytest.approx(child["status_mb"], abs=4.0) and child["peak_mb"] < 300, child

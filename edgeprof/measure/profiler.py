@@ -48,14 +48,24 @@ from edgeprof.results import Sample, Span, WindowResult  # noqa: F401 (the resul
 class PeakRss:
     """Peak resident set size per window: resets and reads the kernel's VmHWM where Linux allows.
 
-    Both files stay open: a window's reset is one write to ``clear_refs`` and its read one ``pread`` of ``status``
-    (opening and reading each file anew took ~130 us a window, a profiler's largest cost on a short round). A
-    forked child's ``/proc/self`` is another process: the files are opened again there."""
+    Both files stay open: a window's reset is one write to ``clear_refs`` (opening and reading each file anew took
+    ~130 us a window, a profiler's largest cost on a short round). A forked child's ``/proc/self`` is another
+    process: the files are opened again there.
+
+    The read: ``getrusage``'s peak (1 us) where that can only be the reset mark, else one ``pread`` of ``status``
+    (its whole text made by the kernel: 30..45 us at a PFLEGO round's end on an H200's host, ``scripts/gpu_probe.py
+    --parts edges``). Linux's ``getrusage`` peak is the larger of the high-water mark that ``clear_refs`` resets
+    (VmHWM) and a figure no reset touches and nothing changes while the process lives (the peak of the image it was
+    exec'd from: a process spawned by a large one starts with that one's peak there). Each ``getrusage`` peak read
+    just after a reset is at least that fixed figure, so the least of them (``_floor_kb``) bounds it, and a later
+    peak above the bound is the high-water mark itself; one at the bound is read from ``status``."""
 
     #: the open files (descriptors) and the process that opened them (None: not open)
     _clear: Optional[int] = None
     _status: Optional[int] = None
     _pid: Optional[int] = None
+    #: the least ``getrusage`` peak (KiB) read just after a reset in this process (None: none yet)
+    _floor_kb: Optional[int] = None
 
     def __init__(self, proc: Path = Path("/proc/self")) -> None:
         self._proc = proc
@@ -80,7 +90,7 @@ class PeakRss:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._clear = self._status = self._pid = None
+        self._clear = self._status = self._pid = self._floor_kb = None
 
     def __del__(self) -> None:
         try:
@@ -93,9 +103,12 @@ class PeakRss:
             if not self._open():
                 return False
             os.write(self._clear, b"5")
-            return True
         except OSError:
             return False
+        if self._proc == _PROC_SELF:  # getrusage speaks of this process: its peak now bounds the fixed figure
+            kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            self._floor_kb = kb if self._floor_kb is None else min(self._floor_kb, kb)
+        return True
 
     def reset(self) -> None:
         if self.per_window:
@@ -103,6 +116,10 @@ class PeakRss:
 
     def read_mb(self) -> float:
         if self.per_window and self._open():
+            if self._floor_kb is not None:
+                kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                if kb > self._floor_kb:
+                    return kb / 1024.0
             try:
                 status = os.pread(self._status, 16384, 0)
             except OSError:
@@ -112,6 +129,10 @@ class PeakRss:
                 return int(status[at + 7:status.index(b"kB", at)]) / 1024.0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
+
+
+#: this process's /proc directory (where ``getrusage`` speaks of the same process as the files)
+_PROC_SELF = Path("/proc/self")
 
 
 class Device(Protocol):
@@ -131,8 +152,9 @@ class Device(Protocol):
         """The device memory allocated at most since the reset, MiB (None for the host)."""
 
     # optional, for a device that queues its work (a CUDA GPU): ``can_mark() -> bool``, ``mark()`` (a marker put in
-    # its queue now: a CUDA event) and ``seconds_between(first, second)`` (the device's seconds between two reached
-    # markers); :class:`edgeprof.nn.compute.Compute` has them
+    # its queue now: a CUDA event), ``seconds_between(first, second)`` (the device's seconds between two reached
+    # markers) and ``release(markers)`` (markers read, free to be reused); :class:`edgeprof.nn.compute.Compute` has
+    # them
 
 
 def _can_mark(device: Optional[Device]) -> bool:
@@ -210,6 +232,12 @@ class Profiler:
         """The device's seconds between two markers it has reached (after a :meth:`sync`)."""
         return self.device.seconds_between(first, second)
 
+    def release(self, markers) -> None:
+        """Markers whose times were read: the device may reuse them (where it says how)."""
+        release = getattr(self.device, "release", None)
+        if callable(release):
+            release(markers)
+
     def start_series(self) -> None:
         """Start reading the slow meters off the measured thread (once; nothing when every meter is cheap)."""
         if self._slow and self.series is None:
@@ -252,9 +280,18 @@ class Profiler:
         energy = self.meters.read(cpu_s=cpu_s, only=self._direct).energy_j if self._direct else {}
         return Sample(wall_s, cpu_s, energy, sample.flagged, resolved=self.series is None)
 
+    def edge_sample(self) -> Sample:
+        """A window edge's sample: where :attr:`marks`, the clocks alone (:meth:`clocks`: every meter read at an edge
+        there derives from the CPU clock, and its joules are made from the sample's CPU seconds by :meth:`complete`),
+        else :meth:`sample`."""
+        return self.clocks() if self.marks else self.sample()
+
     def complete(self, sample: Sample) -> Sample:
-        """``sample`` with the slow meters' domains filled in from the series (interpolated at its time); the
-        series must have passed it (:meth:`wait_for_series`)."""
+        """``sample`` with the meters it did not read filled in: the CPU-clock meters' joules from its CPU seconds
+        where it holds the clocks alone (:meth:`clocks`), the slow meters' domains from the series (interpolated at
+        its time; the series must have passed it: :meth:`wait_for_series`)."""
+        if self._direct and not sample.energy_j:
+            sample = self.at_device(sample, sample.wall_s, sample.cpu_s)
         if sample.resolved or self.series is None:
             return sample
         energy, flagged_start, flagged_end = self.series.at(sample.wall_s)

@@ -129,17 +129,28 @@ class OpenWindow:
         """Whether :attr:`result` can be had now without waiting for a slow meter's series."""
         return self._result is not None or (self._ending is not None and self._engine._ready(self))
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Measure the body as phase ``name`` of this window (entered twice: the parts add up)."""
-        start = self._engine._enter_phase(self, name)
-        try:
-            yield
-        finally:
-            self._engine._exit_phase(self, name, start)
+    def phase(self, name: str) -> "_Phase":
+        """Measure the body of ``with window.phase(name):`` as phase ``name`` of this window (entered twice: the
+        parts add up)."""
+        return _Phase(self, name)
 
     def __repr__(self) -> str:
         return f"<window {self.name!r} {'open' if self.is_open else 'ended'}>"
+
+
+class _Phase:
+    """``with window.phase(name):``, a plain context manager (a generator's made a phase edge dearer)."""
+
+    __slots__ = ("_win", "_name", "_start")
+
+    def __init__(self, win: OpenWindow, name: str) -> None:
+        self._win, self._name = win, name
+
+    def __enter__(self) -> None:
+        self._start = self._win._engine._enter_phase(self._win, self._name)
+
+    def __exit__(self, *exc) -> None:
+        self._win._engine._exit_phase(self._win, self._name, self._start)
 
 
 class Windows:
@@ -234,7 +245,7 @@ class Windows:
                 self.profiler.reset_peak_rss()
                 self.profiler.reset_device_peak()
             cost.mark()
-            win.start = self.profiler.sample()
+            win.start = self.profiler.edge_sample()
             if self.profiler.marks:  # the device is idle (just synchronised): it reaches this marker at once
                 win.start_marker = self.profiler.mark()
             self._open.append(win)
@@ -262,7 +273,7 @@ class Windows:
                 raise MonitorError(f"window {win.name!r} cannot end inside its phase {win.open_phase!r}; "
                                    "end the phase first")
             cost.mark()
-            end = self.profiler.sample()
+            end = self.profiler.edge_sample()
             self._trace(end)
             peak = self.profiler.read_peak_rss_mb()
             device_peak = self.profiler.read_device_peak_mb() if win.peak_rss_exact else None
@@ -295,7 +306,9 @@ class Windows:
                         other.overhead_s += self.profiler.thread_clock() - thread0
             win._result = self._result(win, end, peak, device_peak)
             win._ending = None
-            win.markers, win.start_marker = {}, None  # the device's events, read: let them go
+            if win.start_marker is not None:  # the device's events, read: for later windows to record again
+                self.profiler.release([win.start_marker, *win.markers.values()])
+            win.markers, win.start_marker = {}, None
             with self._lock:
                 self._unresolved.remove(win)
                 keep = [w.start.wall_s for w in self._open + self._unresolved]

@@ -135,6 +135,9 @@ class DeviceKind:
         :meth:`synchronize`)."""
         raise NotImplementedError(f"the {self.name} kind has no queue to mark")
 
+    def release(self, markers, device: str) -> None:
+        """Markers whose times were read and that nothing uses again: the kind may reuse them (:meth:`mark`)."""
+
     def can_capture(self, device: str) -> bool:
         """Whether repeated work can be captured once as one device program and replayed (a CUDA graph); where
         not (the CPU, the test kinds) the same program runs eagerly (:mod:`edgeprof.nn.head_program`)."""
@@ -416,6 +419,10 @@ class Compute:
     def seconds_between(self, first, second) -> float:
         """The device's seconds between two reached markers (:meth:`DeviceKind.seconds_between`)."""
         return self.kind.seconds_between(first, second)
+
+    def release(self, markers) -> None:
+        """Markers read and done with, for :meth:`mark` to reuse (:meth:`DeviceKind.release`)."""
+        self.kind.release(markers, self.device)
 
     def ort_providers(self) -> list:
         return self.kind.ort_providers(self.device)
