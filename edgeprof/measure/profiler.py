@@ -52,7 +52,9 @@ class PeakRss:
     ~130 us a window, a profiler's largest cost on a short round). A forked child's ``/proc/self`` is another
     process: the files are opened again there.
 
-    The read: ``getrusage``'s peak (1 us) where that can only be the reset mark, else one ``pread`` of ``status``
+    The read: ``getrusage``'s peak (the calling thread's call, whose peak is the memory's all threads share: under
+    1 us, where the process's call adds up every thread's times) where that can only be the reset mark, else one
+    ``pread`` of ``status``
     (its whole text made by the kernel: 30..45 us at a PFLEGO round's end on an H200's host, ``scripts/gpu_probe.py
     --parts edges``). Linux's ``getrusage`` peak is the larger of the high-water mark that ``clear_refs`` resets
     (VmHWM) and a figure no reset touches and nothing changes while the process lives (the peak of the image it was
@@ -106,7 +108,7 @@ class PeakRss:
         except OSError:
             return False
         if self._proc == _PROC_SELF:  # getrusage speaks of this process: its peak now bounds the fixed figure
-            kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            kb = resource.getrusage(_RUSAGE).ru_maxrss
             self._floor_kb = kb if self._floor_kb is None else min(self._floor_kb, kb)
         return True
 
@@ -117,7 +119,7 @@ class PeakRss:
     def read_mb(self) -> float:
         if self.per_window and self._open():
             if self._floor_kb is not None:
-                kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                kb = resource.getrusage(_RUSAGE).ru_maxrss
                 if kb > self._floor_kb:
                     return kb / 1024.0
             try:
@@ -133,6 +135,8 @@ class PeakRss:
 
 #: this process's /proc directory (where ``getrusage`` speaks of the same process as the files)
 _PROC_SELF = Path("/proc/self")
+#: the calling thread's getrusage (Linux's; its peak is the process's memory's) where there is one
+_RUSAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
 
 class Device(Protocol):
@@ -206,6 +210,9 @@ class Profiler:
         self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
         #: phase edges mark the device's queue instead of waiting for it (see the class docstring)
         self.marks = _can_mark(device)
+        maker = getattr(device, "marker", None) if self.marks else None
+        #: what puts a marker in the device's queue (:meth:`mark`), made once where the device says how
+        self._marker = maker() if callable(maker) else getattr(device, "mark", None)
         self._slow = meters.off_thread(self.marks)
         self._direct = tuple(m for m in meters.meters if m not in self._slow)
         self.series: Optional[CounterSeries] = None
@@ -226,7 +233,7 @@ class Profiler:
 
     def mark(self):
         """A marker in the device's queue now (only where :attr:`marks`)."""
-        return self.device.mark()
+        return self._marker()
 
     def device_seconds(self, first, second) -> float:
         """The device's seconds between two markers it has reached (after a :meth:`sync`)."""

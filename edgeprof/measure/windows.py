@@ -407,48 +407,70 @@ class Windows:
         if not (isinstance(name, str) and name in self._names):
             self.check_phase(name)  # a MonitorError for what can head no column, a list included
             self._names.add(name)
-        marks = self.profiler.marks and win.start_marker is not None
-        if not marks:
-            self.profiler.sync()
+        if self.profiler.marks and win.start_marker is not None:
+            return self._marked_edge(win, name, None)
+        self.profiler.sync()
         cost = _Cost(self.profiler)
         with self._lock:
-            if not win.is_open:
-                raise MonitorError(f"window {win.name!r} has ended: no phase can start in it")
-            if win.open_phase is not None:
-                raise MonitorError(
-                    f"phase {name!r} entered while phase {win.open_phase!r} of window {win.name!r} is open: the "
-                    "phases of one window do not overlap (each is a part of the window); open a window inside "
-                    "the phase instead")
-            start = self._edge(win, marks)
+            self._check_entry(win, name)
+            start = self.profiler.sample()
             win.open_phase, win._phase_start = name, start
-            if not marks:
-                self._trace(start)
+            self._trace(start)
             self._charge(cost.stop(start), self._open)
         return start
 
-    def _edge(self, win: OpenWindow, marks: bool) -> Sample:
-        """A phase edge's sample (under the lock); with ``marks``, a marker put in the device's queue goes with it
-        (such an edge joins the window's trace when the window is resolved, the others as their phase changes)."""
-        if not marks:
-            return self.profiler.sample()
-        marker = self.profiler.mark()
-        sample = self.profiler.clocks()  # the meters' share is made when the window is resolved
-        win.markers[id(sample)] = marker
+    @staticmethod
+    def _check_entry(win: OpenWindow, name: str) -> None:
+        """MonitorError where phase ``name`` cannot start in ``win`` now (under the lock)."""
+        if not win.is_open:
+            raise MonitorError(f"window {win.name!r} has ended: no phase can start in it")
+        if win.open_phase is not None:
+            raise MonitorError(
+                f"phase {name!r} entered while phase {win.open_phase!r} of window {win.name!r} is open: the "
+                "phases of one window do not overlap (each is a part of the window); open a window inside "
+                "the phase instead")
+
+    def _marked_edge(self, win: OpenWindow, name: str, start: Optional[Sample]) -> Sample:
+        """A phase edge on a device whose queue is marked, its entry (``start`` None) or its exit, in one call (six a
+        PFLEGO round): a marker put in the queue and the clocks read (the meters' share is made when the window is
+        resolved, and the edge joins the window's trace then), its wall and thread CPU seconds from entry to exit
+        charged to every window open."""
+        profiler = self.profiler
+        clock, thread_clock = profiler.clock, profiler.thread_clock
+        wall0, thread0 = clock(), thread_clock()
+        with self._lock:
+            if start is None:
+                self._check_entry(win, name)
+            marker = profiler.mark()
+            sample = profiler.clocks()
+            win.markers[id(sample)] = marker
+            if start is None:
+                win.open_phase, win._phase_start = name, sample
+            else:
+                win.open_phase = None
+                win.phase_edges.append((name, start, sample))
+            wall, thread = clock() - wall0, thread_clock() - thread0
+            cost = profiler.cost
+            cost["edges"] += 1
+            cost["edge_wall_s"] += wall
+            for other in self._open:
+                other.overhead_wall_s += wall
+                other.overhead_s += thread
         return sample
 
     def _exit_phase(self, win: OpenWindow, name: str, start: Sample) -> None:
         if win.open_phase != name:  # ended already, with its window (end(close_phase=True)): its late exit is none
             return
         try:  # a device or meter that fails here fails the window's run, not the bookkeeping of its phases
-            marks = id(start) in win.markers
-            if not marks:
-                self.profiler.sync()
+            if id(start) in win.markers:
+                self._marked_edge(win, name, start)
+                return
+            self.profiler.sync()
             cost = _Cost(self.profiler)
             with self._lock:
-                end = self._edge(win, marks)
+                end = self.profiler.sample()
                 win.open_phase = None
-                if not marks:
-                    self._trace(end)
+                self._trace(end)
                 win.phase_edges.append((name, start, end))
                 self._charge(cost.stop(end), self._open)
         finally:

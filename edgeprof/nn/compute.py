@@ -23,6 +23,7 @@ every placement and synchronisation and runs a round of every algorithm through 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -137,6 +138,10 @@ class DeviceKind:
 
     def release(self, markers, device: str) -> None:
         """Markers whose times were read and that nothing uses again: the kind may reuse them (:meth:`mark`)."""
+
+    def marker(self, device: str):
+        """What puts a marker now (:meth:`mark` of ``device``) as one callable: a profiler calls it at every edge."""
+        return functools.partial(self.mark, device)
 
     def can_capture(self, device: str) -> bool:
         """Whether repeated work can be captured once as one device program and replayed (a CUDA graph); where
@@ -423,6 +428,10 @@ class Compute:
     def release(self, markers) -> None:
         """Markers read and done with, for :meth:`mark` to reuse (:meth:`DeviceKind.release`)."""
         self.kind.release(markers, self.device)
+
+    def marker(self):
+        """:meth:`mark` as one callable, made once (:meth:`DeviceKind.marker`)."""
+        return self.kind.marker(self.device)
 
     def ort_providers(self) -> list:
         return self.kind.ort_providers(self.device)

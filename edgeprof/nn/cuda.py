@@ -157,16 +157,22 @@ class CudaKind(DeviceKind):
     def mark(self, device: str):
         """A timing CUDA event recorded on the device's current stream (:meth:`current_stream`): one released by an
         earlier window (:meth:`release`) where there is one, else a new one (making an event costs as much again as
-        recording it)."""
-        free = _FREE_EVENTS.get(self.torch_device(device).index)
-        if free:
-            event = free.pop()
-        else:
-            import torch
+        recording it). A profiler calls :meth:`marker`'s closure instead, made once."""
+        return self.marker(device)()
 
-            event = torch.cuda.Event(enable_timing=True)
-        event.record(self.current_stream(device))
-        return event
+    def marker(self, device: str):
+        """:meth:`mark` made one closure for ``device`` (its index, its free events and torch's event type looked up
+        once), as a profiler calls it at every edge."""
+        import torch
+
+        free = _FREE_EVENTS.setdefault(self.torch_device(device).index, [])
+        event_type, stream = torch.cuda.Event, self.current_stream
+
+        def mark():
+            event = free.pop() if free else event_type(enable_timing=True)
+            event.record(stream(device))
+            return event
+        return mark
 
     def release(self, markers, device: str) -> None:
         """Markers whose times were read (their window's figures are made): free to be recorded again."""
