@@ -36,7 +36,9 @@ What overlapping windows mean, and where they are not allowed:
   its marker (the window's start plus the device's seconds from the marker put at the start; never before the
   host passed the edge), its hardware meters' joules are the series' at that moment and its process CPU seconds
   (with the CPU-time estimate) the host's clock interpolated at that moment: a phase is one span of the wall
-  clock for every domain. A trace's phases follow those moments.
+  clock for every domain. A trace's phases follow those moments. A window's own two edges there read the clocks
+  alone as well (every meter read at an edge derives from the CPU clock; their joules are made from the edge's CPU
+  seconds with the window's figures), and its markers go back to the device once read, to be recorded again.
 
 :func:`phase` marks a phase of the innermost window opened in the current context (thread or asyncio task)
 and does nothing outside any window, so library code can mark phases whether or not it is profiled.
