@@ -167,6 +167,9 @@ def test_a_marked_device_is_waited_for_at_the_window_edges_only_and_each_phase_s
     for name in WORK_S:
         span = result.phases[name]
         assert span.energy_j["cpu_estimate"] == pytest.approx(10.0 * span.cpu_s, rel=1e-9, abs=1e-12)
+    # the window's own edges read the clocks alone: the estimate is made from their CPU seconds all the same
+    assert result.span.cpu_s > 0
+    assert result.span.energy_j["cpu_estimate"] == pytest.approx(10.0 * result.span.cpu_s, rel=1e-9, abs=1e-12)
 
 
 def test_a_device_that_cannot_mark_its_queue_is_waited_for_at_every_edge():
