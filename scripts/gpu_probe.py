@@ -24,7 +24,7 @@ Prints, each measured on this machine (``--device cpu`` runs the same code on th
    with each window's figures asked for at once (a read of the slow meters forced after every round, as
    ``gpu_check`` did; that kind's time holds the wait for the reading), and profiled with every engine call and every profiler piece in it timed (the sync, the
    peak resets and reads, the sample, the clocks, the device marker), interleaved; per set the median round, and
-   per engine call and piece the median microseconds; then the alternatives for the dearest pieces, each alone.
+   per engine call and piece the median microseconds; then the same pieces alone, in a tight loop.
 """
 
 from __future__ import annotations
@@ -52,11 +52,13 @@ def _us(fn, n: int = 2000) -> float:
     return statistics.median(times) * 1e6
 
 
-def host_costs(device: str) -> dict:
+def _pieces(compute, device: str) -> dict:
+    """The host cost of each call a profiler window makes, alone in a tight loop (median us of many calls): the
+    clocks, the peak-RSS reset and read, the device's peak reset and read, its sync; on a device whose queue is
+    marked, the kind's kept current stream, an event of the marker's own type made and recorded, a marker made new
+    (the kind's free events unused) and one recorded again from them; the threads in the process."""
     from edgeprof.measure.profiler import PeakRss
-    from edgeprof.nn.compute import device_compute
 
-    compute = device_compute(device)
     compute.tensor(np.zeros(1024, dtype=np.float32))  # the allocator made (a peak reset refuses before it)
     out = {"threads": threading.active_count(), "perf_counter": _us(time.perf_counter),
            "process_time": _us(time.process_time), "thread_time": _us(time.thread_time)}
@@ -71,15 +73,25 @@ def host_costs(device: str) -> dict:
     out["device_peak_reset"], out["device_peak_read"] = _us(compute.reset_peak_memory), _us(compute.peak_memory_mb)
     out["sync_idle"] = _us(compute.sync)
     if compute.can_mark():
-        # through the seam (scripts never reach torch's device API themselves): the kind's kept current stream,
-        # an event of the marker's own type made and recorded on it, the marker whole
+        # through the seam (scripts never reach torch's device API themselves)
         out["current_stream_kept"] = _us(lambda: compute.kind.current_stream(device))
         event_type = type(compute.mark())
         out["event_new"] = _us(lambda: event_type(enable_timing=True))
         stream, event = compute.kind.current_stream(device), event_type(enable_timing=True)
         out["event_record"] = _us(lambda: event.record(stream))
-        out["compute_mark"] = _us(compute.mark)
+        out["compute_mark"] = _us(compute.mark)  # nothing given back: each a new event
         compute.sync()
+        compute.release([compute.mark()])
+        out["compute_mark_reused"] = _us(lambda: compute.release([compute.mark()]))  # one event, recorded again
+        compute.sync()
+    return out
+
+
+def host_costs(device: str) -> dict:
+    from edgeprof.nn.compute import device_compute
+
+    compute = device_compute(device)
+    out = _pieces(compute, device)
     out.update(_window_costs(compute, device))
     try:
         import pynvml
@@ -410,7 +422,7 @@ class _InSitu:
 
 def edges(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-cifar"), warmup_s: float = 1.0) -> dict:
     """The profiler inside PFLEGO's rounds at tau=50 (see the module docstring, item 6), per backbone; then the
-    alternatives for the dearest pieces (:func:`_alternatives`)."""
+    same pieces alone in a tight loop (:func:`_pieces`)."""
     import contextlib
 
     import gpu_check
@@ -491,33 +503,9 @@ def edges(device: str, n_rounds: int, backbones=("cnn-omniglot", "cnn-cifar"), w
                            for k, v in walls.items()},
                 "in_situ_us": in_situ.medians(), "in_situ_calls": in_situ.calls(),
                 "series": plain.describe().get("series")}
-    out["alternatives_us"] = _alternatives(device)
-    return out
-
-
-def _alternatives(device: str) -> dict:
-    """The dearest pieces alone, through the seam (median us of many calls, in a tight loop, so lower than where
-    they run in a round): the clocks, the device's sync, its peak-memory reset and read, a marker (recorded again
-    from the kind's free events, and a new event of its type recorded)."""
     from edgeprof.nn.compute import device_compute
 
-    compute = device_compute(device)
-    compute.tensor(np.zeros(1024, dtype=np.float32))
-    out = {"perf_counter": _us(time.perf_counter), "process_time": _us(time.process_time),
-           "thread_time": _us(time.thread_time), "compute_sync": _us(compute.sync),
-           "device_peak_read": _us(compute.peak_memory_mb), "device_peak_reset": _us(compute.reset_peak_memory)}
-    if compute.can_mark():
-        marker = compute.mark()
-        compute.sync()
-        compute.release([marker])
-
-        def mark_and_release() -> None:
-            compute.release([compute.mark()])  # one event, recorded again each time
-
-        out["compute_mark_reused"] = _us(mark_and_release)
-        event_type, stream = type(marker), compute.kind.current_stream(device)
-        out["event_new_and_record"] = _us(lambda: event_type(enable_timing=True).record(stream))
-        compute.sync()
+    out["alternatives_us"] = _pieces(device_compute(device), device)  # the same pieces alone, in a tight loop
     return out
 
 
