@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 
-from typing import Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from edgeprof.nn.compute import DeviceKind
 from edgeprof.nn.execution import GPU_CANDIDATES, whole_set_plan
@@ -64,8 +64,15 @@ _STREAMS: dict = {}
 _FREE_EVENTS: dict = {}
 
 
+class _CFunctions(NamedTuple):
+    current_device: Callable
+    synchronize: Callable
+    reset_peak: Callable
+    memory_stats: Callable
+
+
 @functools.lru_cache(maxsize=None)
-def _direct() -> Optional[tuple]:
+def _direct() -> Optional[_CFunctions]:
     """torch's own C functions under ``torch.cuda.synchronize``, ``reset_peak_memory_stats`` and
     ``memory_stats_as_nested_dict`` (the current device's index, the sync, the peak's reset, the nested stats), or
     None where this torch lacks one: each Python wrapper around them turns the device into an index and back at every
@@ -74,8 +81,8 @@ def _direct() -> Optional[tuple]:
     import torch
 
     names = ("_cuda_getDevice", "_cuda_synchronize", "_cuda_resetPeakMemoryStats", "_cuda_memoryStats")
-    found = tuple(getattr(torch._C, name, None) for name in names)
-    return found if all(callable(f) for f in found) else None
+    found = [getattr(torch._C, name, None) for name in names]
+    return _CFunctions(*found) if all(callable(f) for f in found) else None
 
 
 class CudaKind(DeviceKind):
@@ -165,7 +172,7 @@ class CudaKind(DeviceKind):
         once), as a profiler calls it at every edge."""
         import torch
 
-        free = _FREE_EVENTS.setdefault(self.torch_device(device).index, [])
+        free = self._free_events(device)
         event_type, stream = torch.cuda.Event, self.current_stream
 
         def mark():
@@ -176,7 +183,11 @@ class CudaKind(DeviceKind):
 
     def release(self, markers, device: str) -> None:
         """Markers whose times were read (their window's figures are made): free to be recorded again."""
-        _FREE_EVENTS.setdefault(self.torch_device(device).index, []).extend(markers)
+        self._free_events(device).extend(markers)
+
+    def _free_events(self, device: str) -> list:
+        """The device's events free to be recorded again (one list per GPU, kept for the process)."""
+        return _FREE_EVENTS.setdefault(self.torch_device(device).index, [])
 
     def current_stream(self, device: str):
         """The device's current stream, the object kept while the stream stays current: ``torch.cuda.current_stream``
@@ -250,8 +261,9 @@ class CudaKind(DeviceKind):
 
         direct = _direct()
         # torch's CUDA state is up (as its wrapper would make it) and the device is the current one: its sync as it is
-        if direct is not None and torch.cuda.is_initialized() and direct[0]() == self.torch_device(device).index:
-            direct[1]()
+        if direct is not None and torch.cuda.is_initialized() \
+                and direct.current_device() == self.torch_device(device).index:
+            direct.synchronize()
             return
         torch.cuda.synchronize(self.torch_device(device))
 
@@ -265,7 +277,7 @@ class CudaKind(DeviceKind):
 
         direct = _direct()
         if direct is not None and torch.cuda.is_initialized():
-            direct[2](self.torch_device(device).index)
+            direct.reset_peak(self.torch_device(device).index)
             return
         torch.cuda.reset_peak_memory_stats(self.torch_device(device))
 
@@ -276,7 +288,7 @@ class CudaKind(DeviceKind):
         # them first (~0.1 ms at every window's end on an H100's host)
         direct = _direct()
         if direct is not None and torch.cuda.is_initialized():
-            stats = direct[3](self.torch_device(device).index)
+            stats = direct.memory_stats(self.torch_device(device).index)
         else:
             stats = torch.cuda.memory_stats_as_nested_dict(self.torch_device(device))
         return stats.get("allocated_bytes", {}).get("all", {}).get("peak", 0) / 2**20
