@@ -5,7 +5,8 @@ Under ``timeout``, ``docker stop`` or systemd a run gets SIGTERM, and a closed t
 KeyboardInterrupt (:data:`STOP_EXCEPTIONS`: every place that finishes or drops the current window on Ctrl-C catches
 both); the CLI then exits with 128 + the signal number (130, 143, 129). Terminated is no KeyboardInterrupt, so a
 program's own ``except KeyboardInterrupt`` (its Ctrl-C) does not catch a SIGTERM. :func:`signals_held` defers these
-signals around the final sidecar write, so a second Ctrl-C takes effect after it, never in the middle.
+signals around a write (a row, the final sidecar), so a second Ctrl-C takes effect after it, never in the middle,
+and then goes to the handler it would have met.
 :func:`stops_unwrapped` gives back a stop that Python wrapped in another exception on its way up. In a program of
 the user's own (the monitor), :func:`handle_termination` chains to the program's own handlers: it tells the monitor
 the signal came, then runs the handler the program had set (the program decides how it ends), leaves alone a signal
@@ -16,6 +17,7 @@ at once where nothing is left to close (the wait for threads that a command's ow
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -94,15 +96,49 @@ def stop_raised() -> bool:
     return bool(_raised)
 
 
+def _raised_by_handler(signum: int) -> BaseException:
+    """:func:`stop_exception` for a signal handler to raise, with :class:`_SwallowedStop` in place: a handler can
+    run inside a ``__del__`` or a weakref callback, whose exceptions Python prints and drops."""
+    if not isinstance(sys.unraisablehook, _SwallowedStop):
+        sys.unraisablehook = _SwallowedStop(sys.unraisablehook)
+    return stop_exception(signum)
+
+
+class _SwallowedStop:
+    """``sys.unraisablehook`` once a handler here has raised a stop: a stop that Python could not raise (the handler
+    ran inside a ``__del__``, a weakref callback, a garbage collection) was a traceback on stderr ("Exception
+    ignored in ...") and a lost stop, the run going on and its next Ctrl-C ignored as a second one (seen in a
+    burst of Ctrl-C: a profiler's ``__del__``). Now it is no longer counted as raised, and the signal is sent
+    again from a thread of its own, so that it lands once the main thread has left the place that swallowed it and
+    its handler raises it where it can go up (sent from here, its handler would run inside this hook, in the same
+    place). Every other unraisable exception goes to the hook before."""
+
+    def __init__(self, previous: Callable) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
+        err = unraisable.exc_value
+        if not isinstance(err, STOP_EXCEPTIONS) or threading.current_thread() is not threading.main_thread():
+            self.previous(unraisable)
+            return
+        signum = getattr(err, "signum", signal.SIGINT)
+        with contextlib.suppress(ValueError):
+            _raised.remove(signum)
+        try:  # not threading.Thread: its start() waits for the thread, and the handler would run in that wait
+            _thread.start_new_thread(os.kill, (os.getpid(), signum))
+        except RuntimeError:  # the interpreter is shutting down: no thread can start, and the exit is under way
+            pass
+
+
 def _raise_terminated(signum, _frame) -> None:
-    raise stop_exception(signum)
+    raise _raised_by_handler(signum)
 
 
 def _raise_in_program(signum, _frame) -> None:
     """:func:`_raise_terminated` in a program of the user's own: uncaught, the stop ends it in one line."""
     if not isinstance(sys.excepthook, _UncaughtStop):
         sys.excepthook = _UncaughtStop(sys.excepthook)
-    raise stop_exception(signum)
+    raise _raised_by_handler(signum)
 
 
 class _UncaughtStop:
@@ -183,7 +219,7 @@ def stop_once() -> None:
     def first_stop(signum, _frame) -> None:
         if _raised:
             return
-        raise stop_exception(signum)
+        raise _raised_by_handler(signum)
 
     for s in STOP_SIGNALS:
         signal.signal(s, first_stop)
@@ -217,7 +253,9 @@ def ignore_stop_signals() -> None:
 
 
 class HeldSignals:
-    """Stop signals held back from construction until :meth:`release`, which raises the first one that came.
+    """Stop signals held back from construction until :meth:`release`, which gives each one that came to the
+    handler it would have met (:func:`_deliver`): edgeprof's raise it (the first one raised ends the delivery),
+    a program's own handler (through the monitor's chain) decides, an outer hold holds it on.
 
     For a span that does not fit one ``with`` block: a report is created with signals held, and the held
     Ctrl-C is raised inside the block that records how the run ended. Python runs signal handlers in the
@@ -233,21 +271,37 @@ class HeldSignals:
                               for s in STOP_SIGNALS}
 
     def release(self, *, deliver: bool = True) -> None:
-        """Restore the handlers; with ``deliver``, raise the first held signal (KeyboardInterrupt or Terminated)."""
+        """Restore the handlers; with ``deliver``, give each held signal, in the order they came, to its handler
+        (:func:`_deliver`): the first that raises (KeyboardInterrupt or Terminated) ends the delivery."""
         if self._previous is None:
             return
         previous, self._previous = self._previous, None
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if deliver and self.pending:
-            raise stop_exception(self.pending[0])
+        if deliver:
+            for signum in self.pending:
+                _deliver(signum, previous[signum])
+
+
+def _deliver(signum: int, handler) -> None:
+    """What signal ``signum`` would have done under ``handler`` had it not been held: a handler set from Python
+    runs (edgeprof's raise the stop; a program's own, chained by the monitor, decides; an outer hold's records it
+    for its own release); an ignored one is dropped; Python's Ctrl-C handler, the default action or a handler not
+    set from Python raise the stop (:func:`stop_exception`), as edgeprof does for a signal left at its default."""
+    if handler == signal.SIG_IGN:
+        return
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)
+        return
+    raise _raised_by_handler(signum)
 
 
 @contextlib.contextmanager
 def signals_held(*, deliver: bool = True) -> Iterator[None]:
-    """Hold the stop signals back for the block: one that arrives meanwhile is raised at its end (when the
-    block ends with an exception of its own, that one goes on and the held signal is dropped); with ``deliver``
-    false it is dropped in any case (the caller is already ending the run)."""
+    """Hold the stop signals back for the block: one that arrives meanwhile goes to its handler at the block's end
+    (:meth:`HeldSignals.release`: edgeprof's raise it, a program's own decides); when the block ends with an
+    exception of its own, that one goes on and the held signal is dropped; with ``deliver`` false it is dropped in
+    any case (the caller is already ending the run)."""
     hold = HeldSignals()
     try:
         yield
