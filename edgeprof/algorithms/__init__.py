@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Iterable, Iterator, Mapping
 
+from edgeprof.host import load_native_libraries
+
 #: name -> "module:attribute" of its AlgorithmSpec
 REGISTRY: dict[str, str] = {
     "pflego": "edgeprof.algorithms.pflego:SPEC",
@@ -44,6 +46,7 @@ class _Algorithms(Mapping):
             raise KeyError(name)
         if name not in self._specs:
             module_name, attr = REGISTRY[name].split(":")
+            load_native_libraries()  # the modules import torch: loaded whole first, a Ctrl-C meanwhile held
             self._specs[name] = getattr(importlib.import_module(module_name), attr)
         return self._specs[name]
 

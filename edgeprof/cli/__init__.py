@@ -181,6 +181,9 @@ def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, dataset: o.S
            out: o.ModelOut = Path("models")) -> None:
     """Export a backbone to ONNX (dynamic batch axis) under models/, checked against torch first."""
     with guard():
+        from edgeprof.host import load_native_libraries
+
+        load_native_libraries()
         from edgeprof.nn.backbones import build_backbone, file_stem, input_shape_for
         from edgeprof.nn.ort import export_backbone
 

@@ -11,21 +11,6 @@ from __future__ import annotations
 from edgeprof.algorithms.contract import Runtime
 
 
-def load_native_libraries() -> None:
-    """Import torch, onnx and ONNX Runtime with the stop signals held (raised once they are loaded).
-
-    A Ctrl-C that lands while a C++ library is half-way through its module initialisation can leave it in
-    a state whose teardown aborts the process (seen as SIGABRT after the one interrupted line); held, the
-    Ctrl-C takes effect a moment later, with the libraries whole. The drivers call this first in set-up.
-    """
-    from edgeprof.signals import signals_held
-
-    with signals_held():
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-        import torch  # noqa: F401
-
-
 def build_backbone_for(cfg):
     """A freshly seeded backbone of ``cfg`` in the input shape its data is loaded in."""
     from edgeprof.nn.backbones import build_backbone, input_shape_for

@@ -22,7 +22,7 @@ from edgeprof.rounds.federation import Federation
 from edgeprof.session.run import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
 from edgeprof.signals import STOP_EXCEPTIONS
-from edgeprof.rounds.runtime import load_native_libraries
+from edgeprof.host import load_native_libraries
 
 
 @dataclass

@@ -232,7 +232,7 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     from edgeprof.session.run import make_run_id, open_run
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
-    from edgeprof.rounds.runtime import load_native_libraries
+    from edgeprof.host import load_native_libraries
     from edgeprof.rounds.simulate import build_federation, run_round
 
     check_writable(cfg.base.out)
