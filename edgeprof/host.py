@@ -26,23 +26,29 @@ def prefer_passive_openmp() -> bool:
     return "torch" not in sys.modules
 
 
-def load_native_libraries() -> None:
-    """Import torch, onnx and ONNX Runtime with the stop signals held (raised once they are loaded).
+#: the C++ libraries a run loads, in the order :func:`load_native_libraries` imports them
+NATIVE_LIBRARIES = ("onnx", "onnxruntime", "torch")
+
+
+def load_native_libraries(names: tuple[str, ...] = NATIVE_LIBRARIES) -> None:
+    """Import the C++ libraries ``names`` (torch, onnx and ONNX Runtime) with the stop signals held (raised once
+    they are loaded).
 
     A Ctrl-C that lands while a C++ library is half-way through its module initialisation can abort the process:
     torch's initialisers (``_c10d_init``, autograd's) run Python code through pybind11, and a stop raised there
     is a C++ exception where none may pass, so the process ends in SIGABRT with pybind11's message instead of one
     line (about one Ctrl-C in 150 at random moments of set-up; ``tests/test_stops.py`` sends one inside torch's
     import). Held, the Ctrl-C takes effect a moment later, with the libraries whole. Whatever imports torch first in
-    a command calls this first: the algorithm registry (whose modules import torch; a run's config is checked against
-    them before set-up), the drivers' set-up and ``edgeprof export``.
+    a command calls this first: the algorithm registry (torch alone: its modules import torch, and a run's config is
+    checked against them before set-up), the drivers' set-up and ``edgeprof export`` (all three).
     """
+    import importlib
+
     from edgeprof.signals import signals_held
 
     with signals_held():
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-        import torch  # noqa: F401
+        for name in names:
+            importlib.import_module(name)
 
 
 LIBRARIES = ("edgeprof", "torch", "onnxruntime", "onnx", "numpy", "psutil", "scikit-learn", "typer", "rich",

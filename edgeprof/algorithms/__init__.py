@@ -46,7 +46,7 @@ class _Algorithms(Mapping):
             raise KeyError(name)
         if name not in self._specs:
             module_name, attr = REGISTRY[name].split(":")
-            load_native_libraries()  # the modules import torch: loaded whole first, a Ctrl-C meanwhile held
+            load_native_libraries(("torch",))  # the modules import torch: loaded whole first, a Ctrl-C held
             self._specs[name] = getattr(importlib.import_module(module_name), attr)
         return self._specs[name]
 
