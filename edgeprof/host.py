@@ -37,7 +37,7 @@ def load_native_libraries(names: tuple[str, ...] = NATIVE_LIBRARIES) -> None:
     A Ctrl-C that lands while a C++ library is half-way through its module initialisation can abort the process:
     torch's initialisers (``_c10d_init``, autograd's) run Python code through pybind11, and a stop raised there
     is a C++ exception where none may pass, so the process ends in SIGABRT with pybind11's message instead of one
-    line (about one Ctrl-C in 150 at random moments of set-up; ``tests/test_stops.py`` sends one inside torch's
+    line (5 of 800 runs stopped at random moments of set-up; ``tests/test_stops.py`` sends one inside torch's
     import). Held, the Ctrl-C takes effect a moment later, with the libraries whole. Whatever imports torch first in
     a command calls this first: the algorithm registry (torch alone: its modules import torch, and a run's config is
     checked against them before set-up), the drivers' set-up and ``edgeprof export`` (all three).

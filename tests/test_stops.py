@@ -135,7 +135,7 @@ exec(compile(open(script).read(), script, "exec"), {"__name__": "__main__"})
 def test_a_ctrl_c_while_torch_initialises_waits_for_it_and_ends_in_one_line(tmp_path, command):
     """A Ctrl-C in set-up that landed inside one of torch's initialisers (``_c10d_init``, autograd's: Python code
     run through pybind11) ended the process in SIGABRT with pybind11's "terminate called after throwing an instance
-    of 'pybind11::error_already_set'" (about one Ctrl-C in 150 at random moments of set-up): a run's config is
+    of 'pybind11::error_already_set'" (5 of 800 runs stopped at random moments of set-up): a run's config is
     checked against the algorithm registry, whose modules import torch, before the drivers loaded the native
     libraries with the stop signals held. Every first import of torch in a command now holds them."""
     if not SCRIPT.is_file():
