@@ -384,7 +384,7 @@ except (KeyboardInterrupt, Terminated) as stop:
 
 @pytest.mark.parametrize("sig, stop", [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "Terminated")])
 def test_a_stop_whose_handler_ran_inside_a_del_is_raised_once_it_can_go_up(sig, stop):
-    """A Ctrl-C whose handler ran inside a ``__del__`` (a profiler's, in a burst of Ctrl-C in CI) was printed as
+    """A Ctrl-C whose handler ran inside a ``__del__`` (a profiler's, in the bursts test run in a loop) was printed as
     "Exception ignored in ..." with a traceback and then lost: the run went on, and its next Ctrl-C was ignored as a
     second one. The stop is now raised once the main thread has left the ``__del__``, with nothing on stderr."""
     started = time.monotonic()
