@@ -1,8 +1,10 @@
 """Real processes on loopback: a SuperLink and three SuperNodes (separate process groups on 127.0.0.1),
 runs submitted with ``flwr run``; theta compared with the in-process loop of :mod:`edgeprof.rounds.simulate`.
 
-Both tests share one federation (module fixture); the second kills a SuperNode, so it runs last.
-Every process group is killed by a finalizer registered as soon as the process starts.
+The tests share one federation (module fixture), except the last, which starts its own; the one that kills a
+SuperNode runs after every test that needs all three. Every process group is killed by a finalizer registered as
+soon as the process starts. A test that waits on the federation and times out fails with the tail of every
+process's log, so that a stalled runtime (a SuperLink that logs nothing for minutes) shows in CI's output.
 """
 
 from __future__ import annotations
@@ -64,11 +66,28 @@ class Federation:
     def submit(self, name: str, cfg: RunConfig, settings: FlowerSettings) -> tuple[Path, Path]:
         """Write the app folder, ``flwr run`` it, and return (report csv, sidecar) paths."""
         app = write_app_dir(self.root / f"app-{name}", to_run_config(cfg, settings))
-        out = subprocess.run([str(BIN / "flwr"), "run", str(app.parent), "loopback"], env=self.env,
-                             capture_output=True, text=True, timeout=90)
+        out = self.flwr("run", str(app.parent), "loopback", timeout=90)
         assert "Successfully started run" in out.stdout, out.stdout + out.stderr
         self.run_id = out.stdout.split("Successfully started run")[1].split()[0]  # Flower's, for `flwr stop`
         return Path(cfg.out) / f"{cfg.run_name}.csv", Path(cfg.out) / f"{cfg.run_name}.json"
+
+    def wait_round(self, csv_path: Path, t: int, timeout: float) -> None:
+        """Wait until the report holds round ``t``'s server row; fail with the logs' tails when it does not."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if csv_path.is_file() and any(r["round"] == str(t) and r["kind"] == "server"
+                                          for r in csv.DictReader(csv_path.read_text().splitlines())):
+                return
+            time.sleep(0.2)
+        pytest.fail(f"round {t} did not finish in {timeout} s\n{self.log_tail()}")
+
+    def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """``flwr ARGS...``; fail with the logs' tails when it does not return in ``timeout`` s."""
+        try:
+            return subprocess.run([str(BIN / "flwr"), *args], env=self.env, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`flwr {' '.join(args)}` did not return in {timeout} s\n{self.log_tail()}")
 
     def wait_done(self, sidecar: Path, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -218,13 +237,9 @@ def test_a_run_stopped_with_flwr_stop_keeps_its_finished_rounds_as_interrupted(f
     # Prepare: more rounds than the test waits for
     cfg = dataclasses.replace(tiny_cfg(tmp_path, "stop"), rounds=1000)
     csv_path, sidecar = federation.submit("stop", cfg, FlowerSettings(round_timeout_s=60, node_wait_s=60))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (csv_path.is_file() and any(
-            r["round"] == "2" and r["kind"] == "server" for r in csv.DictReader(open(csv_path)))):
-        time.sleep(0.2)
+    federation.wait_round(csv_path, 2, 120)
     # Execute
-    stop = subprocess.run([str(BIN / "flwr"), "stop", federation.run_id, "loopback"], env=federation.env,
-                          capture_output=True, text=True, timeout=60)
+    stop = federation.flwr("stop", federation.run_id, "loopback")
     data = federation.wait_done(sidecar, 60)
     # Assert
     assert stop.returncode == 0, stop.stdout + stop.stderr
@@ -237,8 +252,7 @@ def test_a_run_stopped_with_flwr_stop_keeps_its_finished_rounds_as_interrupted(f
     assert len(report.rows) == data["rows"] and len(report.where(kind="server")) == data["rounds_completed"]
     # the ServerApp's log stream has said where the partial report is and that a stop keeps it as interrupted (after
     # `flwr stop` the SuperLink takes no more log lines of the run)
-    server_log = subprocess.run([str(BIN / "flwr"), "log", federation.run_id, "loopback", "--show"],
-                                env=federation.env, capture_output=True, text=True, timeout=60).stdout
+    server_log = federation.flwr("log", federation.run_id, "loopback", "--show").stdout
     assert (f"edgeprof: report {csv_path}: a row is written as each round ends; a stop (flwr stop, a signal) keeps "
             "every finished round, the sidecar recorded interrupted") in server_log, server_log[-3000:]
 
@@ -250,14 +264,7 @@ def test_a_client_killed_mid_run_does_not_stop_the_federation(federation, tmp_pa
     cfg = tiny_cfg(tmp_path, "kill", participation=1.0)
     csv_path, sidecar = federation.submit("kill", cfg, FlowerSettings(round_timeout_s=25, node_wait_s=60))
     # Execute: kill the victim's whole process group as soon as round 1 is on disk
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if csv_path.is_file() and any(r["round"] == "1" and r["kind"] == "server"
-                                      for r in csv.DictReader(open(csv_path))):
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail("round 1 never finished\n" + federation.log_tail())
+    federation.wait_round(csv_path, 1, 90)
     kill_group(federation.nodes[victim])
     data = federation.wait_done(sidecar, 120)
     # Assert: the run completed; the victim is missing from the last round; the others lost no row

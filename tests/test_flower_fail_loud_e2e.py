@@ -7,7 +7,6 @@ in one line, and each node's refusal is one line in its own log, with no traceba
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
@@ -16,15 +15,11 @@ pytest.importorskip("flwr")
 
 from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.flower.config import FlowerSettings  # noqa: E402
-from test_flower_e2e import BIN, start_federation  # noqa: E402
+from test_flower_e2e import start_federation  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 MISMATCH = "node has num-partitions=2 but the run has clients=3"
-
-
-def _flwr(fed, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "flwr"), *args], env=fed.env, capture_output=True, text=True, timeout=60)
 
 
 def _run_status(fed, timeout: float = 60) -> str:
@@ -32,7 +27,7 @@ def _run_status(fed, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     status = ""
     while time.monotonic() < deadline:
-        out = _flwr(fed, "ls", "loopback", "--run-id", fed.run_id, "--format", "json")
+        out = fed.flwr("ls", "loopback", "--run-id", fed.run_id, "--format", "json")
         runs = json.loads(out.stdout).get("runs", []) if out.stdout.strip().startswith("{") else []
         status = runs[0].get("status", "") if runs else out.stdout + out.stderr
         if status.startswith("finished"):
@@ -54,7 +49,7 @@ def test_a_run_no_node_serves_ends_failed_after_the_roll_call_in_one_line(reques
     sidecar = fed.wait_done(sidecar_path, timeout=180)
     took = time.monotonic() - started
     status = _run_status(fed)
-    server_log = _flwr(fed, "log", fed.run_id, "loopback", "--show").stdout
+    server_log = fed.flwr("log", fed.run_id, "loopback", "--show").stdout
     # Assert: failed after the roll call, with no round run, in one line naming the cause and a node's own line
     assert sidecar["status"] == "failed", fed.log_tail()
     reason = sidecar["reason"]

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict  # noqa: E402
 from hostile_client import HOSTILE_KEY, HOSTILE_VALUE, make_hostile_app  # noqa: E402
 from test_flower_algorithms import LoopbackGrid  # noqa: E402
 from test_flower_strategy import SHAPES, cfg_for, directory, grad_reply, grads, reply  # noqa: E402
@@ -277,10 +277,9 @@ def test_a_hostile_supernode_on_loopback_is_left_out_and_the_federation_runs_as_
     and 1 answer honestly, node 2 answers the roll call with num-examples = -1000. The run completes; the sidecar and
     the ServerApp's log name the node left out; theta is the in-process run's with partition 2's updates dropped
     (total-samples keeps every alpha_i = N_i / sum_j N_j)."""
-    import subprocess
     from pathlib import Path
 
-    from test_flower_e2e import BIN, in_process, load_theta, start_federation
+    from test_flower_e2e import in_process, load_theta, start_federation
 
     from edgeprof.flower.config import write_app_dir
 
@@ -294,8 +293,7 @@ def test_a_hostile_supernode_on_loopback_is_left_out_and_the_federation_runs_as_
     app = write_app_dir(tmp_path / "app", to_run_config(cfg, settings))
     app.write_text(app.read_text().replace('"edgeprof.flower.client_app:app"', '"hostile_client:app"'))
     # Execute
-    out = subprocess.run([str(BIN / "flwr"), "run", str(app.parent), "loopback"], env=fed.env,
-                         capture_output=True, text=True, timeout=90)
+    out = fed.flwr("run", str(app.parent), "loopback", timeout=90)
     assert "Successfully started run" in out.stdout, out.stdout + out.stderr
     sidecar = fed.wait_done(tmp_path / f"{cfg.run_name}.json", 240)
     # Assert
@@ -304,8 +302,7 @@ def test_a_hostile_supernode_on_loopback_is_left_out_and_the_federation_runs_as_
     assert len(refused) == 1 and "num-examples must be a positive integer" in refused[0]["reason"]
     assert sorted(sidecar["flower"]["alpha"]["nodes"]) == ["0", "1"]
     run_id = out.stdout.split("Successfully started run")[1].split()[0]
-    log = subprocess.run([str(BIN / "flwr"), "log", run_id, "loopback", "--show"], env=fed.env,
-                         capture_output=True, text=True, timeout=60)  # the ServerApp's log
+    log = fed.flwr("log", run_id, "loopback", "--show")  # the ServerApp's log
     assert f"node {refused[0]['node_id']} left out of the federation: roll call: num-examples" in log.stdout, \
         log.stdout[-3000:] + log.stderr
     accepted = {int(t): r["accepted"] for t, r in sidecar["flower"]["rounds"].items()}

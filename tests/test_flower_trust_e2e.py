@@ -5,7 +5,6 @@ and the server records that node's failed reply; the federation goes on with the
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -13,7 +12,7 @@ pytest.importorskip("flwr")
 
 from edgeprof.config import RunConfig  # noqa: E402
 from edgeprof.flower.config import FlowerSettings  # noqa: E402
-from test_flower_e2e import BIN, start_federation  # noqa: E402
+from test_flower_e2e import start_federation  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +56,7 @@ def test_a_backbone_path_out_of_a_nodes_folder_is_refused_there_and_runs_nothing
     refusals = [line for line in node_log.splitlines() if REFUSAL in line]
     assert refusals and all(cfg.backbone in line for line in refusals), fed.log_tail()
     assert "Traceback" not in node_log, node_log[-3000:]  # the refusal is its one line, not a Flower traceback
-    server_log = subprocess.run([str(BIN / "flwr"), "log", fed.run_id, "loopback", "--show"], env=fed.env,
-                                capture_output=True, text=True, timeout=60).stdout
+    server_log = fed.flwr("log", fed.run_id, "loopback", "--show").stdout
     assert any("left out of the federation: the node refused the roll call: edgeprof: ConfigError:" in line
                and REFUSAL in line for line in server_log.splitlines()), server_log[-3000:]
     # no code of the file ran on node 0; it did run on node 1, which allows it (the marker works)
