@@ -294,6 +294,10 @@ def test_a_flagged_reading_invalidates_exactly_the_windows_and_phases_that_span_
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists() or not hasattr(os, "fork"),
                     reason="needs Linux's /proc/self/clear_refs and fork")
+# tests before this one leave native threads in the process (torch's intra-op pool after its first op, one that
+# importing ONNX Runtime starts), so Python 3.12+ warns at the fork (the plain-install leg on 3.13: four OS threads,
+# one Python thread); the child takes none of their locks: it allocates, writes one pipe and leaves with os._exit
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_the_peak_rss_files_stay_open_and_a_forked_child_reads_its_own():
     """PeakRss keeps /proc/self's two files open (one write resets the peak, one pread reads it); a forked child
     opens them again, so its reading is its own peak, not its parent's."""
