@@ -65,11 +65,15 @@ class Federation:
 
     def submit(self, name: str, cfg: RunConfig, settings: FlowerSettings) -> tuple[Path, Path]:
         """Write the app folder, ``flwr run`` it, and return (report csv, sidecar) paths."""
-        app = write_app_dir(self.root / f"app-{name}", to_run_config(cfg, settings))
+        self.run_app(write_app_dir(self.root / f"app-{name}", to_run_config(cfg, settings)))
+        return Path(cfg.out) / f"{cfg.run_name}.csv", Path(cfg.out) / f"{cfg.run_name}.json"
+
+    def run_app(self, app: Path) -> str:
+        """``flwr run`` the app whose ``pyproject.toml`` is ``app``; return Flower's run id (kept for `flwr stop`)."""
         out = self.flwr("run", str(app.parent), "loopback", timeout=90)
         assert "Successfully started run" in out.stdout, out.stdout + out.stderr
-        self.run_id = out.stdout.split("Successfully started run")[1].split()[0]  # Flower's, for `flwr stop`
-        return Path(cfg.out) / f"{cfg.run_name}.csv", Path(cfg.out) / f"{cfg.run_name}.json"
+        self.run_id = out.stdout.split("Successfully started run")[1].split()[0]
+        return self.run_id
 
     def wait_round(self, csv_path: Path, t: int, timeout: float) -> None:
         """Wait until the report holds round ``t``'s server row; fail with the logs' tails when it does not."""

@@ -293,15 +293,13 @@ def test_a_hostile_supernode_on_loopback_is_left_out_and_the_federation_runs_as_
     app = write_app_dir(tmp_path / "app", to_run_config(cfg, settings))
     app.write_text(app.read_text().replace('"edgeprof.flower.client_app:app"', '"hostile_client:app"'))
     # Execute
-    out = fed.flwr("run", str(app.parent), "loopback", timeout=90)
-    assert "Successfully started run" in out.stdout, out.stdout + out.stderr
+    run_id = fed.run_app(app)
     sidecar = fed.wait_done(tmp_path / f"{cfg.run_name}.json", 240)
     # Assert
     assert sidecar["status"] == "complete", fed.log_tail()
     refused = sidecar["flower"]["alpha"]["refused"]
     assert len(refused) == 1 and "num-examples must be a positive integer" in refused[0]["reason"]
     assert sorted(sidecar["flower"]["alpha"]["nodes"]) == ["0", "1"]
-    run_id = out.stdout.split("Successfully started run")[1].split()[0]
     log = fed.flwr("log", run_id, "loopback", "--show")  # the ServerApp's log
     assert f"node {refused[0]['node_id']} left out of the federation: roll call: num-examples" in log.stdout, \
         log.stdout[-3000:] + log.stderr
