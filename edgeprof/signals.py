@@ -13,6 +13,11 @@ the signal came, then runs the handler the program had set (the program decides 
 the program ignores, and raises :class:`Terminated` for a signal left at its default, which, if the program does not
 catch it, ends the program with one line and 128 + the signal, as a command ends; :func:`end_on_stop` ends a process
 at once where nothing is left to close (the wait for threads that a command's own code left running).
+
+A signal whose handler was not set from Python (an application that embeds Python, such as uWSGI, or a library
+preloaded into the process, installed it in C before the interpreter started: :func:`signal.getsignal` gives
+``None``) is left to that handler by :func:`handle_termination` and :class:`HeldSignals` alike: once replaced, Python
+could not put it back (``signal.signal`` takes no ``None``), so the host would lose it for good.
 """
 
 from __future__ import annotations
@@ -172,14 +177,15 @@ def handle_termination(*, program: bool = False, heard: Callable[[int], None] = 
     handler the program had set, which decides what happens next (it may return, or raise, or exit); a signal
     left at its default raises Terminated, which, if the program does not catch it, ends it with one line and
     128 + the signal (:class:`_UncaughtStop`); a signal the program ignores is left alone. At the block's end
-    each handler is put back, unless the program set another one meanwhile (that one stays)."""
+    each handler is put back, unless the program set another one meanwhile (that one stays). A signal whose handler
+    was not set from Python (``None``: see the module's docstring) is left to it, in both cases."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     installed = {}
     for s in (signal.SIGTERM, signal.SIGHUP):
         was = signal.getsignal(s)
-        if program and was == signal.SIG_IGN:
+        if was is None or (program and was == signal.SIG_IGN):
             continue
         handler = _raise_terminated if not program else _chained(was, heard)
         signal.signal(s, handler)
@@ -199,7 +205,7 @@ def _chained(was, heard: Callable[[int], None]) -> Callable:
         heard(signum)
         if callable(was):
             was(signum, frame)
-        else:  # SIG_DFL, or a handler not set from Python (None): the signal's default is to end the program
+        else:  # SIG_DFL: the signal's default is to end the program
             _raise_in_program(signum, frame)
 
     return chained
@@ -260,7 +266,8 @@ class HeldSignals:
     For a span that does not fit one ``with`` block: a report is created with signals held, and the held
     Ctrl-C is raised inside the block that records how the run ended. Python runs signal handlers in the
     main thread whichever thread the kernel picked, so holding is done with a recording handler (a thread
-    signal mask would not stop delivery to torch's worker threads). Outside the main thread: a no-op.
+    signal mask would not stop delivery to torch's worker threads). Outside the main thread: a no-op. A signal
+    whose handler was not set from Python is not held (see the module's docstring): it goes to that handler.
     """
 
     def __init__(self) -> None:
@@ -268,7 +275,7 @@ class HeldSignals:
         self._previous: dict | None = None
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, lambda signum, _frame: self.pending.append(signum))
-                              for s in STOP_SIGNALS}
+                              for s in STOP_SIGNALS if signal.getsignal(s) is not None}
 
     def release(self, *, deliver: bool = True) -> None:
         """Restore the handlers; with ``deliver``, give each held signal, in the order they came, to its handler
@@ -286,8 +293,9 @@ class HeldSignals:
 def _deliver(signum: int, handler) -> None:
     """What signal ``signum`` would have done under ``handler`` had it not been held: a handler set from Python
     runs (edgeprof's raise the stop; a program's own, chained by the monitor, decides; an outer hold's records it
-    for its own release); an ignored one is dropped; Python's Ctrl-C handler, the default action or a handler not
-    set from Python raise the stop (:func:`stop_exception`), as edgeprof does for a signal left at its default."""
+    for its own release); an ignored one is dropped; Python's Ctrl-C handler or the default action raise the stop
+    (:func:`stop_exception`), as edgeprof does for a signal left at its default. (A signal whose handler was not set
+    from Python is never held: :class:`HeldSignals`.)"""
     if handler == signal.SIG_IGN:
         return
     if callable(handler) and handler is not signal.default_int_handler:

@@ -1,6 +1,7 @@
 """How things end at the edges: a stop signal in the entry's first milliseconds, in a monitored program of the
-user's own and while threads of the user's code still run; a device this machine lacks under Flower's simulation;
-a calibration cache that is no file, or cannot be written.
+user's own (one whose stop handlers were installed in C before Python started, too) and while threads of the
+user's code still run; a device this machine lacks under Flower's simulation; a calibration cache that is no file,
+or cannot be written.
 
 Signals are real signals sent to real processes (the installed ``edgeprof`` script, a program that imports
 edgeprof); the cache is a real folder holding a real FIFO; only the CUDA probe is faked (hardware).
@@ -8,8 +9,10 @@ edgeprof); the cache is a real folder holding a real FIFO; only the CUDA probe i
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -208,6 +211,75 @@ def test_a_monitored_program_stopped_by_a_signal_ends_in_one_line_or_as_it_handl
     assert _one_line(stderr) == (f"{line} ({csv_path})" if "keeps" in line else line)
     assert sidecar["status"] == "interrupted" and sidecar["reason"] == f"interrupted ({signal.Signals(sig).name})"
 
+
+#: a library preloaded into the program (LD_PRELOAD) that, before the interpreter starts, installs in C a handler of
+#: SIGTERM and SIGHUP, as an application embedding Python does (uWSGI): Python's getsignal gives None for both
+HOST_LIBRARY = r"""
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+static void on_stop(int signum) {
+    static const char line[] = "the host's handler took the signal\n";
+    write(2, line, sizeof line - 1);
+    _exit(70);
+}
+__attribute__((constructor)) static void install(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_stop;
+    sigaction(SIGTERM, &action, 0);
+    sigaction(SIGHUP, &action, 0);
+}
+"""
+
+HOSTED_PROGRAM = """
+import os, signal, sys, time
+import edgeprof
+
+out, when = sys.argv[1], sys.argv[2]
+assert signal.getsignal(signal.SIGTERM) is None and signal.getsignal(signal.SIGHUP) is None
+with edgeprof.monitor(out=out, name="prog", cpu_watts=10.0) as mon:
+    for step in range(3 if when == "after the monitor" else 10**6):
+        with mon.window("step"):
+            time.sleep(0.01)
+print("monitored", signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(30)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the host's signal handler")
+@pytest.mark.parametrize("when", ["while monitored", "after the monitor"])
+def test_a_handler_set_outside_python_is_left_to_the_program_that_set_it(tmp_path, when):
+    """In a process whose stop handlers were installed in C (Python's getsignal gives None) the monitor failed as it
+    started, with a TypeError traceback: it held the signals around its first write and put back None, which
+    Python's signal.signal refuses. Now such a handler is left alone: a SIGTERM while the monitor runs, or after,
+    goes to it (here: one line and exit 70), and after the monitor it is still the host's."""
+    library = tmp_path / "libhost.so"
+    (tmp_path / "host.c").write_text(HOST_LIBRARY)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "host.c")], check=True)
+    script = tmp_path / "prog.py"
+    script.write_text(HOSTED_PROGRAM)
+    out = tmp_path / "profiles"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), when], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "LD_PRELOAD": str(library)})
+    if when == "while monitored":
+        _until(proc, lambda: any(len(p.read_bytes().splitlines()) > 3 for p in out.glob("*.csv")))
+        proc.send_signal(signal.SIGTERM)
+    stdout, stderr = _ended(proc)
+
+    assert proc.returncode == 70 and stderr == "the host's handler took the signal\n", stderr
+    (csv_path,) = out.glob("*.csv")
+    rows = list(csv.reader(csv_path.open(newline="")))
+    if when == "after the monitor":  # the monitor ran to its end and gave the host its handlers back untouched
+        assert stdout == "monitored None None\n"
+        assert len(rows) == 1 + 3
+        assert json.loads(csv_path.with_suffix(".json").read_text())["status"] == "complete"
+    else:  # the rows written before the host's handler ended the process are whole
+        assert stdout == "" and len(rows) > 3
+        assert all(len(row) == len(rows[0]) for row in rows[1:])
 
 # ------------------------------------------------------------------------ threads the user's code left running
 
