@@ -89,6 +89,8 @@ def _report_file(tmp_path: Path) -> str:
     (["dashboard"], 2, "Missing argument"),
     (["measure", *FAST, "--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], 3, "/nonexistent/mnist"),
     (["summary", "/nonexistent/report.csv"], 7, "no report at"),
+    (["summary", "."], 7, ". is a folder, not a report: name its report CSVs (*.csv)"),  # was a traceback
+    (["trace", "/"], 7, "/ is a folder, not a report"),
     (["summary", "{report}"], 7, "not an edgeprof report"),
     (["dashboard", "{report}"], 7, "not an edgeprof report"),
 ])

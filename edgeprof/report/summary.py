@@ -394,5 +394,7 @@ def rowless_ending(csv_path) -> str | None:
     from edgeprof.report.writer import read_sidecar
 
     path = Path(csv_path)
+    if not path.is_file():  # no report at all (a folder, '/', a missing file): nothing to say why
+        return None
     sidecar, _ = read_sidecar(path.with_suffix(".json"))
     return ending_line(Report(path, (), [], sidecar)) if path.with_suffix(".json").is_file() else None

@@ -381,7 +381,7 @@ def read_report(path: str | Path) -> Report:
 
     Damaged rows (a torn last line, cells that are not numbers where numbers belong, bytes that are not
     UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
-    or when the file is not an edgeprof report at all. Joules (and grams CO2e) below zero, which no meter reads,
+    when the file is not an edgeprof report at all, or when ``path`` is none (a folder: the line names its CSVs). Joules (and grams CO2e) below zero, which no meter reads,
     are read as invalid (:func:`_invalidate_negative`) and counted in one note. A UTF-8 byte-order mark (a CSV
     saved by a spreadsheet) is skipped. A column an older edgeprof wrote under another name is read under today's
     (:data:`OLD_COLUMNS`: ``device`` as ``host``). The sidecar is read as :func:`read_sidecar` says.
@@ -389,6 +389,8 @@ def read_report(path: str | Path) -> Report:
     path = Path(path)
     if path.suffix == ".json":
         path = path.with_suffix(".csv")
+    if path.is_dir():
+        raise ReportError(f"{path} is a folder, not a report: name its report CSVs ({path / '*.csv'})")
     if not path.is_file():
         raise ReportError(f"no report at {path}")
     try:
