@@ -380,11 +380,12 @@ def read_report(path: str | Path) -> Report:
     """Load a report CSV and, if present, its sidecar (same name, ``.json``).
 
     Damaged rows (a torn last line, cells that are not numbers where numbers belong, bytes that are not
-    UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left,
-    when the file is not an edgeprof report at all, or when ``path`` is none (a folder: the line names its CSVs). Joules (and grams CO2e) below zero, which no meter reads,
-    are read as invalid (:func:`_invalidate_negative`) and counted in one note. A UTF-8 byte-order mark (a CSV
-    saved by a spreadsheet) is skipped. A column an older edgeprof wrote under another name is read under today's
-    (:data:`OLD_COLUMNS`: ``device`` as ``host``). The sidecar is read as :func:`read_sidecar` says.
+    UTF-8, an unknown kind) are skipped and counted in one note; ReportError when no usable row is left, when
+    the file is not an edgeprof report at all, or when there is no file (for a folder, the line names its CSVs).
+    Joules (and grams CO2e) below zero, which no meter reads, are read as invalid (:func:`_invalidate_negative`)
+    and counted in one note. A UTF-8 byte-order mark (a CSV saved by a spreadsheet) is skipped. A column an older
+    edgeprof wrote under another name is read under today's (:data:`OLD_COLUMNS`: ``device`` as ``host``). The
+    sidecar is read as :func:`read_sidecar` says.
     """
     path = Path(path)
     if path.suffix == ".json":
