@@ -98,8 +98,9 @@ class EnergySettings:
 
 
 def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` words (``--meter-setting``) as a mapping; a number is read as one, anything else kept as
-    text. ConfigError with one line for a word without ``=``."""
+    """``NAME=VALUE`` words (``--meter-setting``) as a mapping; a number is read as one, an empty value as None
+    (not set), anything else kept as text. ConfigError with one line for a word without ``=``, or for a name that
+    no registered back-end declares, whatever its value (``cpu_wats=`` is a typo, not an unset setting)."""
     out: dict[str, Any] = {}
     for word in words:
         name, sep, value = str(word).partition("=")
@@ -108,6 +109,10 @@ def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
             out[name.strip().replace("-", "_")] = float(value) if value.strip() else None
         except ValueError:
             out[name.strip().replace("-", "_")] = value
+    if out:
+        from edgeprof.meters.registry import check_names
+
+        check_names(out)
     return out
 
 

@@ -79,6 +79,7 @@ def _report_file(tmp_path: Path) -> str:
     (["measre"], 2, "No such command 'measre'"),
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
     (["doctor", "--cpu-watts", "0"], 2, "cpu-watts must be positive"),
+    (["doctor", "--meter-setting", "cpu-wats="], 2, "unknown meter setting(s) cpu_wats;"),  # was accepted
     (["measure", *FAST, "--cpu-watts", "nan"], 2, "cpu-watts must be positive"),
     (["export", "--backbone", "resnet"], 2, "unknown backbone"),
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),

@@ -363,6 +363,12 @@ def test_a_meter_option_declared_in_its_backend_reaches_it_from_every_front_door
                 opened += [m.settings["amd_hz"] for m in meters.meters if m.name == "amdsmi_like"]
         with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
             run_config({"meter_setting": ["amd_hx=20"]})
+        # a misspelt name with no value is refused too (it was dropped as "not set", silently), on a node too
+        with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
+            run_config({"meter_setting": ["amd_hx="]})
+        with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
+            node_overrides(RunConfig(), {"meter-settings": "amd_hz=40,amd_hx="})
+        assert "amd_hz" not in node_overrides(RunConfig(), {"meter-settings": "amd_hz="}).energy.meter_settings
 
     assert opened == [20.0, 20.0, 40.0]
     with pytest.raises(ConfigError, match="unknown meter setting"):  # unregistered: no meter declares it

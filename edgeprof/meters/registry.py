@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from edgeprof.errors import MeterError
 from edgeprof.meters.base import Backend, MeterOption
@@ -77,15 +77,22 @@ def options() -> tuple[MeterOption, ...]:
     return tuple(out.values())
 
 
+def check_names(names: Iterable[str]) -> None:
+    """ConfigError with one line for a setting's name that no registered back-end declares."""
+    from edgeprof.errors import ConfigError
+
+    declared = settings()
+    unknown = sorted(set(names) - set(declared))
+    if unknown:
+        raise ConfigError(f"unknown meter setting(s) {', '.join(unknown)}; the registered meters take: "
+                          f"{', '.join(sorted(declared))}")
+
+
 def check_settings(given: dict[str, Any]) -> None:
     """ConfigError with one line for a setting no registered back-end declares, or one its back-end refuses."""
     from edgeprof.errors import ConfigError
 
-    declared = settings()
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise ConfigError(f"unknown meter setting(s) {', '.join(unknown)}; the registered meters take: "
-                          f"{', '.join(sorted(declared))}")
+    check_names(given)
     for backend in backends():
         own = {k: v for k, v in given.items() if k in backend.settings}
         problem = backend.check(own) if backend.check is not None and own else None
