@@ -68,7 +68,8 @@ class EnergySettings:
     def of(cls, *, meter_settings: Optional[Mapping[str, Any]] = None, **given: Any) -> "EnergySettings":
         """The settings from the options every command shares: each meter option by its name (the registered
         back-ends' :class:`~edgeprof.meters.base.MeterOption`, None: not given), any other meter setting in
-        ``meter_settings``, and this class's own fields. TypeError for a name that is neither."""
+        ``meter_settings`` (None: not set; ConfigError for a name no back-end declares, whatever its value), and this
+        class's own fields. TypeError for a name that is neither."""
         fields = {f.name for f in dataclasses.fields(cls)} - {"meters"}
         options = {k: v for k, v in given.items() if k not in fields}
         if options:
@@ -77,6 +78,10 @@ class EnergySettings:
             unknown = sorted(set(options) - {o.name for o in declared()})
             if unknown:
                 raise TypeError(f"EnergySettings.of() got unexpected keyword argument(s) {', '.join(unknown)}")
+        if meter_settings:  # a name no back-end declares is refused even as None ("not set"): it is a typo
+            from edgeprof.meters.registry import check_names
+
+            check_names(meter_settings)
         meters = {**(meter_settings or {}), **options}
         return cls(meters={k: v for k, v in meters.items() if v is not None},
                    **{k: v for k, v in given.items() if k in fields})

@@ -29,7 +29,8 @@ def check_phase_syntax(name: str) -> None:
     """MonitorError unless ``name`` can name a phase's columns (:data:`PHASE_NAME`, not ending in ``_cpu``); the
     report adds the check that they are not its own columns (:func:`edgeprof.report.schema.check_phase_name`)."""
     if not isinstance(name, str) or not PHASE_NAME.fullmatch(name) or name.endswith("_cpu"):
-        raise MonitorError(f"phase name {name!r} must be lower-case letters, digits and '_', start with a letter "
+        shown = f"of {len(name):,} characters" if isinstance(name, str) and len(name) > 80 else repr(name)
+        raise MonitorError(f"phase name {shown} must be lower-case letters, digits and '_', start with a letter "
                            "and not end in '_cpu' (it names the columns <phase>_s, <phase>_cpu_s, <phase>_j)")
 
 

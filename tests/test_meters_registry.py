@@ -369,6 +369,13 @@ def test_a_meter_option_declared_in_its_backend_reaches_it_from_every_front_door
         with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
             node_overrides(RunConfig(), {"meter-settings": "amd_hz=40,amd_hx="})
         assert "amd_hz" not in node_overrides(RunConfig(), {"meter-settings": "amd_hz="}).energy.meter_settings
+        # the monitor's front door: a declared setting reaches its config; a misspelt one, even as None, is refused
+        import edgeprof
+
+        assert edgeprof.monitor(out=tmp_path, meter_settings={"amd_hz": 30.0}).config.energy.meter_settings \
+            == {"amd_hz": 30.0}
+        with pytest.raises(ConfigError, match="unknown meter setting.*amd_hx"):
+            edgeprof.monitor(out=tmp_path, meter_settings={"amd_hx": None})
 
     assert opened == [20.0, 20.0, 40.0]
     with pytest.raises(ConfigError, match="unknown meter setting"):  # unregistered: no meter declares it

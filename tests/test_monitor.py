@@ -211,6 +211,9 @@ def test_bookkeeping_is_charged_to_every_window_open_while_it_ran(tmp_path, mach
     (lambda mon: mon.window("w", round="three").__enter__(), "whole number"),
     (lambda mon: mon.window("w", kind="epoch").__enter__(), "kind 'epoch'"),
     (lambda mon: mon.window("").__enter__(), "window name"),
+    # a name far too long is counted, not printed (the line was the whole name)
+    (lambda mon: mon.window("w" * 5000).__enter__(), "1 to 200 characters, got 5,000 characters$"),
+    (lambda mon: [mon.begin_window("w"), mon.phase("p" * 5000).__enter__()], "^phase name of 5,000 characters must"),
 ])
 def test_misuse_is_one_clear_error(tmp_path, machine, misuse, message):
     with run_monitor(tmp_path, profiler(machine)) as mon:

@@ -290,7 +290,8 @@ class Monitor:
         if self._state != "running":
             raise MonitorError("the monitor is not running: use `with edgeprof.monitor(...) as mon:` or mon.start()")
         if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
-            raise MonitorError(f"a window name is printable text of 1 to 200 characters, got {name!r}")
+            got = f"{len(name):,} characters" if isinstance(name, str) and len(name) > 200 else repr(name)
+            raise MonitorError(f"a window name is printable text of 1 to 200 characters, got {got}")
         if kind not in ROW_KINDS:
             raise MonitorError(f"kind {kind!r} is not one of {', '.join(ROW_KINDS)}")
 
