@@ -34,8 +34,9 @@ class EnergySettings:
     :class:`edgeprof.session.measurement.MonitorConfig` and handed whole to the meters, the Flower mods and the CLI.
 
     ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`), name ->
-    value; each is checked by the back-end that declares it, so a new option of a meter is declared in its module
-    and reaches ``--meter-setting NAME=VALUE``, the Flower node config and ``edgeprof.monitor(meter_settings=...)``
+    value (None: not set, the back-end's default; its name must still be declared: ``cpu_wats`` is a typo, refused
+    in one line); each is checked by the back-end that declares it, so a new option of a meter is declared in its
+    module and reaches ``--meter-setting NAME=VALUE``, the Flower node config and ``edgeprof.monitor(meter_settings=...)``
     with no change elsewhere (and, declared as a :class:`~edgeprof.meters.base.MeterOption`, a flag, a Flower key
     and a keyword argument of its own). Kept as sorted pairs (the value is hashable: run configs are cache keys);
     :attr:`meter_settings` gives the mapping, and each meter option is answered by its name too
@@ -54,8 +55,13 @@ class EnergySettings:
     trace_hz: float = 0.0
 
     def __post_init__(self) -> None:
-        pairs = self.meters.items() if isinstance(self.meters, Mapping) else self.meters
-        meters = tuple(sorted((str(k), v) for k, v in pairs if v is not None))
+        pairs = [(str(k), v) for k, v in (self.meters.items() if isinstance(self.meters, Mapping) else self.meters)]
+        unset = [k for k, v in pairs if v is None]
+        if unset:  # None is "not set", but a name no back-end declares is a typo even so (``cpu_wats=``)
+            from edgeprof.meters.registry import check_names
+
+            check_names(unset)
+        meters = tuple(sorted((k, v) for k, v in pairs if v is not None))
         object.__setattr__(self, "meters", meters)
         check_energy_options(self)
         if meters:  # one form for one setting: a value equal to its back-end's default is no setting
@@ -68,8 +74,8 @@ class EnergySettings:
     def of(cls, *, meter_settings: Optional[Mapping[str, Any]] = None, **given: Any) -> "EnergySettings":
         """The settings from the options every command shares: each meter option by its name (the registered
         back-ends' :class:`~edgeprof.meters.base.MeterOption`, None: not given), any other meter setting in
-        ``meter_settings`` (None: not set; ConfigError for a name no back-end declares, whatever its value), and this
-        class's own fields. TypeError for a name that is neither."""
+        ``meter_settings`` (None: not set), and this class's own fields; a meter option given overrides the same
+        setting in ``meter_settings``, one not given leaves it. TypeError for a name that is neither."""
         fields = {f.name for f in dataclasses.fields(cls)} - {"meters"}
         options = {k: v for k, v in given.items() if k not in fields}
         if options:
@@ -78,13 +84,8 @@ class EnergySettings:
             unknown = sorted(set(options) - {o.name for o in declared()})
             if unknown:
                 raise TypeError(f"EnergySettings.of() got unexpected keyword argument(s) {', '.join(unknown)}")
-        if meter_settings:  # a name no back-end declares is refused even as None ("not set"): it is a typo
-            from edgeprof.meters.registry import check_names
-
-            check_names(meter_settings)
-        meters = {**(meter_settings or {}), **options}
-        return cls(meters={k: v for k, v in meters.items() if v is not None},
-                   **{k: v for k, v in given.items() if k in fields})
+        meters = {**(meter_settings or {}), **{k: v for k, v in options.items() if v is not None}}
+        return cls(meters=meters, **{k: v for k, v in given.items() if k in fields})
 
     @property
     def meter_settings(self) -> dict[str, Any]:
@@ -104,8 +105,8 @@ class EnergySettings:
 
 def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
     """``NAME=VALUE`` words (``--meter-setting``) as a mapping; a number is read as one, an empty value as None
-    (not set), anything else kept as text. ConfigError with one line for a word without ``=``, or for a name that
-    no registered back-end declares, whatever its value (``cpu_wats=`` is a typo, not an unset setting)."""
+    (not set), anything else kept as text. ConfigError with one line for a word without ``=`` (the names are
+    checked where the settings are built, :class:`EnergySettings`, whatever their values)."""
     out: dict[str, Any] = {}
     for word in words:
         name, sep, value = str(word).partition("=")
@@ -114,10 +115,6 @@ def parse_meter_settings(words: Sequence[str]) -> dict[str, Any]:
             out[name.strip().replace("-", "_")] = float(value) if value.strip() else None
         except ValueError:
             out[name.strip().replace("-", "_")] = value
-    if out:
-        from edgeprof.meters.registry import check_names
-
-        check_names(out)
     return out
 
 

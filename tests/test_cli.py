@@ -217,10 +217,13 @@ def test_export_writes_onnx(tmp_path):
     assert (tmp_path / "mlp.onnx").stat().st_size > 1000
 
 
-def test_doctor_lists_the_estimate_and_why_rapl_is_missing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("given", [["--cpu-watts", "7.5"],
+                                   # the same setting by its name: --cpu-watts not given overrode it with its None
+                                   ["--meter-setting", "cpu_watts=7.5"], ["--meter-setting", "cpu-watts=7.5"]])
+def test_doctor_lists_the_estimate_and_why_rapl_is_missing(tmp_path, monkeypatch, given):
     monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path))
 
-    result = CliRunner().invoke(app, ["doctor", "--cpu-watts", "7.5"])
+    result = CliRunner().invoke(app, ["doctor", *given])
 
     assert result.exit_code == 0, result.output
     assert "cpu_estimate" in result.stdout and "estimate" in result.stdout

@@ -228,7 +228,7 @@ def energy_from(config: Mapping[str, Any], base: EnergySettings = EnergySettings
             meters[name] = value
         else:
             fields[name] = value
-    return EnergySettings(meters={k: v for k, v in meters.items() if v is not None}, **fields)
+    return EnergySettings(meters=meters, **fields)  # a None (``name=``) leaves the setting at its default
 
 
 def node_host(node_config: Mapping[str, Any]) -> str:
