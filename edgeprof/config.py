@@ -36,9 +36,10 @@ class EnergySettings:
     ``meters``: the settings the meter back-ends declare (``Backend.settings`` in :mod:`edgeprof.meters`), name ->
     value (None: not set, the back-end's default; its name must still be declared: ``cpu_wats`` is a typo, refused
     in one line); each is checked by the back-end that declares it, so a new option of a meter is declared in its
-    module and reaches ``--meter-setting NAME=VALUE``, the Flower node config and ``edgeprof.monitor(meter_settings=...)``
-    with no change elsewhere (and, declared as a :class:`~edgeprof.meters.base.MeterOption`, a flag, a Flower key
-    and a keyword argument of its own). Kept as sorted pairs (the value is hashable: run configs are cache keys);
+    module and reaches ``--meter-setting NAME=VALUE``, the Flower node config and
+    ``edgeprof.monitor(meter_settings=...)`` with no change elsewhere (and, declared as a
+    :class:`~edgeprof.meters.base.MeterOption`, a flag, a Flower key and a keyword argument of its own). Kept as sorted
+    pairs (the value is hashable: run configs are cache keys);
     :attr:`meter_settings` gives the mapping, and each meter option is answered by its name too
     (``energy.<option>``: the value given, else its back-end's default). ``idle_seconds``:
     the idle baseline measured before a run (0: none); ``country``, ``region``, ``carbon_intensity``: the
