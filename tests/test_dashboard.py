@@ -129,6 +129,54 @@ def test_dashboard_command_writes_one_file(reports, tmp_path):
     assert bad.exit_code == 7 and "no report at" in bad.stderr
 
 
+def _fit_n(page: str) -> dict[tuple[str, str], int]:
+    """The verdicts table's n per (algorithm, metric), of the seconds (not the joules: short windows leave them)."""
+    return {(row[1], row[2]): int(row[3]) for row in _cells(page, "verdicts") if row[2] in ("wall_s", "cpu_s")}
+
+
+def test_a_report_named_twice_or_copied_is_refused_not_counted_twice(tmp_path):
+    """Read twice, a report's rounds would pass for twice the measurements made: a fit's n doubled and its 95%
+    intervals narrowed (which can turn a verdict). One line, exit 7, no page; while another run of the same name, the
+    same rows measured on another device, and two reports that are each named once stay two reports."""
+    tiny = ["--backbone", "mlp", "--dataset", "synthetic", "--samples-per-client", "20", "--taus", "1,3",
+            "--repeats", "2", "--algos", "pflego,fedavg", "--no-progress", "--run-name", "sweep"]
+    for folder in ("one", "rerun"):  # two real sweeps of one name on this host
+        assert CliRunner().invoke(app, ["sweep", *tiny, "--out", str(tmp_path / folder)]).exit_code == 0
+    one, rerun = tmp_path / "one" / "sweep.csv", tmp_path / "rerun" / "sweep.csv"
+    (tmp_path / "copy").mkdir()
+    for suffix in (".csv", ".json"):
+        shutil.copy(one.with_suffix(suffix), tmp_path / "copy" / f"sweep{suffix}")
+    elsewhere = tmp_path / "elsewhere" / "sweep.csv"  # the same run id and times, another host: not the same rows
+    elsewhere.parent.mkdir()
+    with one.open(newline="") as src, elsewhere.open("w", newline="") as dst:
+        rows = list(csv.DictReader(src))
+        assert rows and all(r["timestamp_s"] and r["host"] for r in rows)
+        writer = csv.DictWriter(dst, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(dict(r, host="jetson") for r in rows)
+    page = tmp_path / "page"
+
+    for named, how in [((one, one), "the report named twice"), ((one, one.with_suffix(".json")), "the report named twice"),
+                       ((one, rerun, tmp_path / "copy" / "sweep.csv"), "a copy")]:
+        for command in (["dashboard", *map(str, named), "--out", str(page)], ["summary", *map(str, named)]):
+            result = CliRunner().invoke(app, command)
+            assert result.exit_code == 7, result.output
+            line = [ln for ln in result.stderr.splitlines() if ln.strip()]
+            assert line == [f"edgeprof: error: {named[0]} and {named[-1].with_suffix('.csv')} hold the same measured "
+                            f"rows ({how}): name each report once"], result.stderr
+    assert not page.exists()
+
+    rows_of = {p: len(read_report(p).where(kind="client")) // 2 for p in (one, rerun)}  # per algorithm
+    assert CliRunner().invoke(app, ["dashboard", str(one), "--out", str(page), "--name", "one"]).exit_code == 0
+    assert set(_fit_n((page / "one.html").read_text()).values()) == {rows_of[one]}
+    both = CliRunner().invoke(app, ["dashboard", str(one), str(rerun), "--out", str(page), "--name", "both"])
+    assert both.exit_code == 0, both.output
+    assert set(_fit_n((page / "both.html").read_text()).values()) == {rows_of[one] + rows_of[rerun]}
+    hosts = CliRunner().invoke(app, ["dashboard", str(one), str(elsewhere), "--out", str(page), "--name", "hosts"])
+    assert hosts.exit_code == 0, hosts.output
+    assert CliRunner().invoke(app, ["summary", str(one), str(rerun), str(elsewhere)]).exit_code == 0
+
+
 @pytest.mark.parametrize("methods", [{"pflego": "estimate", "fedavg": "estimate"},
                                      {"pflego": "counter", "fedavg": "counter"},
                                      {"pflego": "estimate", "fedavg": "counter"}],

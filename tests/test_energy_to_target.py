@@ -127,6 +127,60 @@ def test_a_cell_is_not_reached_unless_more_than_half_its_seeds_reached(reached_s
     assert ("not reached in 3 rounds" in text) is not shown_as_reached
 
 
+def _on(host: str, report: Report) -> Report:
+    """``report`` as measured on ``host`` (its rows' ``host`` column)."""
+    return Report(report.path, (*report.columns, "host"), [dict(r, host=host) for r in report.rows], report.sidecar)
+
+
+def test_seeds_count_once_and_one_devices_runs_only():
+    """A seed is one sample of the spread over seeds: two runs of one seed (a run repeated, its reports given with
+    the first's) are refused rather than counted as two, which would narrow the interval; seeds added by a later run
+    are welcome. Joules to target are a device's: runs of two devices are refused, not pooled into one median."""
+    from edgeprof.errors import ReportError
+
+    def table(reports):
+        return cells([r for rep in reports for r in energy_to_target(rep, 0.9)])
+
+    first = [_on("laptop", _run("a", 1, s, [0.5, 0.95], 1.0)) for s in (0, 1)]
+    later = [_on("laptop", _run("a", 1, s, [0.6, 0.95], 1.5)) for s in (1, 2)]  # seed 1 again, and seed 2
+
+    (cell,) = table(first + later[1:])
+    assert cell.seeds == (0, 1, 2) and cell.joules.n == 3
+    with pytest.raises(ReportError, match=r"^a at tau 1: seed 1 comes from two runs; .*give one report per seed$"):
+        table(first + later)
+    (other,) = table([_on("jetson", rep) for rep in later])
+    assert other.seeds == (1, 2)
+    with pytest.raises(ReportError, match=r"^these train runs were measured on 2 devices \(jetson, laptop\): the "
+                                          r"energy to target is one device's; give one device's reports$"):
+        table(first + [_on("jetson", rep) for rep in later[1:]])
+
+
+@pytest.mark.parametrize("hosts", [("laptop", "jetson"), ("laptop", "laptop")])
+def test_summary_and_dashboard_of_two_devices_train_runs_refuse_the_pooled_table(tmp_path, hosts):
+    """``summary`` prints each report, then one line instead of a table pooled over devices (exit 7); the dashboard
+    says it in its to-target section and draws the rest."""
+    from edgeprof.report.dashboard import render as dashboard
+
+    train = {"target_accuracy": 0.9, "eval_protocol": "global"}
+    paths = [_write_train_report(tmp_path, f"a-{seed}", _on(host, _run("a", 1, seed, [0.5, 0.95], 1.0)), train)
+             for seed, host in enumerate(hosts)]
+
+    result = CliRunner().invoke(app, ["summary", *map(str, paths)])
+    page = dashboard([read_report(p) for p in paths])
+
+    pooled = hosts[0] != hosts[1]
+    assert result.exit_code == (7 if pooled else 0), result.output
+    assert all(f"report: {p}" in result.stdout for p in paths)
+    assert ("energy-optimal tau of a: 1 (" in result.stdout) is not pooled
+    section = page[page.index('id="to-target"'):page.index('id="methods"')]
+    assert ("measured on 2 devices (jetson, laptop)" in section) is pooled
+    assert ("client joules to 90% test accuracy" in page) is not pooled
+    if pooled:
+        assert [ln for ln in result.stderr.splitlines() if ln.strip()] == [
+            "edgeprof: error: these train runs were measured on 2 devices (jetson, laptop): the energy to target is "
+            "one device's; give one device's reports"]
+
+
 def _text(table) -> str:
     from rich.console import Console
 

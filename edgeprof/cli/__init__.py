@@ -75,22 +75,29 @@ def _console():
     return console if console.is_terminal else Console(width=140)
 
 
-def _print_summary(csv_path: Path) -> "object":
-    """Print the summary of the report at ``csv_path``; return the report as read (read once: its notes once)."""
-    from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
-                                         held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
-                                         short_rows, summarize)
+def _read(csv_path: Path) -> "object":
+    """The report at ``csv_path`` (read once: its notes once); ReportError, after the line that says how the run
+    ended where it ended before any row (a Flower run no node served)."""
     from edgeprof.errors import ReportError
-    from edgeprof.report.summary import rowless_ending, run_lines
+    from edgeprof.report.summary import printable, rowless_ending
     from edgeprof.report.writer import read_report
 
     try:
-        report = read_report(csv_path)
+        return read_report(csv_path)
     except ReportError:
-        ending = rowless_ending(csv_path)  # a run that ended before any row (a Flower run no node served): why
+        ending = rowless_ending(csv_path)
         if ending is not None:
             typer.echo(printable(ending))
         raise
+
+
+def _print_summary(report) -> "object":
+    """Print the summary of ``report`` (as :func:`_read` read it); return it."""
+    from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
+                                         held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
+                                         run_lines, short_rows, summarize)
+
+    csv_path = report.path
     console = _console()
     console.print(render(summarize(report)))
     for line in run_lines(report):  # the data sets and backbones the rows name, a monitor's run labels
@@ -146,7 +153,7 @@ def _measure_and_report(cfg) -> None:
     """Run ``cfg``, then print the report's summary (and, with ``--evaluate``, the last evaluation)."""
     result = _run_with_progress(cfg)
     with report_done(result.csv_path):
-        _print_summary(result.csv_path)
+        _print_summary(_read(result.csv_path))
         if cfg.evaluate:
             _print_final_eval(result.csv_path)
 
@@ -210,8 +217,10 @@ def summary(reports: Annotated[list[Path], typer.Argument(
     accuracy per (algorithm, tau) over their seeds and each algorithm's energy-optimal tau."""
     with guard():
         from edgeprof.cli.training import print_train_summary
+        from edgeprof.report.writer import distinct
 
-        print_train_summary([_print_summary(report) for report in reports], _console())
+        read = distinct([_read(report) for report in reports])  # a report named twice is refused, not counted twice
+        print_train_summary([_print_summary(report) for report in read], _console())
 
 
 @app.command()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from edgeprof.errors import ConfigError
+from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import CONFIDENCE, LineFit, analyze, metric_label, t_quantile
 from edgeprof.report.writer import Report
 
@@ -64,6 +64,8 @@ class TargetResult:
     #: client rows of rounds 1..reached_round, and the sum of their ``wall_s`` (None: not reached or not measured)
     client_rounds: Optional[int] = None
     wall_s: Optional[float] = None
+    #: the device that measured it: the rows' ``host``, else the sidecar's host name ('' where neither says)
+    host: str = ""
 
 
 def _floats(rows, column: str) -> Optional[list[float]]:
@@ -87,6 +89,15 @@ def _seed_of(report: Report) -> Optional[int]:
     config = report.sidecar.get("config") if isinstance(report.sidecar, dict) else None
     seed = config.get("seed") if isinstance(config, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def _host_of(report: Report) -> str:
+    """The device that measured the run: its rows' ``host`` column, else its sidecar's host name ('' if neither)."""
+    hosts = sorted({r.get("host", "") for r in report.rows} - {""})
+    if hosts:
+        return "+".join(hosts)
+    host = report.sidecar.get("host") if isinstance(report.sidecar, dict) else None
+    return str(host.get("hostname") or "") if isinstance(host, dict) else ""
 
 
 def _rows(report: Report, algo: str, tau: str, kind: str) -> list[dict]:
@@ -116,7 +127,7 @@ def _one(report: Report, algo: str, target: float, tau: str = "") -> TargetResul
         reached_round=reached, energy_j=energy, carbon_g=carbon,
         energy_method="+".join(sorted({r["energy_method"] for r in clients if r.get("energy_method")})) or "none",
         eval_protocol="+".join(sorted({r.get("eval_protocol") or "global" for r in evals})) or "global",
-        tau=int(tau) if tau else None, seed=_seed_of(report), client_rounds=count, wall_s=wall,
+        tau=int(tau) if tau else None, seed=_seed_of(report), client_rounds=count, wall_s=wall, host=_host_of(report),
     )
 
 
@@ -236,12 +247,23 @@ def _values(results: Sequence[TargetResult], name: str) -> list[float]:
 
 
 def cells(results: Sequence[TargetResult]) -> list[Cell]:
-    """Group runs by (algorithm, tau) in order of appearance; every figure over the seeds as :func:`spread`."""
+    """Group runs by (algorithm, tau) in order of appearance; every figure over the seeds as :func:`spread`.
+    ReportError when the runs come from several devices (joules to target are one device's) or a group has one seed
+    twice (two runs of one seed: one seed's run, not two samples)."""
+    hosts = sorted({r.host for r in results} - {""})
+    if len(hosts) > 1:
+        raise ReportError(f"these train runs were measured on {len(hosts)} devices ({', '.join(hosts)}): the energy "
+                          f"to target is one device's; give one device's reports")
     groups: dict[tuple, list[TargetResult]] = {}
     for r in results:
         groups.setdefault((r.algo, r.tau), []).append(r)
     out = []
     for (algo, tau), runs in groups.items():
+        seeds = [r.seed for r in runs if r.seed is not None]
+        twice = next((seed for seed in seeds if seeds.count(seed) > 1), None)
+        if twice is not None:  # not an independent run: it would narrow the interval over seeds
+            raise ReportError(f"{algo}{'' if tau is None else f' at tau {tau}'}: seed {twice} comes from two runs; "
+                              f"the figures are over seeds, each counted once: give one report per seed")
         n = len(runs)
         reached = [r for r in runs if r.reached_round is not None]
         joules = _values(runs, "energy_j")

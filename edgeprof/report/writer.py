@@ -437,3 +437,32 @@ def read_report(path: str | Path) -> Report:
                      f"their method says invalid, medians and totals leave them out ({negative[0]}"
                      f"{'; ...' if len(negative) > 1 else ''})")
     return Report(path, fieldnames, rows, *read_sidecar(path.with_suffix(".json")))
+
+
+#: the columns that together name one measured row: the run, where, what and when (``timestamp_s``, wall clock)
+_MEASUREMENT = ("run_id", "host", "algo", "tau", "seed", "kind", "round", "client", "window", "timestamp_s")
+
+
+def _measurements(report: Report) -> set[tuple]:
+    """What names the measurements ``report`` holds: each timed row's :data:`_MEASUREMENT` cells, and for the rows
+    without a ``timestamp_s`` (a report written before the column) all of them at once, as they are."""
+    timed = {tuple(row.get(c, "") for c in _MEASUREMENT) for row in report.rows if row.get("timestamp_s", "")}
+    untimed = tuple(tuple(sorted(row.items())) for row in report.rows if not row.get("timestamp_s", ""))
+    return timed | ({("untimed", untimed)} if untimed else set())
+
+
+def distinct(reports: Sequence[Report]) -> list[Report]:
+    """``reports`` as a list; ReportError when two of them hold the same measured rows (one report named twice, its
+    CSV and its sidecar both named, or a copy of it): counted twice, its rounds would pass for more measurements than
+    were made (a fit's n doubled and its intervals narrowed, a seed counted twice)."""
+    seen: dict[tuple, Report] = {}
+    for report in reports:
+        keys = _measurements(report)
+        for key in keys:
+            first = seen.get(key)
+            if first is not None:
+                how = "the report named twice" if first.path.resolve() == report.path.resolve() else "a copy"
+                raise ReportError(f"{first.path} and {report.path} hold the same measured rows ({how}): name each "
+                                  f"report once")
+        seen.update(dict.fromkeys(keys, report))
+    return list(reports)

@@ -33,7 +33,7 @@ from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
 from edgeprof.report.dashboard import claim, flower, own_code, runs, target, window_charts
 from edgeprof.report.dashboard.page import SCRIPT, STYLE, Page, by_host, esc, rows_of, script_json
-from edgeprof.report.writer import Report, read_report
+from edgeprof.report.writer import Report, distinct, read_report
 
 __all__ = ["SECTIONS", "render", "script_json", "write_dashboard"]
 
@@ -49,11 +49,13 @@ SECTIONS = (("runs", "Runs and hosts"), ("flower", "Flower federation"), ("windo
 def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_round: Optional[int] = None,
            trace_client: Optional[int] = None) -> str:
     """The whole page for ``reports`` as one string (plotly.js inlined once); ``trace_round`` and
-    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window)."""
+    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window).
+    ReportError when two reports hold the same measured rows (:func:`edgeprof.report.writer.distinct`)."""
     get_plotlyjs = require("plotly.offline", "dashboard", "the dashboard").get_plotlyjs
 
     if not reports:
         raise ConfigError("the dashboard needs at least one report")
+    reports = distinct(reports)  # a report named twice would count its rounds twice (ReportError)
     rows = runs.with_gpu_net(rows_of(reports))  # gpu_net_j where a report's sidecar has the GPU's idle power
     analysis = analyze([r.data | {"host": r.host} for r in rows])
     hosts = by_host(rows)
