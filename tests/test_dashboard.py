@@ -156,7 +156,8 @@ def test_a_report_named_twice_or_copied_is_refused_not_counted_twice(tmp_path):
         writer.writerows(dict(r, host="jetson") for r in rows)
     page = tmp_path / "page"
 
-    for named, how in [((one, one), "the report named twice"), ((one, one.with_suffix(".json")), "the report named twice"),
+    twice = "the report named twice"
+    for named, how in [((one, one), twice), ((one, one.with_suffix(".json")), twice),
                        ((one, rerun, tmp_path / "copy" / "sweep.csv"), "a copy")]:
         for command in (["dashboard", *map(str, named), "--out", str(page)], ["summary", *map(str, named)]):
             result = CliRunner().invoke(app, command)
@@ -175,6 +176,62 @@ def test_a_report_named_twice_or_copied_is_refused_not_counted_twice(tmp_path):
     hosts = CliRunner().invoke(app, ["dashboard", str(one), str(elsewhere), "--out", str(page), "--name", "hosts"])
     assert hosts.exit_code == 0, hosts.output
     assert CliRunner().invoke(app, ["summary", str(one), str(rerun), str(elsewhere)]).exit_code == 0
+
+
+def _verdict_rows(page: str) -> dict[tuple[str, str, str], list[str]]:
+    """The verdicts table: (host, algorithm, metric) -> the rest of its row."""
+    return {(row[0], row[1], row[2]): row[3:] for row in _cells(page, "verdicts")}
+
+
+def test_one_hosts_reports_of_two_workloads_are_fitted_apart_not_pooled(tmp_path):
+    """Two real sweeps on this host, of two data sets: pooled, FedAvg's two lines made one noisy fit. Each is drawn as
+    its own setting, ``host · data set``, with exactly the fits, verdicts and ratios of its report alone."""
+    tiny = ["--backbone", "mlp", "--samples-per-client", "20", "--taus", "1,3", "--repeats", "2",
+            "--algos", "pflego,fedavg", "--no-progress", "--trace"]
+    paths = {}
+    for dataset in ("synthetic", "digits"):
+        result = CliRunner().invoke(app, ["sweep", *tiny, "--dataset", dataset, "--run-name", dataset,
+                                          "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        paths[dataset] = tmp_path / f"{dataset}.csv"
+    reports = {d: read_report(p) for d, p in paths.items()}
+    (host,) = {r["host"] for rep in reports.values() for r in rep.rows}
+
+    both = render(list(reports.values()))
+
+    combined = _verdict_rows(both)
+    assert {key[0] for key in combined} == {f"{host} · synthetic", f"{host} · digits"}
+    for dataset, report in reports.items():
+        alone = _verdict_rows(render([report]))
+        assert {k[0] for k in alone} == {host}
+        assert {(f"{host} · {dataset}", *k[1:]): v for k, v in alone.items()} == {
+            k: v for k, v in combined.items() if k[0] == f"{host} · {dataset}"}
+    for dataset in reports:  # every section names the settings: the cost plots and the power traces
+        assert len(_figures(both, f"{host} · {dataset}: wall seconds per client round")) == 1
+        titles = [f["layout"]["title"]["text"] for f in _figures(both, f"{host} · {dataset}: fedavg")]
+        assert len(titles) == 2 and any(t.startswith(f"{host} · {dataset}: fedavg, round ") for t in titles)
+        assert f"{host} · {dataset}: fedavg: mean power per phase over 4 client windows (ESTIMATE)" in titles
+
+
+def test_a_hosts_settings_are_named_by_the_workload_cells_that_differ_there():
+    """The workload of a row is its data set, backbone and device; an empty cell (an eval row names no device) is its
+    report's; a host is split only where its rows differ, and named by the cells that differ."""
+    from edgeprof.report.dashboard.page import rows_of
+    from edgeprof.report.writer import Report
+
+    def report(host, device, backbone="mlp"):
+        rows = [dict(host=host, algo="fedavg", kind="client", dataset="digits", backbone=backbone,
+                     device_kind=device), dict(host=host, algo="fedavg", kind="eval", dataset="digits",
+                                               backbone=backbone, device_kind="")]
+        return Report(Path(f"{host}-{device}-{backbone}.csv"), tuple(rows[0]), rows)
+
+    def hosts(*reports):
+        return [r.host for r in rows_of(reports)]
+
+    assert hosts(report("gpu", "cpu"), report("gpu", "cuda")) == ["gpu · cpu"] * 2 + ["gpu · cuda"] * 2
+    assert hosts(report("gpu", "cuda"), report("gpu", "cuda"), report("laptop", "cpu")) == ["gpu"] * 4 + ["laptop"] * 2
+    assert hosts(report("gpu", "cpu"), report("gpu", "cuda", "cnn-cifar"), report("laptop", "cpu")) == [
+        "gpu · mlp/cpu"] * 2 + ["gpu · cnn-cifar/cuda"] * 2 + ["laptop"] * 2
 
 
 @pytest.mark.parametrize("methods", [{"pflego": "estimate", "fedavg": "estimate"},

@@ -16,7 +16,9 @@ phase), per-round time series, energy and carbon totals, accuracy against cumula
 reports of ``edgeprof train``, :mod:`edgeprof.report.dashboard.target`), measurement methods. A page of reports of
 your own code alone leaves out the sections made for federated runs
 (:data:`edgeprof.report.dashboard.own_code.FEDERATED_SECTIONS`) and says so. Reports from several hosts (the
-``host`` column, else the sidecar's host name) are drawn side by side, one column per host.
+``host`` column, else the sidecar's host name) are drawn side by side, one column per host; one host's reports of
+several workloads (data sets, backbones, devices) one column per workload, ``host · workload``
+(:func:`edgeprof.report.dashboard.page.rows_of`), each fitted apart.
 
 Escaping: every text that comes from a report (run ids, algorithm, engine and host names, sidecar
 values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<script>`` has ``<``,

@@ -11,7 +11,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from edgeprof.report.analysis import Interval, is_short, variant_of
@@ -70,10 +70,34 @@ def host_of(report: Report, row: Mapping[str, str]) -> str:
     return row.get("host") or str(report.sidecar.get("host", {}).get("hostname", "")) or "host"
 
 
+#: the row columns that name what a round ran: a host's rows of several of these are drawn as several settings
+WORKLOAD_COLUMNS = ("dataset", "backbone", "device_kind")
+
+
+def _workloads(report: Report) -> list[tuple[str, ...]]:
+    """Each row's :data:`WORKLOAD_COLUMNS` cells; an empty one (an eval row names no device) is the report's
+    value where its rows name one."""
+    only = {}
+    for column in WORKLOAD_COLUMNS:
+        values = {r.get(column, "") for r in report.rows} - {""}
+        only[column] = values.pop() if len(values) == 1 else ""
+    return [tuple(r.get(c, "") or only[c] for c in WORKLOAD_COLUMNS) for r in report.rows]
+
+
 def rows_of(reports: Sequence[Report]) -> list[Row]:
-    """Every row of ``reports``, with its report, host and algorithm variant resolved."""
-    return [Row(rep, host_of(rep, r), variant_of(r.get("algo", ""), r.get("engine", "")), r)
-            for rep in reports for r in rep.rows]
+    """Every row of ``reports``, with its report, host and algorithm variant resolved. Where a host's rows ran
+    several workloads (data sets, backbones, devices: :data:`WORKLOAD_COLUMNS`), their host is named with the
+    workload's cells that differ there (``laptop · mlp``, ``laptop · cnn-cifar``), so that each is fitted, drawn
+    and compared apart, never pooled into one fit."""
+    rows = [(Row(rep, host_of(rep, r), variant_of(r.get("algo", ""), r.get("engine", "")), r), work)
+            for rep in reports for r, work in zip(rep.rows, _workloads(rep))]
+    seen: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    for row, work in rows:
+        seen[row.host].add(work)
+    differ = {host: [i for i in range(len(WORKLOAD_COLUMNS)) if len({w[i] for w in works}) > 1]
+              for host, works in seen.items()}
+    return [replace(row, host=f"{row.host} · {'/'.join(work[i] or '-' for i in differ[row.host])}")
+            if differ[row.host] else row for row, work in rows]
 
 
 # The top margin of every figure is three rows that never overlap, whatever the title's length: plotly's

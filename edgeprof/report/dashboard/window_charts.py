@@ -17,7 +17,7 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.own_code import labels_and_errors, own_label
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, energy_note, esc, grid, host_of,
-                                            listing, marked, median, methods_of, num_text, phase_names, table)
+                                            listing, marked, median, methods_of, num_text, phase_names, rows_of, table)
 from edgeprof.report.trace_file import NO_TRACE, NO_TRACE_MONITOR, locate, trace_hz
 from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
                                         phase_stats, report_row, segments)
@@ -253,20 +253,23 @@ def _traced(reports: Sequence[Report]) -> tuple[list[tuple[Report, list]], list[
     return traced, notes
 
 
-def _trace_groups(traced) -> dict[tuple[str, str], list]:
+def _trace_groups(traced, reports: Sequence[Report]) -> dict[tuple[str, str], list]:
     """(host, algorithm) -> its traced client windows, and (host, window name) -> the traced windows of your own
-    code of that name (``eval NAME`` for eval windows), in the order of the reports."""
+    code of that name (``eval NAME`` for eval windows), in the order of the reports; the host as the other sections
+    name it (a host's workloads apart: :func:`edgeprof.report.dashboard.page.rows_of`)."""
+    hosts = {id(r.data): r.host for r in rows_of(reports)}
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for rep, windows in traced:
         for w in windows:
             row = report_row(rep, w)
             if row is None:
                 continue
+            host = hosts.get(id(row)) or host_of(rep, row)
             variant, own = variant_of(row.get("algo", ""), row.get("engine", "")), own_label(row)
             if w.kind == "client":
-                groups[(host_of(rep, row), variant)].append(w)
+                groups[(host, variant)].append(w)
             elif own is not None:
-                groups[(host_of(rep, row), f"{variant} {own}" if variant else own)].append(w)
+                groups[(host, f"{variant} {own}" if variant else own)].append(w)
     return groups
 
 
@@ -344,7 +347,7 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     client window; ``round`` and ``client`` narrow it), mean power per phase."""
     traced, notes = _traced(reports)
     head = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
-    groups = _trace_groups(traced)
+    groups = _trace_groups(traced, reports)
     if not groups:
         return head + ('<p class="note">No traced client windows or windows of your own code in these reports.</p>'
                        if traced else "")
