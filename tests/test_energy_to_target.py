@@ -127,15 +127,17 @@ def test_a_cell_is_not_reached_unless_more_than_half_its_seeds_reached(reached_s
     assert ("not reached in 3 rounds" in text) is not shown_as_reached
 
 
-def _on(host: str, report: Report) -> Report:
-    """``report`` as measured on ``host`` (its rows' ``host`` column)."""
-    return Report(report.path, (*report.columns, "host"), [dict(r, host=host) for r in report.rows], report.sidecar)
+def _on(host: str, report: Report, backbone: str = "mlp") -> Report:
+    """``report`` as measured on ``host``, of ``backbone`` (its rows' ``host`` and ``backbone`` columns)."""
+    return Report(report.path, (*report.columns, "host", "backbone"),
+                  [dict(r, host=host, backbone=backbone) for r in report.rows], report.sidecar)
 
 
 def test_seeds_count_once_and_one_devices_runs_only():
     """A seed is one sample of the spread over seeds: two runs of one seed (a run repeated, its reports given with
     the first's) are refused rather than counted as two, which would narrow the interval; seeds added by a later run
-    are welcome. Joules to target are a device's: runs of two devices are refused, not pooled into one median."""
+    are welcome. Joules to target are a device's, of one workload: runs of two devices, or of two backbones, are
+    refused, not pooled into one median."""
     from edgeprof.errors import ReportError
 
     def table(reports):
@@ -153,6 +155,10 @@ def test_seeds_count_once_and_one_devices_runs_only():
     with pytest.raises(ReportError, match=r"^these train runs were measured on 2 devices \(jetson, laptop\): the "
                                           r"energy to target is one device's; give one device's reports$"):
         table(first + [_on("jetson", rep) for rep in later[1:]])
+    with pytest.raises(ReportError, match=r"^these train runs trained 2 workloads \(data set/backbone/device: "
+                                          r"/cnn/, /mlp/\): the energy to target is one workload's; give the reports "
+                                          r"of one$"):
+        table(first + [_on("laptop", _run("a", 1, 2, [0.6, 0.95], 1.5), backbone="cnn")])
 
 
 @pytest.mark.parametrize("hosts", [("laptop", "jetson"), ("laptop", "laptop")])

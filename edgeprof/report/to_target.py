@@ -30,7 +30,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import CONFIDENCE, LineFit, analyze, metric_label, t_quantile
@@ -66,6 +66,8 @@ class TargetResult:
     wall_s: Optional[float] = None
     #: the device that measured it: the rows' ``host``, else the sidecar's host name ('' where neither says)
     host: str = ""
+    #: what it trained: its client rows' data set, backbone and device (``digits/mlp/cpu``; '' where none says)
+    workload: str = ""
 
 
 def _floats(rows, column: str) -> Optional[list[float]]:
@@ -100,6 +102,12 @@ def _host_of(report: Report) -> str:
     return str(host.get("hostname") or "") if isinstance(host, dict) else ""
 
 
+def _workload_of(rows: Sequence[Mapping[str, str]]) -> str:
+    """``dataset/backbone/device_kind`` of ``rows`` (each the values they name, joined by ``+``), '' if none."""
+    parts = ["+".join(sorted({r.get(c, "") for r in rows} - {""})) for c in ("dataset", "backbone", "device_kind")]
+    return "/".join(parts) if any(parts) else ""
+
+
 def _rows(report: Report, algo: str, tau: str, kind: str) -> list[dict]:
     """The rows of ``kind`` of one (algorithm, tau) of ``report`` that name their round (tau ``""``: none given)."""
     return [r for r in report.where(algo=algo, kind=kind) if r.get("round") and r.get("tau", "") == tau]
@@ -128,6 +136,7 @@ def _one(report: Report, algo: str, target: float, tau: str = "") -> TargetResul
         energy_method="+".join(sorted({r["energy_method"] for r in clients if r.get("energy_method")})) or "none",
         eval_protocol="+".join(sorted({r.get("eval_protocol") or "global" for r in evals})) or "global",
         tau=int(tau) if tau else None, seed=_seed_of(report), client_rounds=count, wall_s=wall, host=_host_of(report),
+        workload=_workload_of(clients),
     )
 
 
@@ -248,12 +257,17 @@ def _values(results: Sequence[TargetResult], name: str) -> list[float]:
 
 def cells(results: Sequence[TargetResult]) -> list[Cell]:
     """Group runs by (algorithm, tau) in order of appearance; every figure over the seeds as :func:`spread`.
-    ReportError when the runs come from several devices (joules to target are one device's) or a group has one seed
-    twice (two runs of one seed: one seed's run, not two samples)."""
+    ReportError when the runs come from several devices or trained several workloads (joules to target are one
+    device's, of one data set, backbone and device kind) or a group has one seed twice (two runs of one seed: one
+    seed's run, not two samples)."""
     hosts = sorted({r.host for r in results} - {""})
     if len(hosts) > 1:
         raise ReportError(f"these train runs were measured on {len(hosts)} devices ({', '.join(hosts)}): the energy "
                           f"to target is one device's; give one device's reports")
+    workloads = sorted({r.workload for r in results} - {""})
+    if len(workloads) > 1:
+        raise ReportError(f"these train runs trained {len(workloads)} workloads (data set/backbone/device: "
+                          f"{', '.join(workloads)}): the energy to target is one workload's; give the reports of one")
     groups: dict[tuple, list[TargetResult]] = {}
     for r in results:
         groups.setdefault((r.algo, r.tau), []).append(r)
