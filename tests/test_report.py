@@ -178,9 +178,13 @@ def test_summary_shows_the_gpus_own_joules_net_of_idle_and_the_estimate_beside_t
     lines = {(ln.algo, ln.part): ln for ln in gpu_lines(read_report(path))}
     printed = CliRunner().invoke(app, ["summary", str(path)])
 
-    assert set(lines) == {(a, p) for a in ("pflego", "fedavg") for p in ("client round", "server step")}
-    for (algo, part), ln in lines.items():
-        mine = [r for r in rows if r["algo"] == algo and r["kind"] == part.split()[0].replace("round", "client")]
+    taus = sorted({int(r["tau"]) for r in rows})  # a sweep: each tau's rounds apart, never one median over taus
+    assert len(taus) > 1 and list(lines) == [(f"{a}, tau={t}", p) for a in ("fedavg", "pflego") for t in taus
+                                             for p in ("client round", "server step")]
+    for (name, part), ln in lines.items():
+        algo, tau = name.split(", tau=")
+        mine = [r for r in rows if r["algo"] == algo and r["tau"] == tau
+                and r["kind"] == part.split()[0].replace("round", "client")]
         gpu, wall = (np.array([float(r[c]) for r in mine]) for c in ("gpu_j", "wall_s"))
         estimate = np.array([float(r["cpu_estimate_j"]) for r in mine])
         sums = ln.totals
@@ -197,8 +201,9 @@ def test_summary_shows_the_gpus_own_joules_net_of_idle_and_the_estimate_beside_t
             assert (ln.net_j, sums.net_j, sums.idle_share) == (None, None, None)
     assert printed.exit_code == 0, printed.output
     out = printed.stdout
-    pflego = lines[("pflego", "client round")]
-    (shown,) = [ln for ln in out.splitlines() if ln.startswith("│ pflego │ client round │") and "counter" in ln]
+    pflego = lines[(f"pflego, tau={taus[-1]}", "client round")]
+    (shown,) = [ln for ln in out.splitlines()
+                if re.match(rf"│ pflego, tau={taus[-1]} +│ client round │", ln) and "counter" in ln]
     assert f" {pflego.totals.gpu_j:.4g} " in shown and shown.rstrip(" │").endswith("estimate")
     verdict = r"│ (flat|linear|inconclusive) +│"
     fits = [ln for ln in out.splitlines() if re.search(r"│ gpu_j \(counter\) +│.*" + verdict, ln)]
@@ -209,6 +214,42 @@ def test_summary_shows_the_gpus_own_joules_net_of_idle_and_the_estimate_beside_t
         assert f" {pflego.totals.idle_share:.0%} " in shown
         net = r"│ gpu_net_j \(counter, net of idle\) +│.*"
         assert len([ln for ln in out.splitlines() if re.search(net + verdict, ln)]) == 2
+
+
+def test_the_summary_of_a_sweep_gives_each_engine_and_tau_its_own_medians_and_the_fits(tmp_path):
+    """A real sweep of PFLEGO on two engines and FedAvg at two taus: a median over rounds of different work (tau 1
+    and 3, ONNX and torch) would describe none of them, so each (variant, tau) is its own line, its medians those
+    of its rows (numpy, from the CSV); the fits and ratios against tau follow, as the sweep printed them."""
+    out = tmp_path / "out"
+    swept = CliRunner().invoke(app, ["sweep", "--backbone", "mlp", "--dataset", "synthetic", "--samples-per-client",
+                                     "20", "--taus", "1,3", "--repeats", "2", "--algos", "pflego,fedavg",
+                                     "--engines", "onnx,torch-reuse", "--no-progress", "--run-name", "e", "--out",
+                                     str(out)])
+    assert swept.exit_code == 0, swept.output
+    with open(out / "e.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    printed = CliRunner().invoke(app, ["summary", str(out / "e.csv")])
+
+    assert printed.exit_code == 0, printed.output
+    table = {(cells[0], cells[1]): cells[2:] for cells in (
+        [c.strip() for c in line.strip("│ ").split("│")] for line in printed.stdout.splitlines()
+        if line.startswith("│ ") and ", tau=" in line.split("│")[1])}
+    def variant(row):  # PFLEGO's default engine is onnx: the other one is named
+        return row["algo"] + ("[torch-reuse]" if row["engine"] == "torch-reuse" else "")
+
+    cells = {(variant(r), r["tau"]) for r in rows if r["kind"] == "client"}
+    assert {v for v, _ in cells} == {"pflego", "pflego[torch-reuse]", "fedavg"}
+    assert {name for name, part in table if part == "client round"} == {f"{v}, tau={t}" for v, t in cells}
+    for name, tau in cells:
+        for kind, part in (("client", "client round"), ("server", "server step")):
+            mine = [r for r in rows if (variant(r), r["tau"], r["kind"]) == (name, tau, kind)]
+            n, wall = table[(f"{name}, tau={tau}", part)][:2]
+            assert int(n) == len(mine) == 2  # 4 significant digits printed: within half of the last one
+            assert float(wall) == pytest.approx(np.median([float(r["wall_s"]) for r in mine]), rel=5e-4)
+    fits = [line for line in printed.stdout.splitlines() if re.match(r"│ \S+ +│ wall_s +│", line)]
+    assert "cost per client round = a + b*tau" in printed.stdout and len(fits) == 3
+    assert "ratio to PFLEGO per client round at each tau" in printed.stdout
 
 
 def test_summary_of_a_run_without_a_gpu_has_no_gpu_part(tmp_path):

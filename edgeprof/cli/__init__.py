@@ -95,13 +95,15 @@ def _print_summary(report) -> "object":
     """Print the summary of ``report`` (as :func:`_read` read it); return it."""
     from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
                                          held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
-                                         run_lines, short_rows, summarize)
+                                         run_lines, short_rows, summarize, tau_fits)
 
     csv_path = report.path
     console = _console()
     console.print(render(summarize(report)))
     for line in run_lines(report):  # the data sets and backbones the rows name, a monitor's run labels
         typer.echo(printable(line))
+    for part in tau_fits(report):  # a sweep: cost against tau, fitted, and the ratios to PFLEGO
+        console.print(part)
     for part in gpu_summary(report):  # on a GPU: its own meter's joules, net of idle, their verdicts
         console.print(part)
     hosts = host_table(report)  # a Flower run: its hosts, their data, rounds and replies not used

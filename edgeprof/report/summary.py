@@ -57,10 +57,11 @@ def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str], met
     return lines
 
 
-def _windows(report: Report, algo: str, phases: Sequence[str], kind: str = "window") -> list[SummaryLine]:
-    """One part per window name of the ``window`` rows (edgeprof.monitor), with its phases; ``kind="eval"``: of a
-    monitor's eval windows (``eval window NAME``)."""
-    rows = [r for r in report.where(algo=algo, kind=kind) if kind == "window" or r.get("window")]
+def _windows(report: Report, algo: str, group: Sequence[Mapping[str, str]], phases: Sequence[str],
+             kind: str = "window") -> list[SummaryLine]:
+    """One part per window name of the ``window`` rows (edgeprof.monitor) of ``group``, with its phases;
+    ``kind="eval"``: of a monitor's eval windows (``eval window NAME``)."""
+    rows = [r for r in group if r.get("kind") == kind and (kind == "window" or r.get("window"))]
     lines: list[SummaryLine] = []
     for name in dict.fromkeys(r.get("window", "") for r in rows):
         members = [r for r in rows if r.get("window", "") == name]
@@ -72,13 +73,34 @@ def _windows(report: Report, algo: str, phases: Sequence[str], kind: str = "wind
 WINDOW_PARTS = {"window": "window ", "eval": "eval window "}
 
 
+def groups(rows: Sequence[Mapping[str, str]]) -> list[tuple[str, list[Mapping[str, str]]]]:
+    """The rows per algorithm, each group named by it; per engine too (``pflego[torch]``) where an algorithm's
+    rows ran on several, and per tau (``fedavg, tau=5``) where the client rows hold several taus (a sweep): a
+    median over rounds of different work would describe none of them. Algorithms (variants) in order of
+    appearance, each one's taus rising."""
+    from edgeprof.report.analysis import variant_of
+
+    engines: dict[str, set[str]] = {}
+    for r in rows:
+        engines.setdefault(r.get("algo", ""), set()).add(r.get("engine", ""))
+    several_taus = len({r.get("tau", "") for r in rows if r.get("kind") == "client"} - {""}) > 1
+    names: dict[str, int] = {}  # algorithm (or variant) -> its place, in order of appearance
+    out: dict[tuple[int, int], tuple[str, list]] = {}
+    for r in rows:
+        algo, tau = r.get("algo", ""), r.get("tau", "") if several_taus else ""
+        name = variant_of(algo, r.get("engine", "")) if len(engines[algo] - {""}) > 1 else algo
+        place = names.setdefault(name, len(names))
+        out.setdefault((place, int(tau) if tau else -1), (f"{name}, tau={tau}" if tau else name, []))[1].append(r)
+    return [out[key] for key in sorted(out)]
+
+
 def summarize(report: Report) -> list[SummaryLine]:
-    """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm; per window
-    name for the windows of a monitor's report."""
+    """Median seconds, CPU seconds and joules per client round and per phase, for each algorithm (and engine, and
+    tau, where the report holds several: :func:`groups`); per window name for the windows of a monitor's report."""
     lines: list[SummaryLine] = []
     phases = _phase_names(report)
-    for algo in dict.fromkeys(r["algo"] for r in report.rows):
-        clients = report.where(algo=algo, kind="client")
+    for algo, group in groups(report.rows):
+        clients = [r for r in group if r.get("kind") == "client"]
         method = _method(clients)
         if clients:
             lines += _part(report, algo, "client round", clients, phases, method)
@@ -89,16 +111,16 @@ def summarize(report: Report) -> list[SummaryLine]:
         if report.values("startup_s", clients):
             lines.append(SummaryLine(algo, "process start, beside", len(clients), _median(report, "startup_s", clients),
                                      _median(report, "startup_cpu_s", clients), None, "not measured"))
-        servers = report.where(algo=algo, kind="server")
+        servers = [r for r in group if r.get("kind") == "server"]
         if servers:
             lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
                                      _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
                                      method, _median(report, "carbon_g", servers)))
         # a Flower app's evaluate messages, profiled on the clients (a monitor's eval windows have a name)
-        measured_evals = [r for r in report.where(algo=algo, kind="eval") if r.get("wall_s") and not r.get("window")]
+        measured_evals = [r for r in group if r.get("kind") == "eval" and r.get("wall_s") and not r.get("window")]
         if measured_evals:
             lines += _part(report, algo, "evaluate message", measured_evals, phases, _method(measured_evals))
-        lines += _windows(report, algo, phases) + _windows(report, algo, phases, kind="eval")
+        lines += _windows(report, algo, group, phases) + _windows(report, algo, group, phases, kind="eval")
     return lines
 
 
@@ -199,8 +221,8 @@ def _gpu_line(algo: str, part: str, rows: Sequence[dict], rest: Sequence[str]) -
 
 
 def gpu_lines(report: Report) -> list[GpuLine]:
-    """Per algorithm, the client rounds' and server steps' GPU joules (``gpu_j``) where a GPU meter measured the
-    round's GPU; none for a run without one."""
+    """Per algorithm (and engine and tau where the report holds several: :func:`groups`), the client rounds' and
+    server steps' GPU joules (``gpu_j``) where a GPU meter measured the round's GPU; none for a run without one."""
     from edgeprof.report import gpu_energy
 
     if not gpu_energy.measured(report.rows):
@@ -208,9 +230,9 @@ def gpu_lines(report: Report) -> list[GpuLine]:
     rows = gpu_energy.with_net(report.rows, report.sidecar)
     rest = gpu_energy.rest_columns(report.sidecar)
     lines = []
-    for algo in dict.fromkeys(r["algo"] for r in rows):
+    for algo, group in groups(rows):  # per algorithm, and engine and tau where there are several
         for kind, part in (("client", "client round"), ("server", "server step")):
-            measured = [r for r in rows if r["algo"] == algo and r["kind"] == kind and r.get("gpu_j", "") != ""]
+            measured = [r for r in group if r["kind"] == kind and r.get("gpu_j", "") != ""]
             if measured:
                 lines.append(_gpu_line(algo, part, measured, rest))
     return lines
@@ -236,6 +258,18 @@ def render_gpu(lines: Sequence[GpuLine]):
                       _cell(sums.net_j), share, shown(sums.method or "-"), _cell(ln.rest_j),
                       shown(sums.rest_method or "-"))
     return table
+
+
+def tau_fits(report: Report) -> list:
+    """Where the report's client rows hold several taus (a sweep) or algorithms to compare at one tau: the fits,
+    verdicts and ratios to PFLEGO of seconds and joules (rich Tables, as the sweep printed them:
+    :func:`edgeprof.report.analysis.render`); the GPU's own joules get theirs in :func:`gpu_summary`."""
+    from edgeprof.report import analysis
+
+    result = analysis.analyze(report.rows, analysis.METRICS)
+    if any(len(f.taus) > 1 for f in result.fits) or result.ratios:
+        return list(analysis.render(result, analysis.METRICS))
+    return []
 
 
 def gpu_summary(report: Report) -> list:
