@@ -71,6 +71,28 @@ def test_printed_tls_commands_are_the_docs_steps(tmp_path, monkeypatch):
     assert "<" not in result.stdout.replace("(default ~/.flwr", "")
 
 
+def test_a_projects_own_pyproject_is_never_replaced_and_the_apps_own_is_refreshed(tmp_path, monkeypatch):
+    """``flower-app-dir .`` in a project would have replaced its pyproject.toml: refused, one line, exit 4, the file
+    as it was. A folder flower-app-dir wrote before is refreshed with the new settings."""
+    monkeypatch.chdir(tmp_path)
+    mine = '[project]\nname = "mine"\nversion = "1"\n'
+    (tmp_path / "pyproject.toml").write_text(mine)
+
+    refused = CliRunner().invoke(app, ["flower-app-dir", ".", "--rounds", "4"])
+
+    assert refused.exit_code == 4, refused.output
+    assert [ln for ln in refused.stderr.splitlines() if ln.strip()] == [
+        "edgeprof: error: pyproject.toml exists and edgeprof did not write it: flower-app-dir never replaces a "
+        "project's own pyproject.toml; give it a folder of its own (a new one, or one it wrote before)"]
+    assert (tmp_path / "pyproject.toml").read_text() == mine and refused.stdout == ""
+
+    for rounds in ("4", "7"):  # the second run replaces what the first wrote
+        result = CliRunner().invoke(app, ["flower-app-dir", "myapp", "--rounds", rounds])
+        assert result.exit_code == 0, result.output
+        written = (tmp_path / "myapp" / "pyproject.toml").read_text().splitlines()
+        assert [ln for ln in written if ln.startswith("rounds = ")] == [f"rounds = {rounds}"]
+
+
 def test_printed_insecure_commands_are_the_docs_quick_start(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shown = _docs_command(QUICK_START)

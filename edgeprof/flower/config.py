@@ -265,10 +265,14 @@ def _toml_value(value: Any) -> str:
     return f'"{escaped}"'
 
 
+#: the first line of every app pyproject edgeprof writes: the one kind of pyproject it replaces
+APP_HEADER = "# Written by `edgeprof flower-app-dir`: a Flower app whose server and client are edgeprof's."
+
+
 def app_pyproject(run_config: Mapping[str, Any], name: str = "edgeprof-flower") -> str:
     """The ``pyproject.toml`` of a Flower app whose components are edgeprof's ServerApp and ClientApp."""
     lines = [
-        "# Written by `edgeprof flower-app-dir`: a Flower app whose server and client are edgeprof's.",
+        APP_HEADER,
         "# edgeprof (with the `flower` extra) must be installed on the server and on every device.",
         "[project]", f'name = "{name}"', 'version = "1.0.0"',
         'description = "edgeprof energy profiling of federated rounds on Flower"', 'license = "Apache-2.0"',
@@ -285,7 +289,9 @@ def app_pyproject(run_config: Mapping[str, Any], name: str = "edgeprof-flower") 
 def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
     """Create (or refresh) the Flower app folder ``folder`` and return its pyproject path; the pyproject is written
     whole or not at all (:mod:`edgeprof.atomic`: a full disk leaves no empty one, and a previous one as it was); a
-    folder this call created is removed again when the pyproject cannot be written."""
+    folder this call created is removed again when the pyproject cannot be written. A ``pyproject.toml`` there
+    that edgeprof did not write (its first line is not :data:`APP_HEADER`: a project's own) is never replaced:
+    OutputError, one line."""
     import contextlib
 
     from edgeprof.atomic import write_text
@@ -293,6 +299,7 @@ def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
 
     folder = Path(folder)
     created = not folder.exists()
+    _refuse_a_pyproject_of_another(folder / "pyproject.toml")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "pyproject.toml"
@@ -303,3 +310,20 @@ def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
                 folder.rmdir()  # only when empty: nothing of anyone else's goes
         raise OutputError(f"cannot write the Flower app folder {folder}: {err.strerror or err}") from err
     return path
+
+
+def _refuse_a_pyproject_of_another(path: Path) -> None:
+    """OutputError when ``path`` holds a pyproject that edgeprof did not write (or one it cannot read to tell)."""
+    from edgeprof.errors import OutputError
+
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        with path.open("rb") as f:
+            first = f.readline(len(APP_HEADER.encode()) + 2).decode("utf-8", errors="replace").rstrip("\r\n")
+    except OSError as err:
+        raise OutputError(f"cannot write the Flower app folder {path.parent}: cannot read its {path.name} to tell "
+                          f"whether edgeprof wrote it ({err.strerror or err})") from err
+    if first != APP_HEADER:
+        raise OutputError(f"{path} exists and edgeprof did not write it: flower-app-dir never replaces a project's "
+                          f"own pyproject.toml; give it a folder of its own (a new one, or one it wrote before)")
