@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.flower.config import APP_HEADER
 
 from test_faults import _fill, _one_line, small_disk  # noqa: F401 - small_disk is a fixture used by name
 
@@ -40,12 +41,17 @@ COMMANDS = {
 }
 
 
+#: a previous file of each command's: a previous app pyproject is one flower-app-dir wrote (it replaces no other)
+PREVIOUS = {"flower-app-dir": f"{APP_HEADER}\n# a previous good file\n".encode()}
+
+
 @pytest.mark.parametrize("previous", [None, b"a previous good file\n"], ids=["new", "over-a-previous-one"])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_full_disk_leaves_no_part_of_a_file_and_exits_4(small_disk, report, command, previous):
     argv, name = COMMANDS[command]
     target = small_disk / name
     if previous is not None:
+        previous = PREVIOUS.get(command, previous)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(previous)
     _fill(small_disk)

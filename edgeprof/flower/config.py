@@ -299,7 +299,7 @@ def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
 
     folder = Path(folder)
     created = not folder.exists()
-    _refuse_a_pyproject_of_another(folder / "pyproject.toml")
+    _refuse_a_foreign_pyproject(folder / "pyproject.toml")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "pyproject.toml"
@@ -312,7 +312,7 @@ def write_app_dir(folder: Path, run_config: Mapping[str, Any]) -> Path:
     return path
 
 
-def _refuse_a_pyproject_of_another(path: Path) -> None:
+def _refuse_a_foreign_pyproject(path: Path) -> None:
     """OutputError when ``path`` holds a pyproject that edgeprof did not write (or one it cannot read to tell)."""
     from edgeprof.errors import OutputError
 

@@ -7,8 +7,8 @@ figures of :mod:`edgeprof.report.to_target`: each reached (algorithm, tau) cell 
 target as an open cross on the axis's floor, labelled "not reached" (never as a number). The second figure draws
 every evaluation of every run (algorithm, tau, seed) as its test accuracy against the client joules of its rounds
 so far, one line a run, and the Pareto front over all of them: the most accuracy each amount of client energy
-bought, and which (algorithm, tau) bought it. Runs of several devices, or one seed's from two runs, get a note
-instead (:func:`edgeprof.report.to_target.cells` says why): no figure pools them.
+bought, and which (algorithm, tau) bought it. Runs of several devices or workloads, or one seed's from two runs,
+get a note instead (:func:`edgeprof.report.to_target.cells` says why): no figure pools them.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
     target = float(targets.pop())
     try:
         all_cells = cells([res for r in found for res in energy_to_target(r, target)])
-    except ReportError as err:  # several devices' runs, or one seed's from two runs: no figure over them
+    except ReportError as err:  # several devices' or workloads' runs, or one seed's from two: no figure over them
         return f'<p class="note">{esc(str(err))}</p>'
     best = optima(all_cells)
     data = [t for algo in best for t in _traces(page, algo, [c for c in all_cells if c.algo == algo], best[algo])]
