@@ -76,6 +76,8 @@ RUNS: dict[str, Here | Elsewhere] = {
     "edgeprof train --algos pflego,fedavg --taus 1,10 --seeds 0,1 --target-accuracy 0.8 --rounds 5 --clients 4 "
     "--participation 0.5 --threads 1 --run-name digits": Elsewhere(TO_TARGET_RUN),
     "edgeprof summary profiles/digits-*.csv": Elsewhere(TO_TARGET_RUN),
+    "edgeprof sweep --algos pflego,fedavg --backbone mlp --taus 1,5,10 --run-name sweep-jetson": Here(
+        smaller=SHRINK_SWEEP),
     "edgeprof train --algos pflego,fedavg --taus 1,10 --seeds 0,1 --target-accuracy 0.8 --rounds 5 --clients 4 "
     "--participation 0.5 --cost-from profiles/sweep-jetson.csv": Elsewhere(TO_TARGET_RUN),
     "edgeprof train --algos pflego,fedavg,fedper --rounds 100 --tau 25 --clients 20 --target-accuracy 0.95":

@@ -197,19 +197,20 @@ def _text(table) -> str:
 
 # --- projection onto a swept device -------------------------------------------------------------------------------
 def _write_sweep(path: Path, lines: dict[str, tuple[float, float]], taus=(1, 5, 10, 20), host="jetson",
-                 column="host"):
+                 column="host", backbone="mlp"):
     """A sweep report: per algorithm three client rows at each tau, joules a + b*tau plus a fixed wobble; the
-    machine's name in ``column`` (``device``: as an older edgeprof wrote it)."""
+    machine's name in ``column`` (``device``: as an older edgeprof wrote it); ``backbone``: train's default."""
     wobble = (-0.05, 0.0, 0.07)
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=("run_id", column, "algo", "engine", "tau", "round", "kind", "energy_j",
-                                          "energy_method"))
+        w = csv.DictWriter(f, fieldnames=("run_id", column, "algo", "engine", "backbone", "tau", "round", "kind",
+                                          "energy_j", "energy_method"))
         w.writeheader()
         for algo, (a, b) in lines.items():
             for tau in taus:
                 for i, d in enumerate(wobble):
-                    w.writerow({"run_id": "s", column: host, "algo": algo, "engine": "", "tau": tau, "round": i + 1,
-                                "kind": "client", "energy_j": a + b * tau + d, "energy_method": "counter"})
+                    w.writerow({"run_id": "s", column: host, "algo": algo, "engine": "", "backbone": backbone,
+                                "tau": tau, "round": i + 1, "kind": "client", "energy_j": a + b * tau + d,
+                                "energy_method": "counter"})
     return path
 
 
@@ -271,6 +272,9 @@ def test_read_costs_refuses_a_sweep_that_cannot_project(tmp_path, lines, taus, m
     (["--taus", "5,5"], "--taus must be a comma-separated list of distinct integers"),
     (["--taus", "1,5", "--cost-from", "{sweep}"], "has no energy fit for fedavg"),
     (["--taus", "1,50", "--algos", "pflego", "--cost-from", "{sweep}"], "does not cover tau 50"),
+    (["--taus", "1,5", "--algos", "pflego", "--backbone", "cnn-omniglot", "--cost-from", "{sweep}"],
+     "its rounds ran the backbone mlp, this training cnn-omniglot: a round's joules are its backbone's; sweep that "
+     "device with --backbone cnn-omniglot"),
 ])
 def test_train_refuses_bad_lists_in_one_line_before_running(tmp_path, extra, message):
     sweep = _write_sweep(tmp_path / "sweep.csv", {"pflego": (2.0, 0.01)})

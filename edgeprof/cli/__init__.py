@@ -289,7 +289,7 @@ def train(
         if cost_from is not None:
             from edgeprof.report.to_target import read_costs
 
-            costs = read_costs(cost_from, algos, tau_list or (base.tau,))
+            costs = read_costs(cost_from, algos, tau_list or (base.tau,), base.backbone)
         # each algorithm's run keeps only the rates it uses
         _train_and_report(base, algos, target_accuracy, tau_list, seed_list, costs)
 

@@ -324,9 +324,11 @@ class CostFit:
     method: str
 
 
-def read_costs(path: Path, algos: Sequence[str], taus: Sequence[int]) -> dict[str, CostFit]:
+def read_costs(path: Path, algos: Sequence[str], taus: Sequence[int], backbone: Optional[str] = None,
+               ) -> dict[str, CostFit]:
     """The sweep's energy fit per algorithm; ConfigError (one line) when the report is not one sweep of one device,
-    lacks an algorithm, or its taus do not cover one of ``taus`` (no extrapolation)."""
+    ran another backbone than ``backbone`` (a round's joules are its backbone's), lacks an algorithm, or its taus
+    do not cover one of ``taus`` (no extrapolation)."""
     from edgeprof.errors import ReportError
     from edgeprof.report.writer import read_report
 
@@ -334,6 +336,11 @@ def read_costs(path: Path, algos: Sequence[str], taus: Sequence[int]) -> dict[st
         report = read_report(path)
     except ReportError as err:
         raise ConfigError(f"--cost-from {path}: {err}") from None
+    swept = sorted({r.get("backbone", "") for r in report.rows if r.get("kind") == "client"} - {""})
+    if backbone is not None and swept and swept != [backbone]:
+        raise ConfigError(f"--cost-from {path}: its rounds ran the backbone {', '.join(swept)}, this training "
+                          f"{backbone}: a round's joules are its backbone's; sweep that device with --backbone "
+                          f"{backbone}")
     fits = [f for f in analyze(report.rows, metrics=("energy_j",)).fits if f.fit is not None]
     hosts = sorted({f.host for f in fits})
     if len(hosts) != 1:
