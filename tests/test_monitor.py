@@ -487,6 +487,39 @@ def test_labels_set_while_a_window_is_open_label_its_row_and_none_after_it_ended
     assert w.measurement.labels == {"model": "cnn", "round": 1, "train_loss": 0.5, "lr": 0.1}
 
 
+def test_numpy_numbers_and_a_diverged_loss_label_rows_instead_of_stopping_the_program(tmp_path):
+    """A training loop's values as it has them: numpy numbers (``np.float32``, a 0-d array as ``loss.numpy()``
+    gives) are the numbers they hold; a diverged ``train_loss`` (nan, inf) is a result, written as such (the reader
+    takes it, as from ``measure``), and a non-finite number in another label is the JSON string ``"nan"``; none of
+    them raises in the program measured. A tensor-like array still gets one line naming ``.item()``."""
+    import numpy as np
+
+    from edgeprof.errors import MonitorError
+    from edgeprof.report.writer import read_report
+
+    losses = [np.float32(0.75), np.asarray(np.float32("nan")), np.float64("inf")]
+    with edgeprof.monitor(out=tmp_path, run_id="np", labels={"lr": np.float32(0.5)}, cpu_watts=1.0) as mon:
+        for epoch, loss in enumerate(losses):
+            with mon.window("epoch", round=np.int64(epoch + 1), train_loss=loss, grad_norm=float(loss),
+                            clipped=np.bool_(epoch > 0)):
+                pass
+        with mon.window("evaluate", kind="eval", test_accuracy=np.float32(0.25)):
+            pass
+        with pytest.raises(MonitorError, match=r"label batch=array\(\[1, 2\]\): label values are strings, numbers, "
+                                               r"booleans or None \(a tensor's or array's number: its \.item\(\)\)"):
+            mon.window("bad", batch=np.array([1, 2])).__enter__()
+
+    rows = read_report(tmp_path / "np.csv").rows
+    epochs = [r for r in rows if r["window"] == "epoch"]
+    assert [r["round"] for r in epochs] == ["1", "2", "3"]
+    assert [r["train_loss"] for r in epochs] == ["0.75", "nan", "inf"]
+    assert [json.loads(r["labels"]) for r in epochs] == [
+        {"lr": 0.5, "grad_norm": 0.75, "clipped": False}, {"lr": 0.5, "grad_norm": "nan", "clipped": True},
+        {"lr": 0.5, "grad_norm": "inf", "clipped": True}]
+    (evaluated,) = [r for r in rows if r["window"] == "evaluate"]
+    assert evaluated["test_accuracy"] == "0.25"
+
+
 def test_a_decorated_function_labels_its_row_with_what_it_returns(tmp_path):
     """``returns=`` a label name, or a function of the result; a generator's return value too; None labels
     nothing; a refused label fails the call, whose row says so; an async generator is refused up front."""

@@ -24,7 +24,20 @@ LABEL_COLUMNS: Mapping[str, type] = {
 }
 
 
+def _plain(value: Any) -> Any:
+    """A numpy number (``np.float32(0.9)``, a 0-d array such as ``loss.numpy()``) as the Python number it holds; any
+    other value as it is."""
+    import numpy as np
+
+    if isinstance(value, np.generic) or isinstance(value, np.ndarray) and value.ndim == 0:
+        plain = value.item()
+        return plain if isinstance(plain, (str, int, float, bool)) else value
+    return value
+
+
 def _label_cell(key: str, value: Any) -> str:
+    from edgeprof.report.writer import RESULT_COLUMNS
+
     kind = LABEL_COLUMNS[key]
     try:
         if kind is str:
@@ -36,11 +49,12 @@ def _label_cell(key: str, value: Any) -> str:
         if kind is int:
             return str(operator.index(value))
         number = float(value)
-        if not math.isfinite(number):
+        if not math.isfinite(number) and key not in RESULT_COLUMNS:  # a diverged run's loss is a result
             raise ValueError
         return f"{number:.6g}"
     except (TypeError, ValueError):
-        what = {str: "a non-empty string", int: "a whole number", float: "a finite number"}[kind]
+        what = {str: "a non-empty string", int: "a whole number",
+                float: "a number" if key in RESULT_COLUMNS else "a finite number"}[kind]
         raise MonitorError(f"label {key}={value!r} fills the report column {key!r}: it must be {what}") from None
 
 
@@ -51,20 +65,26 @@ def split_labels(labels: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, A
     reserved = (set(CORE_COLUMNS) | set(GENERIC_COLUMNS) | set(domain_columns())) - set(LABEL_COLUMNS)
     cells, other = {}, {}
     for key, value in labels.items():
+        value = _plain(value)
         if not isinstance(key, str) or not key:
             raise MonitorError(f"label names are non-empty strings, got {key!r}")
         if key in LABEL_COLUMNS:
             cells[key] = _label_cell(key, value)
         elif key in reserved:
             raise MonitorError(f"label {key!r} names a column the monitor fills itself; choose another name")
-        elif value is not None and not isinstance(value, (str, int, float, bool)) or (
-                isinstance(value, float) and not math.isfinite(value)):
-            raise MonitorError(f"label {key}={value!r}: label values are strings, numbers, booleans or None")
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            raise MonitorError(f"label {key}={value!r}: label values are strings, numbers, booleans or None"
+                               + (" (a tensor's or array's number: its .item())" if hasattr(value, "item") else ""))
         else:
             other[key] = value
     return cells, other
 
 
 def labels_cell(other: Mapping[str, Any]) -> str:
-    """The ``labels`` cell: the labels that name no column, as compact JSON with sorted keys ('' for none)."""
-    return json.dumps(dict(other), sort_keys=True, separators=(",", ":")) if other else ""
+    """The ``labels`` cell: the labels that name no column, as compact JSON with sorted keys ('' for none); a number
+    that is not finite (a diverged loss) as the string ``"nan"``, ``"inf"`` or ``"-inf"``, which JSON can hold."""
+    def finite(value: Any) -> Any:
+        return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+    return json.dumps({k: finite(v) for k, v in other.items()}, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False) if other else ""
