@@ -221,8 +221,11 @@ def summary(reports: Annotated[list[Path], typer.Argument(
         from edgeprof.cli.training import print_train_summary
         from edgeprof.report.writer import distinct
 
-        read = distinct([_read(report) for report in reports])  # a report named twice is refused, not counted twice
-        print_train_summary([_print_summary(report) for report in read], _console())
+        read: list = []
+        for path in reports:  # each printed once read; one that repeats an earlier one is refused, not counted twice
+            read = distinct([*read, _read(path)])
+            _print_summary(read[-1])
+        print_train_summary(read, _console())
 
 
 @app.command()
