@@ -219,11 +219,11 @@ def summary(reports: Annotated[list[Path], typer.Argument(
     accuracy per (algorithm, tau) over their seeds and each algorithm's energy-optimal tau."""
     with guard():
         from edgeprof.cli.training import print_train_summary
-        from edgeprof.report.writer import distinct
+        from edgeprof.report.writer import Distinct
 
-        read: list = []
+        once, read = Distinct(), []
         for path in reports:  # each printed once read; one that repeats an earlier one is refused, not counted twice
-            read = distinct([*read, _read(path)])
+            read.append(once.add(_read(path)))
             _print_summary(read[-1])
         print_train_summary(read, _console())
 

@@ -24,6 +24,10 @@ from edgeprof.results import check_phase_syntax
 if TYPE_CHECKING:  # the schema reads windows' plain results; it never imports the engine that makes them
     from edgeprof.results import Span, WindowResult
 
+#: the row columns that name what a round ran (its workload): rounds of different workloads are never pooled into one
+#: figure (the dashboard's settings, :func:`edgeprof.report.dashboard.page.rows_of`; the energy to target)
+WORKLOAD_COLUMNS = ("dataset", "backbone", "device_kind")
+
 CORE_COLUMNS = (
     "run_id", "host", "algo", "engine", "dataset", "backbone", "tau", "seed", "round", "kind", "client",
     "n_samples", "n_participants", "train_loss", "test_accuracy", "eval_protocol",

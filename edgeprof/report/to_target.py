@@ -94,17 +94,16 @@ def _seed_of(report: Report) -> Optional[int]:
 
 
 def _host_of(report: Report) -> str:
-    """The device that measured the run: its rows' ``host`` column, else its sidecar's host name ('' if neither)."""
-    hosts = sorted({r.get("host", "") for r in report.rows} - {""})
-    if hosts:
-        return "+".join(hosts)
-    host = report.sidecar.get("host") if isinstance(report.sidecar, dict) else None
-    return str(host.get("hostname") or "") if isinstance(host, dict) else ""
+    """The device that measured the run (:meth:`Report.host_of` of its rows, joined by ``+``; '' if none says)."""
+    return "+".join(sorted({report.host_of(r) for r in report.rows} - {""}))
 
 
 def _workload_of(rows: Sequence[Mapping[str, str]]) -> str:
-    """``dataset/backbone/device_kind`` of ``rows`` (each the values they name, joined by ``+``), '' if none."""
-    parts = ["+".join(sorted({r.get(c, "") for r in rows} - {""})) for c in ("dataset", "backbone", "device_kind")]
+    """``dataset/backbone/device_kind`` of ``rows`` (:data:`~edgeprof.report.schema.WORKLOAD_COLUMNS`, each the
+    values they name, joined by ``+``), '' if none."""
+    from edgeprof.report.schema import WORKLOAD_COLUMNS
+
+    parts = ["+".join(sorted({r.get(c, "") for r in rows} - {""})) for c in WORKLOAD_COLUMNS]
     return "/".join(parts) if any(parts) else ""
 
 

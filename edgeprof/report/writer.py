@@ -232,6 +232,11 @@ class Report:
         """Rows whose columns equal the given values (compared as strings)."""
         return [r for r in self.rows if all(r.get(k) == str(v) for k, v in equal.items())]
 
+    def host_of(self, row: Mapping[str, str]) -> str:
+        """The machine that measured ``row``: its ``host`` column, else the sidecar's host name ('' if neither)."""
+        host = self.sidecar.get("host") if isinstance(self.sidecar, dict) else None
+        return row.get("host") or (str(host.get("hostname") or "") if isinstance(host, dict) else "")
+
     def values(self, column: str, rows: Iterable[Mapping[str, str]] | None = None) -> list[float]:
         """The non-empty cells of a numeric column as floats."""
         rows = self.rows if rows is None else rows
@@ -451,18 +456,28 @@ def _measurements(report: Report) -> set[tuple]:
     return timed | ({("untimed", untimed)} if untimed else set())
 
 
-def distinct(reports: Sequence[Report]) -> list[Report]:
-    """``reports`` as a list; ReportError when two of them hold the same measured rows (one report named twice, its
-    CSV and its sidecar both named, or a copy of it): counted twice, its rounds would pass for more measurements than
-    were made (a fit's n doubled and its intervals narrowed, a seed counted twice)."""
-    seen: dict[tuple, Report] = {}
-    for report in reports:
+class Distinct:
+    """Reports taken one at a time, each refused (ReportError) when it holds measured rows an earlier one holds (one
+    report named twice, its CSV and its sidecar both named, or a copy of it): counted twice, its rounds would pass
+    for more measurements than were made (a fit's n doubled and its intervals narrowed, a seed counted twice)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, Report] = {}
+
+    def add(self, report: Report) -> Report:
+        """``report``, once it is known to repeat no earlier report's rows."""
         keys = _measurements(report)
         for key in keys:
-            first = seen.get(key)
+            first = self._seen.get(key)
             if first is not None:
                 how = "the report named twice" if first.path.resolve() == report.path.resolve() else "a copy"
                 raise ReportError(f"{first.path} and {report.path} hold the same measured rows ({how}): name each "
                                   f"report once")
-        seen.update(dict.fromkeys(keys, report))
-    return list(reports)
+        self._seen.update(dict.fromkeys(keys, report))
+        return report
+
+
+def distinct(reports: Sequence[Report]) -> list[Report]:
+    """``reports`` as a list, each taken by one :class:`Distinct` (ReportError for one that repeats another)."""
+    once = Distinct()
+    return [once.add(report) for report in reports]

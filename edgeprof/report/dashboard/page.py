@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from edgeprof.report.analysis import Interval, is_short, variant_of
-from edgeprof.report.schema import BESIDE_ROUND
+from edgeprof.report.schema import BESIDE_ROUND, WORKLOAD_COLUMNS
 from edgeprof.report.writer import Report
 
 
@@ -66,12 +66,8 @@ class Row:
 
 
 def host_of(report: Report, row: Mapping[str, str]) -> str:
-    """The row's host: its ``host`` column, else the sidecar's host name."""
-    return row.get("host") or str(report.sidecar.get("host", {}).get("hostname", "")) or "host"
-
-
-#: the row columns that name what a round ran: a host's rows of several of these are drawn as several settings
-WORKLOAD_COLUMNS = ("dataset", "backbone", "device_kind")
+    """The row's host (:meth:`Report.host_of`), ``host`` where neither the row nor the sidecar names one."""
+    return report.host_of(row) or "host"
 
 
 def _workloads(report: Report) -> list[tuple[str, ...]]:
