@@ -6,6 +6,8 @@ import gzip
 import os
 import pickle
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -193,6 +195,15 @@ def _remove(path: Path) -> None:
     path.unlink()
 
 
+def _dims_past_int64(path: Path) -> None:
+    """Four dims of 65,536 whose product, 2**64, a fixed-width integer holds as 0: a header with no payload."""
+    path.write_bytes(struct.pack(">BBBB4I", 0, 0, 0x08, 4, *(65536,) * 4))
+
+
+def _dims_past_memory(path: Path) -> None:
+    path.write_bytes(struct.pack(">BBBB3I", 0, 0, 0x08, 3, 2**32 - 1, 2**32 - 1, 28))
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -202,6 +213,8 @@ def _remove(path: Path) -> None:
         (_truncate_gzip, "not a complete gzip stream"),
         (_trailing, "is corrupt"),
         (_remove, "not found"),
+        (_dims_past_int64, "declares 18,446,744,073,709,551,616 values, more than this machine's"),
+        (_dims_past_memory, "is corrupt: its header (4294967295, 4294967295, 28) declares"),
     ],
 )
 def test_damaged_idx_file_is_one_clear_data_error(tmp_path: Path, damage, message: str) -> None:
@@ -215,6 +228,24 @@ def test_damaged_idx_file_is_one_clear_data_error(tmp_path: Path, damage, messag
     # Assert
     text = str(caught.value)
     assert message in text and "MNIST" in text and "train-images-idx3-ubyte" in text and "\n" not in text
+
+
+def test_a_gzip_stream_that_inflates_past_its_header_is_refused_without_inflating_it(tmp_path: Path) -> None:
+    # Prepare: 3.5 MB of gzip (56 members of 64 MiB of zeros each) that inflate to 3.5 GiB after the header of a
+    # 5-image file; read in a child process, whose peak memory is its own
+    header = struct.pack(">BBBB3I", 0, 0, 0x08, 3, 5, 28, 28)
+    member = gzip.compress(bytes(64 << 20), compresslevel=1)
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(header) + member * 56)
+    child = ("import resource, sys; from pathlib import Path; from edgeprof.data import read_idx\n"
+             "try:\n    read_idx(Path(sys.argv[1]), 'MNIST')\nexcept Exception as err:\n    print(err)\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == 'darwin' else 1024))")
+    # Execute
+    done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=300)
+    # Assert: refused as longer than its header says, and never held more than a small part of what it inflates to
+    message, peak_bytes = done.stdout.strip().splitlines()
+    assert f"MNIST file {path} is corrupt: longer than the 3936 bytes its header (5, 28, 28) needs" == message
+    assert int(peak_bytes) < 1 << 30, done.stderr
 
 
 @pytest.mark.parametrize(

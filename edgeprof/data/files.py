@@ -10,7 +10,10 @@ and what is wrong with it.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import math
+import os
 import pickle
 import struct
 import warnings
@@ -26,6 +29,8 @@ from edgeprof.errors import DataError
 #: IDX type codes (third header byte) and the big-endian numpy dtype they name
 IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 GZIP_MAGIC = b"\x1f\x8b"
+#: bytes a loaded value takes at least: images become float32 (:func:`edgeprof.data.base.from_uint8`)
+LOADED_BYTES_PER_VALUE = 4
 
 
 @dataclass(frozen=True)
@@ -71,25 +76,80 @@ def read_idx(path: Path, title: str = "IDX") -> np.ndarray:
     """Parse one IDX file (plain or gzip, detected by content) into an array of its declared type and dims.
 
     The header is ``0x00 0x00 <type code> <ndim>`` followed by ``ndim`` big-endian uint32 sizes; the
-    payload must be exactly as long as they say. ``title`` names the dataset in error messages.
+    payload must be exactly as long as they say. The file is read as a stream against its header: a payload the
+    header declares too large for this machine's memory is refused before it is read, and a gzip stream is never
+    decompressed past the payload (a small file that inflates without end is refused as it overruns). ``title``
+    names the dataset in error messages.
     """
-    raw = _read_maybe_gzip(path, title)
-    if len(raw) < 4:
-        raise DataError(f"{title} file {path} is truncated: {len(raw)} bytes, shorter than an IDX header")
-    magic = struct.unpack(">I", raw[:4])[0]
-    code, ndim = raw[2], raw[3]
-    if raw[:2] != b"\x00\x00" or code not in IDX_DTYPES or ndim == 0:
+    try:
+        with _open_maybe_gzip(path) as stream:
+            return _read_idx_stream(stream, path, title)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{title} file {path} is corrupt: not a complete gzip stream ({err})") from err
+    except OSError as err:
+        raise DataError(f"{title} file {path} cannot be read: {err.strerror or err}") from err
+
+
+def _read_idx_stream(stream, path: Path, title: str) -> np.ndarray:
+    """The array of one IDX stream: its header, then exactly the payload the header declares, then its end."""
+    head = stream.read(4)
+    if len(head) < 4:
+        raise DataError(f"{title} file {path} is truncated: {len(head)} bytes, shorter than an IDX header")
+    magic = struct.unpack(">I", head)[0]
+    code, ndim = head[2], head[3]
+    if head[:2] != b"\x00\x00" or code not in IDX_DTYPES or ndim == 0:
         raise DataError(f"{title} file {path} is corrupt: bad magic number {magic} (0x{magic:08x})")
-    header_bytes = 4 + 4 * ndim
-    if len(raw) < header_bytes:
+    sizes = stream.read(4 * ndim)
+    if len(sizes) < 4 * ndim:
         raise DataError(f"{title} file {path} is truncated: header declares {ndim} dims but the file ends")
-    dims = struct.unpack(f">{ndim}I", raw[4:header_bytes])
+    dims = struct.unpack(f">{ndim}I", sizes)
     dtype = np.dtype(IDX_DTYPES[code])
-    expected = header_bytes + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    if len(raw) != expected:
-        what = "truncated" if len(raw) < expected else "corrupt"
-        raise DataError(f"{title} file {path} is {what}: {len(raw)} bytes but its header {dims} needs {expected}")
-    return np.frombuffer(raw, dtype=dtype, offset=header_bytes).reshape(dims)
+    count = math.prod(dims)  # Python's integers: a header's product never wraps around
+    header_bytes, memory = 4 + 4 * ndim, _memory_bytes()
+    expected = header_bytes + count * dtype.itemsize
+    if memory is not None and count * LOADED_BYTES_PER_VALUE > memory:
+        raise DataError(f"{title} file {path} is corrupt: its header {dims} declares {count:,} values, more than "
+                        f"this machine's {memory / 2**30:.1f} GiB of memory holds as float32")
+    data = np.empty(count * dtype.itemsize, dtype=np.uint8)
+    got = _read_into(stream, memoryview(data))
+    if got < len(data):
+        raise DataError(f"{title} file {path} is truncated: {header_bytes + got} bytes but its header {dims} needs "
+                        f"{expected}")
+    if stream.read(1):
+        raise DataError(f"{title} file {path} is corrupt: longer than the {expected} bytes its header {dims} needs")
+    return data.view(dtype).reshape(dims)
+
+
+def _read_into(stream, buffer: memoryview) -> int:
+    """Fill ``buffer`` from ``stream`` until it is full or the stream ends; the bytes read."""
+    done = 0
+    while done < len(buffer):
+        got = stream.readinto(buffer[done:])
+        if not got:
+            break
+        done += got
+    return done
+
+
+@contextlib.contextmanager
+def _open_maybe_gzip(path: Path):
+    """The file as a binary stream, decompressed as it is read if it starts with the gzip magic."""
+    with path.open("rb") as raw:
+        magic = raw.read(2)
+        raw.seek(0)
+        if magic != GZIP_MAGIC:
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw) as unzipped:
+            yield unzipped
+
+
+def _memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def load_idx_dataset(name: str, data_dir: Path, shape: tuple[int, int, int] | None = None) -> Dataset:
@@ -140,20 +200,6 @@ def _check_idx_pair(spec: IdxSet, data_dir: Path, split: tuple[str, ...], x: np.
         raise DataError(f"{where}: {len(x)} images but {len(y)} labels")
     if len(y) and int(y.max()) >= spec.num_classes:
         raise DataError(f"{where}: label {int(y.max())} outside 0..{spec.num_classes - 1}")
-
-
-def _read_maybe_gzip(path: Path, title: str) -> bytes:
-    """The file's bytes, decompressed if it starts with the gzip magic."""
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DataError(f"{title} file {path} cannot be read: {err.strerror or err}") from err
-    if raw[:2] != GZIP_MAGIC:
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as err:
-        raise DataError(f"{title} file {path} is corrupt: not a complete gzip stream ({err})") from err
 
 
 # ---------------------------------------------------------------------------------------- CIFAR-10
