@@ -381,3 +381,111 @@ def test_the_overhead_benchmark_prints_a_row_per_meter_set_and_the_read_ratio():
     assert [(r[0], r[1]) for r in rows] == [("1", "0"), ("1", "2"), ("3", "0"), ("3", "2")] * 2
     assert all(float(v.rstrip("%")) > 0 for r in rows for v in r[2:])
     assert "power trace at 50 Hz" in out and "kept open + pread" in out and "ratio" in out
+
+
+# --- a laptop's limits, a zone without a range, a psys that measures nothing, psys beside a GPU, the energy unit ---
+
+
+def _laptop_limits(zone: Path) -> None:
+    """A 15 W part as the kernel shows it: PL1's max power is the TDP, PL2's max power unknown (0), PL2's limit 44 W."""
+    for name, value in {"constraint_0_max_power_uw": 15_000_000, "constraint_0_power_limit_uw": 15_000_000,
+                        "constraint_1_max_power_uw": 0, "constraint_1_power_limit_uw": 44_000_000}.items():
+        (zone / name).write_text(f"{value}\n")
+
+
+@pytest.mark.parametrize(("watts", "counted"), [(44, True), (130, False)], ids=["at-PL2", "above-twice-PL2"])
+def test_a_turbo_burst_at_the_short_term_limit_is_counted(tmp_path, watts, counted):
+    # Prepare: a laptop package held at its 44 W short-term limit for 3 s (three times its TDP)
+    _laptop_limits(rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=1000))
+    clock = FakeClock()
+    meter = rapl.RaplMeter(tmp_path, clock_ns=clock)
+    # Execute
+    clock.advance_s(3.0)
+    set_energy(tmp_path, "intel-rapl:0", 1000 + watts * 3_000_000)
+    reading, flags = meter.read_j(), meter.take_invalid()
+    # Assert: the bound is twice PL2's limit (88 W over elapsed + 1 s), not twice the TDP
+    assert reading == {"cpu_package_0": watts * 3.0 if counted else 0.0}
+    assert set(flags) == (set() if counted else {"cpu_package_0"})
+    assert meter.describe()["zones"][0]["max_power_w"] == 88.0
+
+
+def test_a_zone_without_a_range_file_is_left_out_and_the_others_measure(tmp_path):
+    # Prepare: package-0 with a dram sub-zone whose max_energy_range_uj is missing
+    build_rapl(tmp_path, "dram")
+    (tmp_path / "class/powercap/intel-rapl:0:1/max_energy_range_uj").unlink()
+    # Execute
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_GPU)
+    with rapl.RaplMeter(tmp_path) as meter:
+        names = [d.name for d in meter.domains()]
+    # Assert
+    row = {r["meter"]: r for r in rows}["rapl"]
+    assert row["status"] == "found" and names == ["cpu_package_0", "cpu_package_1", "dram_1"]
+    assert len(row["skipped"]) == 1 and row["skipped"][0].startswith("zone intel-rapl:0:1 (dram) left out:")
+    assert "max_energy_range_uj" in row["skipped"][0]
+
+
+def test_a_psys_that_reads_zero_since_boot_is_left_out_and_the_packages_are_the_total(tmp_path):
+    # Prepare: a desktop board's psys that was never wired (0 while the package has counted since boot)
+    build_rapl(tmp_path, "psys", energy_uj=7_000_000)
+    set_energy(tmp_path, "intel-rapl:1", 0)
+    meter = rapl.RaplMeter(tmp_path)
+    # Execute
+    set_energy(tmp_path, "intel-rapl:0", 9_000_000)
+    set_energy(tmp_path, "intel-rapl:0:2", 7_500_000)
+    reading = meter.read_j()
+    described = meter.describe()
+    meter.close()
+    # Assert
+    assert {d.name: d.in_total for d in meter.domains()} == {"cpu_package_0": True, "dram_0": True}
+    assert reading == {"cpu_package_0": 2.0, "dram_0": 0.5}
+    assert described["skipped"][0].startswith("zone intel-rapl:1 (psys) left out: its counter reads 0")
+    assert described["total"].startswith("sum of packages and DRAM")
+
+
+def test_a_psys_that_falls_behind_the_packages_inside_it_is_invalid_and_one_that_lags_recovers(tmp_path):
+    # Prepare: psys and the package count together; then psys lags by one reading; then it stops
+    build_rapl(tmp_path, "psys", energy_uj=1000)
+    meter = rapl.RaplMeter(tmp_path, clock_ns=FakeClock())
+    steps = []
+    # Execute: (package uJ, psys uJ) after each reading
+    for package, psys in ((3_001_000, 5_001_000), (6_001_000, 5_001_000), (9_001_000, 15_001_000),
+                          (19_001_000, 25_001_000), (29_001_000, 25_001_000), (39_001_000, 25_001_000)):
+        set_energy(tmp_path, "intel-rapl:0", package)
+        set_energy(tmp_path, "intel-rapl:1", psys)
+        reading, flags = meter.read_j(), meter.take_invalid()
+        steps.append((reading["psys"], {k: v.kind for k, v in flags.items()}))
+    # Assert: 5 J against 6 J falls short by more than a tenth of 6 J: flagged; caught up: counted again, the 10 J
+    # of its next step included; stopped: flagged at every reading
+    assert steps == [(5.0, {}), (5.0, {"psys": "implausible energy"}), (15.0, {}), (25.0, {}),
+                     (25.0, {"psys": "implausible energy"}), (25.0, {"psys": "implausible energy"})]
+
+
+def test_a_gpu_beside_psys_is_inside_the_platform_and_not_added_to_it(tmp_path):
+    # Prepare: a laptop's psys and package, and its discrete GPU through NVML
+    build_rapl(tmp_path, "psys", energy_uj=1000)
+    gpus = [{"energy_mj": 0, "power_mw": 60_000, "limit_mw": 80_000, "name": "Fake Laptop GPU"}]
+    with discover(sysfs_root=str(tmp_path), nvml_module=fake_pynvml(gpus)) as found:
+        profiler = Profiler(found, rss=PeakRss(tmp_path / "no-proc"))
+        # Execute: the platform draws 95 J, the GPU 60 J of it, the package 25 J
+        with profiler.window("client") as win:
+            set_energy(tmp_path, "intel-rapl:1", 1000 + 95_000_000)
+            set_energy(tmp_path, "intel-rapl:0", 1000 + 25_000_000)
+            gpus[0]["energy_mj"] = 60_000
+        described = found.describe()
+    rows = doctor_report(sysfs_root=str(tmp_path), nvml_module=fake_pynvml(gpus))
+    # Assert: the total is psys alone; the GPU's joules are reported beside it, said to be inside it
+    assert win.result.span.energy_j["gpu_0"] == 60.0 and win.result.energy_total_j == 95.0
+    nvml = {m["name"]: m for m in described["meters"]}["nvml"]
+    assert nvml["domains"][0]["in_total"] is False and nvml["domains"][0]["inside"] == "psys"
+    assert {r["meter"]: r for r in rows}["nvml"]["domains"] == ["gpu_0 (inside psys, not in total)"]
+
+
+def test_each_zones_energy_unit_is_described_from_its_range(tmp_path):
+    # Prepare: a Sapphire Rapids server's psys counts in joules (the kernel's range is (2^32 - 1) x 1e6 uJ)
+    build_rapl(tmp_path, "psys")
+    rapl_zone(tmp_path, "intel-rapl:1", "psys", 1000, max_range_uj=(2**32 - 1) * 10**6)
+    # Execute
+    with rapl.RaplMeter(tmp_path) as meter:
+        resolution = meter.describe()["resolution"]
+    # Assert: the package's 61 uJ (the fixtures' real range: 262,143,328,850 uJ) and psys's 1 J
+    assert "package-0 61.03 uJ" in resolution and "psys 1e+06 uJ" in resolution

@@ -45,13 +45,15 @@ class Domain:
     ``name`` is unique across the meters of a run (e.g. ``cpu_package_0``, ``gpu_1``), ``column`` is
     the report column it adds into (one its back-end declares in :attr:`Backend.columns`; checked when
     the meters are put together in a ``MeterSet``), ``method`` one of :data:`METHODS`. ``in_total`` is
-    False for a domain that is contained in another counted domain.
+    False for a domain that is contained in another counted domain. ``platform`` marks the whole platform's energy
+    (RAPL's psys: a laptop's discrete GPU is inside it): a ``MeterSet`` counts every other meter's domains beside it.
     """
 
     name: str
     column: str
     method: str
     in_total: bool = True
+    platform: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

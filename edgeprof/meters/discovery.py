@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from edgeprof.errors import MeterError
@@ -69,6 +69,8 @@ class MeterSet:
     read_cost_s: dict[str, float] = field(default_factory=dict, init=False)
     #: per meter, held around each of its reads, from whichever thread (a meter keeps state between reads)
     _locks: dict = field(default_factory=dict, init=False, repr=False)
+    #: domain -> the platform domain of another meter it is inside (counted beside it, :attr:`Domain.platform`)
+    _inside: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Reject two domains with one name (their readings would overwrite each other in one reading) and
@@ -87,9 +89,15 @@ class MeterSet:
                         f"{domain.name!r}; domain names must be unique across the meters of a run")
                 owner[domain.name] = meter.name
         self._locks.update((id(meter), threading.Lock()) for meter in self.meters)
+        platform = next(((m, d) for m in self.meters for d in m.domains() if d.platform and d.in_total), None)
+        if platform is not None:
+            self._inside = {d.name: platform[1].name for m in self.meters if m is not platform[0]
+                            for d in m.domains() if d.in_total}
 
     def domains(self) -> tuple[Domain, ...]:
-        return tuple(d for m in self.meters for d in m.domains())
+        """Every meter's domains; those inside another meter's platform domain (a GPU beside psys) not in the total."""
+        return tuple(replace(d, in_total=False) if d.name in self._inside else d
+                     for m in self.meters for d in m.domains())
 
     def read(self, *, cpu_s: float | None = None, only: Sequence[Meter] | None = None) -> Reading:
         """One cumulative reading of every domain of every meter (of ``only``, when given), with the domains whose
@@ -163,7 +171,7 @@ class MeterSet:
         :meth:`off_thread`)."""
         slow = self.off_thread(marks)
         return {
-            "meters": [{**m.describe(), **self._read_description(m, m in slow)} for m in self.meters],
+            "meters": [{**self._nested(m.describe()), **self._read_description(m, m in slow)} for m in self.meters],
             "not_found": [
                 {"meter": p.meter, "reason": p.reason, "fix": p.fix,
                  **({"skipped": list(p.skipped)} if p.skipped else {})}
@@ -175,6 +183,12 @@ class MeterSet:
             "invalid": {domain: [{"kind": kind, **dict(entry)} for kind, entry in kinds.items()]
                         for domain, kinds in self._invalid_log.items()},
         }
+
+    def _nested(self, info: dict) -> dict:
+        """A meter's description with its domains inside another meter's platform domain said so."""
+        domains = [{**d, "in_total": False, "inside": self._inside[d["name"]]} if d.get("name") in self._inside else d
+                   for d in info.get("domains", [])]
+        return {**info, "domains": domains}
 
     def _read_description(self, meter: Meter, slow: bool) -> dict:
         """How a run reads ``meter``: its read cost, and at the edges or off the measured thread."""

@@ -8,7 +8,11 @@ used only for a package the MSR interface does not show, never twice. AMD Zen CP
 
 What counts towards the total (nesting is never summed):
   * ``psys`` present: psys (the whole platform) is the total; packages and DRAM are reported beside it
-    with ``in_total=False``.
+    with ``in_total=False``, and so is another meter's GPU (``Domain.platform``: a laptop's discrete GPU draws
+    from the platform's supply). A psys whose counter reads exactly 0 at open while a package's has counted since
+    boot is not wired on this board: it is left out (``skipped``) and the packages and DRAM are the total. A psys
+    that falls short of the packages and DRAM inside it (their steps since the meter opened, by more than a tenth of
+    them, one psys unit and 10 mJ) is ``implausible energy`` in those steps, and counts again once it caught up.
   * else: every ``package-N`` plus every ``dram`` zone (DRAM is not part of the package counter).
   * ``core`` and ``uncore`` sit inside their package and are not reported.
 
@@ -23,15 +27,18 @@ microjoules. Since Linux 5.10 ``energy_uj`` is readable by root only; the probe 
 Plausibility (no implausible step is ever added): a step is accepted only when its implied power,
 ``delta / (elapsed + 1 s)``, is at most the zone's bound; elapsed is the monotonic time since the previous
 reading (an injectable ``clock_ns``) and the second of slack absorbs the counter's update granularity and
-scheduling delays. The bound is twice the largest ``constraint_*_max_power_uw`` of the zone (the highest
-power limit its firmware accepts; twice, because short bursts may exceed a limit) when that file exists and
-is positive, else :data:`DEFAULT_MAX_POWER_W` (1000 W per package or psys, 500 W per DRAM zone: beyond any
-shipping part). So a decrease is taken as a wrap only when the energy it implies, ``max - last + now + 1``,
+scheduling delays. The bound is twice the largest positive ``constraint_*_max_power_uw`` or
+``constraint_*_power_limit_uw`` of the zone (PL1's max power is only the TDP, and a laptop holds its short-term
+limit PL2, two to four times that, for tens of seconds; twice, because short bursts may exceed a limit), else
+:data:`DEFAULT_MAX_POWER_W` (1000 W per package or psys, 500 W per DRAM zone: beyond any shipping part). So a decrease is taken as a wrap only when the energy it implies, ``max - last + now + 1``,
 could have been drawn in the elapsed time. Any other decrease (a counter that jumps back: about 262 kJ in one
 window if read as a wrap), an increase faster than the bound, and a value outside ``0..max`` (with the step
 after it) are flagged ``counter jump`` (:meth:`~edgeprof.meters.base.Meter.flag_invalid`) and add nothing.
-A zone whose ``max_energy_range_uj`` is zero or negative has no usable counter period: it is not opened, and
-the probe says why (``skipped``), as for a zone whose ``name`` is missing, a directory, unreadable or not UTF-8.
+A zone whose ``max_energy_range_uj`` is missing, unreadable, zero or negative has no usable counter period: it is
+not opened, and the probe says why (``skipped``), as for a zone whose ``name`` is missing, a directory, unreadable or
+not UTF-8. Each zone's energy unit is its range over the 32-bit counter's all-ones value (``describe()``'s
+``resolution``): 15.3 or 61 uJ on most parts, 1 J for a Sapphire Rapids server's psys, whose joules in a short window
+or phase are whole joules.
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ PERMISSION_FIX = (
 DEFAULT_MAX_POWER_W = {"package": 1000, "psys": 1000, "dram": 500}
 #: seconds added to the elapsed time before a step's implied power is compared with the bound
 SLACK_S = 1.0
+#: the raw energy counter behind ``energy_uj``: 32 bits (``max_energy_range_uj`` is its all-ones value in uJ)
+RAW_COUNTER_MAX = 2**32 - 1
+#: how far psys may fall short of the packages and DRAM inside it (a share of theirs, and uJ) before it is implausible
+BEHIND_SHARE = 0.1
+BEHIND_SLACK_UJ = 10_000
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,12 @@ class RaplZone:
     max_energy_range_uj: int
     max_power_uw: int = DEFAULT_MAX_POWER_W["package"] * 10**6
     max_power_source: str = "default"
+
+    @property
+    def unit_uj(self) -> float:
+        """The counter's energy unit: the kernel's range is the all-ones 32-bit raw counter in microjoules (15.3 or
+        61 uJ on most parts; 1 J for a Sapphire Rapids server's psys)."""
+        return self.max_energy_range_uj / RAW_COUNTER_MAX
 
 
 def powercap_dir(sysfs_root: str | os.PathLike) -> Path:
@@ -115,15 +133,45 @@ def _kind(name: str) -> str | None:
 def _power_bound(path: Path, kind: str) -> tuple[int, str]:
     """The zone's plausible-power bound in uW and where it comes from (see the module docstring)."""
     limits = []
-    for limit_file in sorted(path.glob("constraint_*_max_power_uw")):
+    for limit_file in sorted([*path.glob("constraint_*_max_power_uw"), *path.glob("constraint_*_power_limit_uw")]):
         try:
             limits.append(int(_read_text(limit_file)))
         except (OSError, ValueError):
             continue  # an unreadable limit gives no bound; the default applies
     best = max((v for v in limits if v > 0), default=0)
     if best:
-        return 2 * best, f"2 x constraint max_power_uw ({best} uW)"
+        return 2 * best, f"2 x the largest constraint power limit or max power ({best} uW)"
     return DEFAULT_MAX_POWER_W[kind] * 10**6, f"default {DEFAULT_MAX_POWER_W[kind]} W for a {kind} zone"
+
+
+def _range_or_why(path: Path, name: str) -> tuple[int | None, str]:
+    """The zone's ``max_energy_range_uj``, or None and why the zone is left out (a missing or unreadable file, a range
+    of zero or less); a permission problem is raised (:class:`MeterPermissionError`, naming its fix)."""
+    try:
+        range_uj = _read_uj(path / "max_energy_range_uj")
+    except MeterPermissionError:
+        raise
+    except MeterError as err:
+        return None, f"zone {path.name} ({name}) left out: {err}"
+    if range_uj <= 0:
+        return None, (f"zone {path.name} ({name}) left out: max_energy_range_uj is {range_uj}, so its counter has no "
+                      "period to read energy from (a driver or firmware fault)")
+    return range_uj, ""
+
+
+def _dead_psys(usable: list) -> str:
+    """Why the psys zone among ``usable`` measures nothing ('' when it may): its counter reads exactly 0 while a
+    package's, counting since boot like it, has moved (boards that expose psys without wiring it show a 0 for ever)."""
+    psys = [path for _, path, name, _ in usable if name == "psys"]
+    packages = [path for _, path, name, _ in usable if name.startswith("package-")]
+    try:
+        if psys and packages and _read_uj(psys[0] / "energy_uj") == 0 and any(
+                _read_uj(path / "energy_uj") > 0 for path in packages):
+            return (f"zone {psys[0].name} (psys) left out: its counter reads 0 while the packages inside it have "
+                    "counted since boot (this platform does not wire psys); the total is the packages and DRAM")
+    except MeterError:
+        return ""  # an unreadable counter is the probe's to report
+    return ""
 
 
 def scan_zones(sysfs_root: str | os.PathLike) -> tuple[list[RaplZone], list[str]]:
@@ -147,12 +195,15 @@ def scan_zones(sysfs_root: str | os.PathLike) -> tuple[list[RaplZone], list[str]
     for match, path, name in sorted(entries, key=lambda e: bool(e[0]["mmio"])):  # MSR zones first
         if _kind(name) is None or (match["mmio"] and any(name == u[2] and not u[0]["mmio"] for u in usable)):
             continue  # core/uncore (inside their package), or an mmio zone showing an MSR zone's counter again
-        range_uj = _read_uj(path / "max_energy_range_uj")
-        if range_uj <= 0:
-            skipped.append(f"zone {path.name} ({name}) left out: max_energy_range_uj is {range_uj}, so its "
-                           "counter has no period to read energy from (a driver or firmware fault)")
+        range_uj, why = _range_or_why(path, name)
+        if range_uj is None:
+            skipped.append(why)
             continue
         usable.append((match, path, name, range_uj))
+    dead = _dead_psys(usable)
+    if dead:
+        skipped.append(dead)
+        usable = [u for u in usable if u[2] != "psys"]
     has_psys = any(name == "psys" for _, _, name, _ in usable)
     zones = []
     for match, path, name, range_uj in sorted(usable, key=lambda u: u[1].name):
@@ -170,7 +221,7 @@ def find_zones(sysfs_root: str | os.PathLike) -> list[RaplZone]:
 
 def _domain_for(name: str, parent: str | None, has_psys: bool, top: str) -> Domain | None:
     if name == "psys":
-        return Domain("psys", "psys", "counter", in_total=True)
+        return Domain("psys", "psys", "counter", in_total=True, platform=True)
     if name.startswith("package-"):
         return Domain(f"cpu_package_{_socket_label(name, None)}", "cpu_package", "counter", in_total=not has_psys)
     if name == "dram":
@@ -235,6 +286,8 @@ class RaplMeter(Meter):
         self._last: dict[str, int | None] = {z.domain.name: self._in_range(z, self._counters[z.domain.name].read())
                                              for z in self._zones}
         self._total_uj = {z.domain.name: 0 for z in self._zones}
+        #: every step that passed the counter checks (the psys check compares these, whether or not psys's counted)
+        self._seen_uj = dict(self._total_uj)
 
     @staticmethod
     def _in_range(zone: RaplZone, value: int) -> int | None:
@@ -246,6 +299,7 @@ class RaplMeter(Meter):
     def read_j(self) -> Mapping[str, float]:
         t_ns = self._clock_ns()
         elapsed_s = max(t_ns - self._last_t_ns, 0) / 1e9
+        steps = {}
         for zone in self._zones:
             key = zone.domain.name
             now = self._counters[key].read()
@@ -253,10 +307,31 @@ class RaplMeter(Meter):
             if problem:
                 self.flag_invalid(key, Invalid("counter jump", problem))
             else:
-                self._total_uj[key] += (now - self._last[key]) % (zone.max_energy_range_uj + 1)
+                steps[key] = (now - self._last[key]) % (zone.max_energy_range_uj + 1)
+                self._seen_uj[key] += steps[key]
             self._last[key] = self._in_range(zone, now)
+        behind = self._psys_behind()
+        for key, step_uj in steps.items():
+            if key == "psys" and behind:
+                self.flag_invalid(key, Invalid("implausible energy", behind))
+            else:
+                self._total_uj[key] += step_uj
         self._last_t_ns = t_ns
         return {k: v / 10**6 for k, v in self._total_uj.items()}
+
+    def _psys_behind(self) -> str:
+        """Why psys cannot be the platform's energy now ('' when it can): the steps it counted since the meter opened
+        fall short of those of the packages and DRAM inside it by more than :data:`BEHIND_SHARE` of theirs, one psys
+        energy unit and :data:`BEHIND_SLACK_UJ` (the counters are read one after another and update apart)."""
+        psys = next((z for z in self._zones if z.zone_name == "psys"), None)
+        if psys is None:
+            return ""
+        inner = sum(v for k, v in self._seen_uj.items() if k != "psys")
+        counted = self._seen_uj["psys"]
+        if inner - counted <= BEHIND_SHARE * inner + psys.unit_uj + BEHIND_SLACK_UJ:
+            return ""
+        return (f"{psys.path.name}/energy_uj (psys) counted {counted / 1e6:.6g} J since the meter opened, less than the "
+                f"{inner / 1e6:.6g} J of the packages and DRAM inside it")
 
     @staticmethod
     def _problem(zone: RaplZone, last: int | None, now: int, elapsed_s: float) -> str:
@@ -286,7 +361,8 @@ class RaplMeter(Meter):
              "max_power_source": z.max_power_source}
             for z in self._zones
         ]
-        info["resolution"] = "1 uJ readout (hardware unit 15.3-61 uJ)"
+        info["resolution"] = "1 uJ readout; energy unit " + ", ".join(
+            f"{z.zone_name} {z.unit_uj:.4g} uJ" for z in self._zones) + " (max_energy_range_uj / (2^32 - 1))"
         info["total"] = ("psys (packages and DRAM are inside it)" if any(z.zone_name == "psys" for z in self._zones)
                          else "sum of packages and DRAM")
         if self._skipped:
