@@ -249,6 +249,21 @@ def test_a_gzip_stream_that_inflates_past_its_header_is_refused_without_inflatin
 
 
 @pytest.mark.parametrize(
+    ("test_images", "message"),
+    [(np.zeros((3, 28, 27), np.uint8), "the t10k images are 27x28, the train images 28x28"),
+     (np.zeros((3, 0, 0), np.uint8), "each image at least 1x1")],
+    ids=["another-size", "empty-images"])
+def test_idx_images_of_no_pixels_or_another_size_than_the_train_images_are_refused(tmp_path: Path, test_images,
+                                                                                  message: str) -> None:
+    # Prepare
+    write_idx_set(tmp_path)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", test_images)
+    # Execute / Assert
+    with pytest.raises(DataError, match=message):
+        load_dataset("mnist", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
     ("labels", "message"),
     [
         (np.zeros(4, dtype=np.uint8), "5 images but 4 labels"),
@@ -285,6 +300,15 @@ class _Evil:
         return (os.path.join, ("a", "b"))
 
 
+def _nested_labels(depth: int) -> list:
+    """Ten lists of ten lists ... of ten zeros, ``depth`` deep: each level one shared list, a few bytes pickled, 10**depth
+    labels to numpy (10**8 int64s: 800 MB; the reader must refuse it before converting it)."""
+    labels: list = [0] * 10
+    for _ in range(depth - 1):
+        labels = [labels] * 10
+    return labels
+
+
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
@@ -293,6 +317,10 @@ class _Evil:
         (pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}), "shape (N, 3072)"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}), "uint8"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}), "2 images but labels"),
+        (pickle.dumps({b"data": np.zeros((1, 3072), np.uint8), b"labels": _nested_labels(8)}),
+         "1 images but labels of length 10"),
+        (pickle.dumps({b"data": np.zeros((10, 3072), np.uint8), b"labels": _nested_labels(8)}),
+         "labels are not integers"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}), "labels outside 0..9"),
         (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0.7, 1.2]}), "labels are not integers"),
         (pickle.dumps({b"data": _Evil(), b"labels": [0]}), "forbidden global"),
@@ -427,18 +455,23 @@ def test_unknown_dataset_is_a_config_error() -> None:
         load_dataset("imagenet")
 
 
-def test_an_omniglot_png_whose_header_claims_a_huge_image_is_a_data_error(tmp_path: Path) -> None:
-    # Prepare: a valid collection, then one PNG whose IHDR declares 30000 x 30000 pixels (a decompression bomb)
+@pytest.mark.parametrize(("side", "message"), [(30000, "cannot be decoded"),
+                                               (2000, "is 2000x2000, more than the 1,048,576 pixels")],
+                         ids=["past-pillows-bomb-limit", "under-it"])
+def test_an_omniglot_png_whose_header_claims_a_huge_image_is_a_data_error(tmp_path: Path, side: int,
+                                                                          message: str) -> None:
+    # Prepare: a valid collection, then one PNG whose IHDR declares side x side pixels: 900 M pixels (Pillow's own
+    # bomb limit is 89 M), or 4 M (under it: 16 MB as float32 each; a folder of them filled memory)
     write_omniglot(tmp_path / "omniglot")
     bomb = next((tmp_path / "omniglot").rglob("*.png"))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 0, 0, 0, 0))
+    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
                      + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
     # Execute
     with pytest.raises(DataError) as caught:
         load_dataset("omniglot", data_dir=tmp_path)
-    # Assert
-    assert bomb.name in str(caught.value) and "cannot be decoded" in str(caught.value)
+    # Assert: refused from its header, before any pixel is decoded (by Pillow past its limit, by edgeprof under it)
+    assert bomb.name in str(caught.value) and message in str(caught.value)

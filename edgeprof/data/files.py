@@ -29,8 +29,10 @@ from edgeprof.errors import DataError
 #: IDX type codes (third header byte) and the big-endian numpy dtype they name
 IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 GZIP_MAGIC = b"\x1f\x8b"
-#: bytes a loaded value takes at least: images become float32 (:func:`edgeprof.data.base.from_uint8`)
-LOADED_BYTES_PER_VALUE = 4
+#: bytes a loaded value takes at the load's peak: the payload read and its concatenated copy (uint8), float32
+#: (:func:`edgeprof.data.base.from_uint8`) and the clients' float32 copies after partitioning (about 3 GB for the
+#: 0.5 GB of values of a 640,000-image file, measured)
+LOADED_BYTES_PER_VALUE = 10
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ CIFAR_PICKLE_GLOBALS = frozenset(
 
 OMNIGLOT_FOLDERS = ("images_background", "images_evaluation")
 OMNIGLOT_SUBDIRS = ("", "omniglot", "omniglot-py")
+#: the most pixels an Omniglot image may have: the official drawings are 105x105; 1024x1024 leaves room for rescans
+OMNIGLOT_MAX_PIXELS = 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------- IDX
@@ -109,7 +113,8 @@ def _read_idx_stream(stream, path: Path, title: str) -> np.ndarray:
     expected = header_bytes + count * dtype.itemsize
     if memory is not None and count * LOADED_BYTES_PER_VALUE > memory:
         raise DataError(f"{title} file {path} is corrupt: its header {dims} declares {count:,} values, more than "
-                        f"this machine's {memory / 2**30:.1f} GiB of memory holds as float32")
+                        f"this machine's {memory / 2**30:.1f} GiB of memory holds once loaded "
+                        f"({LOADED_BYTES_PER_VALUE} bytes a value)")
     data = np.empty(count * dtype.itemsize, dtype=np.uint8)
     got = _read_into(stream, memoryview(data))
     if got < len(data):
@@ -165,6 +170,9 @@ def load_idx_dataset(name: str, data_dir: Path, shape: tuple[int, int, int] | No
         x = read_idx(_find_idx(spec, data_dir, split, "images-idx3-ubyte"), spec.title)
         y = read_idx(_find_idx(spec, data_dir, split, "labels-idx1-ubyte"), spec.title)
         _check_idx_pair(spec, data_dir, split, x, y)
+        if images and x.shape[1:] != images[0].shape[1:]:
+            raise DataError(f"{spec.title} files in {data_dir}: the {split[0]} images are {x.shape[2]}x{x.shape[1]}, "
+                            f"the train images {images[0].shape[2]}x{images[0].shape[1]}")
         images.append(x)
         labels.append(y)
     x_u8 = np.concatenate(images)[:, None]
@@ -192,8 +200,8 @@ def _find_idx(spec: IdxSet, data_dir: Path, stems: tuple[str, ...], kind: str) -
 def _check_idx_pair(spec: IdxSet, data_dir: Path, split: tuple[str, ...], x: np.ndarray, y: np.ndarray) -> None:
     """The images are a uint8 (N, H, W) stack, the labels uint8 (N,) in range."""
     where = f"{spec.title} {split[0]} files in {data_dir}"
-    if x.ndim != 3 or x.dtype != np.uint8:
-        raise DataError(f"{where}: images must be uint8 of 3 dims, got {x.dtype} {x.shape}")
+    if x.ndim != 3 or x.dtype != np.uint8 or 0 in x.shape[1:]:
+        raise DataError(f"{where}: images must be uint8 of 3 dims, each image at least 1x1, got {x.dtype} {x.shape}")
     if y.ndim != 1 or y.dtype != np.uint8:
         raise DataError(f"{where}: labels must be uint8 of 1 dim, got {y.dtype} {y.shape}")
     if len(x) != len(y):
@@ -268,8 +276,13 @@ def _check_cifar_batch(path: Path, batch: object) -> tuple[np.ndarray, np.ndarra
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != CIFAR_PIXELS:
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{bad}: data must be a uint8 array of shape (N, {CIFAR_PIXELS}), got {got}")
+    listed = batch[b"labels"]
+    if isinstance(listed, (list, tuple)) and (len(listed) != len(data) or not all(
+            type(v) is int for v in listed)):  # checked before numpy sees it: shared nested lists cost nothing here
+        raise DataError(f"{bad}: {len(data)} images but labels of length {len(listed)}" if len(listed) != len(data)
+                        else f"{bad}: labels are not integers")
     try:
-        raw = np.asarray(batch[b"labels"])
+        raw = np.asarray(listed)
         if raw.dtype.kind not in "iu" and not (raw.size == 0 and raw.dtype.kind == "f"):
             raise TypeError(f"dtype {raw.dtype}")  # floats would be truncated silently
         labels = raw.astype(np.int64)
@@ -357,6 +370,9 @@ def _decode_pngs(paths: list[Path]) -> np.ndarray:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)  # a header this big is refused
                 with Image.open(path) as image:
+                    if image.width * image.height > OMNIGLOT_MAX_PIXELS:  # read from the header, before decoding
+                        raise DataError(f"Omniglot image {path} is {image.width}x{image.height}, more than the "
+                                        f"{OMNIGLOT_MAX_PIXELS:,} pixels an Omniglot drawing may have (105x105)")
                     pixels = np.asarray(image.convert("L"), dtype=np.uint8)
         except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError,
                 Image.DecompressionBombWarning) as err:
