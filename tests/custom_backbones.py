@@ -165,3 +165,38 @@ class NeedsWidth(nn.Module):
     def __init__(self, width, depth):
         super().__init__()
         self.layers = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+
+
+class _FirstRowOnly(nn.Module):
+    """Features of the batch's first image alone, whatever the batch: (1, M) for N images."""
+
+    def __init__(self, input_shape):
+        super().__init__()
+        self.linear = nn.Linear(int(torch.tensor(input_shape).prod()), 5)
+
+    def forward(self, x):
+        return self.linear(x.flatten(1))[:1]
+
+
+def drops_the_batch(input_shape):
+    """Right on a batch of one (the dry pass), wrong on every other: refused before any round."""
+    return _FirstRowOnly(input_shape)
+
+
+class _NanColumn(nn.Module):
+    """A NaN in its first feature; with ``onnx_doubles`` the exported graph doubles every other feature."""
+
+    def __init__(self, input_shape, onnx_doubles: bool):
+        super().__init__()
+        self.linear = nn.Linear(int(torch.tensor(input_shape).prod()), 8)
+        self.onnx_doubles = onnx_doubles
+
+    def forward(self, x):
+        y = self.linear(x.flatten(1))
+        y = torch.cat([y[:, :1] * float("nan"), y[:, 1:]], 1)
+        return y * 2.0 if self.onnx_doubles and torch.onnx.is_in_onnx_export() else y
+
+
+def nan_features(input_shape):
+    """NaN features for ordinary images: refused (a run would train on NaN and report a NaN loss)."""
+    return _NanColumn(input_shape, onnx_doubles=False)

@@ -133,6 +133,9 @@ REFUSED = [
                                "factory() if it takes no positional argument, and it cannot be called so (missing a "
                                "required argument: 'depth')"),
     ("no_such_factory", ConfigError, "custom_backbones has no 'no_such_factory'"),
+    ("drops_the_batch", ModelError, "backbone 'custom_backbones:drops_the_batch' gives features of shape (1, 5) for a "
+                                    "batch of 3 images: they must keep the batch"),
+    ("nan_features", ModelError, "gives NaN or infinite features for 3 seeded images"),
 ]
 
 
@@ -150,6 +153,22 @@ def test_a_backbone_edgeprof_cannot_use_is_refused_with_one_line(factory, error,
 def test_a_spec_that_names_nothing_importable_is_a_config_error(spec, line):
     with pytest.raises(ConfigError, match=line):
         build_backbone(spec, SHAPE)
+
+
+@pytest.mark.parametrize("nan_in", ["want", "both"])
+def test_a_nan_in_torchs_features_hides_no_difference_of_the_export_beside_it(nan_in):
+    # Prepare: torch's features with a NaN column, and an export's that double every finite one
+    from edgeprof.nn.verify import difference
+
+    module = build_backbone(SPEC, SHAPE)
+    want = np.linspace(0.5, 2.0, 12, dtype=np.float32).reshape(3, 4)
+    want[:, 0] = np.nan
+    got = 2 * want if nan_in == "both" else np.nan_to_num(2 * want)
+    # Execute
+    diff, tol = difference(module, want, got)
+    # Assert: NaN against NaN is no difference, NaN against a number is infinite; the doubled features are found
+    assert diff > tol
+    assert diff == (np.inf if nan_in == "want" else 2.0)  # the largest finite feature, 2.0, doubled: 2.0 apart
 
 
 def test_an_export_that_ties_running_variance_to_the_weight_is_refused_naming_the_layer():

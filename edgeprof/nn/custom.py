@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -231,6 +232,12 @@ def _check_batch_independent(name: str, module: CustomBackbone) -> None:
     x = torch.from_numpy(probe_images(module.input_shape, batch=3))
     with torch.no_grad():
         first, again, alone = (module(x).numpy(), module(x).numpy(), module(x[:1]).numpy())
+    if first.shape[0] != len(x):
+        raise ModelError(f"backbone {name!r} gives features of shape {first.shape} for a batch of {len(x)} images: "
+                         f"they must keep the batch, (N, M) for N images {SEE}")
+    if not np.all(np.isfinite(first)):
+        raise ModelError(f"backbone {name!r} gives NaN or infinite features for {len(x)} seeded images in [0, 1) "
+                         f"{SEE}")
     diff, tol = difference(module, first, again)
     if diff > tol:
         raise ModelError(f"backbone {name!r} gives other features for the same images in a second pass (dropout or "

@@ -59,11 +59,14 @@ def tolerance(module: torch.nn.Module, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def difference(module: torch.nn.Module, want: np.ndarray, got: np.ndarray) -> tuple[float, float]:
-    """(max |got - want|, tolerance); the difference is infinite when ``got`` has a NaN or an infinity."""
-    if not np.all(np.isfinite(got)) and np.all(np.isfinite(want)):
-        return float("inf"), tolerance(module, want, want)
-    diff = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
-    return diff, tolerance(module, want, got)
+    """(max |got - want|, tolerance) over the values both give as finite numbers; the difference is infinite where
+    one gives a NaN or an infinity the other does not (a NaN in ``want`` hid every difference beside it)."""
+    finite = np.isfinite(want)
+    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(want[~finite], got[~finite],
+                                                                             equal_nan=True):
+        return float("inf"), tolerance(module, want[finite], want[finite])
+    diff = float(np.max(np.abs(got[finite].astype(np.float64) - want[finite]))) if finite.any() else 0.0
+    return diff, tolerance(module, want[finite], got[finite])
 
 
 def probe_images(input_shape: Sequence[int], batch: int = PROBE_BATCH) -> np.ndarray:
