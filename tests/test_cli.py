@@ -39,7 +39,7 @@ def _write_corrupt_mnist(folder: Path) -> Path:
 def test_bad_input_is_one_line_and_non_zero(tmp_path, args, expected):
     out = tmp_path / "profiles"
 
-    result = _invoke([*FAST, *args], out)
+    result = _invoke([*(FAST[6:] if "--dataset" in args else FAST), *args], out)  # FAST[6:]: no synthetic options
 
     assert result.exit_code != 0
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -81,6 +81,12 @@ def _report_file(tmp_path: Path) -> str:
     (["doctor", "--cpu-watts", "0"], 2, "cpu-watts must be positive"),
     (["doctor", "--meter-setting", "cpu-wats="], 2, "unknown meter setting(s) cpu_wats;"),  # was accepted
     (["measure", *FAST, "--cpu-watts", "nan"], 2, "cpu-watts must be positive"),
+    # an option the run would ignore, and record as if used
+    (["measure", *FAST[6:], "--synthetic-samples", "100"], 2, "--synthetic-samples sets the synthetic data set, and "
+                                                              "this run's is digits"),
+    (["train", *FAST[:-1], "--data-dir", "data"], 2, "--data-dir is where the files of mnist"),
+    (["measure", *FAST, "--eval-protocol", "paper"], 2, "--eval-protocol says how --evaluate scores a round"),
+    (["sweep", "--check-metric", "cpu_s"], 2, "--check-metric cpu_s says what --check judges"),
     (["export", "--backbone", "resnet"], 2, "unknown backbone"),
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),
     (["sweep", "--taus", "1,x"], 2, "--taus must be a comma-separated list"),
@@ -88,7 +94,7 @@ def _report_file(tmp_path: Path) -> str:
     (["flower-app-dir", "--round-timeout", "nan"], 2, "round-timeout must be a number of seconds above 0"),
     (["flower-app-dir", "--node-wait", "inf"], 2, "node-wait must be a number of seconds >= 0"),
     (["dashboard"], 2, "Missing argument"),
-    (["measure", *FAST, "--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], 3, "/nonexistent/mnist"),
+    (["measure", *FAST[6:], "--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], 3, "/nonexistent/mnist"),
     (["summary", "/nonexistent/report.csv"], 7, "no report at"),
     (["summary", "."], 7, ". is a folder, not a report: name its report CSVs (*.csv)"),  # was a traceback
     (["trace", "/"], 7, "/ is a folder, not a report"),
@@ -156,7 +162,7 @@ def test_corrupt_data_file(tmp_path):
     data = _write_corrupt_mnist(tmp_path / "mnist")
     out = tmp_path / "profiles"
 
-    result = _invoke([*FAST, "--dataset", "mnist", "--data-dir", str(data)], out)
+    result = _invoke([*FAST[6:], "--dataset", "mnist", "--data-dir", str(data)], out)
 
     assert result.exit_code == 3
     assert "edgeprof: error:" in result.stderr and "train-images" in result.stderr
@@ -386,8 +392,10 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
     return {"progress": False}
 
 
-#: options that refuse each other: the second is given in a run of its own (no algorithm takes both rho and mu)
-APART = {"hold_seconds": "evaluate", "tf32": "device", "rho": "mu", "server_optimizer": "mu"}
+#: options that refuse each other: the first is given in a run of its own (no algorithm takes both rho and mu; the
+#: synthetic data set's options are refused beside another data set, so their run names --dataset synthetic)
+APART = {"hold_seconds": "evaluate", "tf32": "device", "rho": "mu", "server_optimizer": "mu",
+         "synthetic_samples": "dataset", "synthetic_classes": "dataset"}
 
 
 @pytest.mark.parametrize("command,apart", [*[(c, False) for c in ("measure", "train", "sweep", "flower-app-dir",
@@ -404,6 +412,8 @@ def test_each_command_builds_its_run_config_from_its_options(monkeypatch, tmp_pa
     assert clash or not apart, f"{command} has no options that refuse each other"
     taken = [n for n in options if (n in clash) == apart] if apart else [n for n in options if n not in clash]
     argv = [command, *(t for name in taken for t in values[name][0])]
+    if apart and "synthetic_samples" in taken:
+        argv += ["--dataset", "synthetic"]
     if command == "train":
         argv += ["--algos", "fedprox,fedavg"]
         fixed["algo"] = "fedprox"

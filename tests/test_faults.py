@@ -150,6 +150,24 @@ def _stopped_as_round_3_starts(tmp_path, monkeypatch, stop: Callable[[], None], 
     assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
 
 
+def test_a_ctrl_c_in_set_up_says_in_its_line_that_no_report_was_written(tmp_path, monkeypatch):
+    # Prepare: the Ctrl-C arrives while the data set loads, before the run's report is opened
+    from edgeprof.rounds import simulate
+
+    def load_then_stop(cfg):
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("the stop must have been raised")  # pragma: no cover
+
+    monkeypatch.setattr(simulate, "load_clients", load_then_stop)
+    out = tmp_path / "profiles"
+    # Execute
+    result = CliRunner().invoke(app, ["measure", *FAST, "--run-name", "early", "--out", str(out)])
+    # Assert: the line names what is on disk, as for every later stop
+    assert result.exit_code == 130, result.output
+    assert _one_line(result.stderr) == "edgeprof: interrupted (SIGINT); no report was written"
+    assert not list(out.glob("early*"))
+
+
 def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_path, monkeypatch):
     from edgeprof.session import run as session
 

@@ -166,6 +166,14 @@ def test_the_summary_says_how_many_windows_were_too_short_for_the_meters(tmp_pat
     assert rows and all(r["short_window"] == "1" for r in rows)
     assert (f"energy: {len(rows)} of {len(rows)} rows lasted less than the meters' update period (1 s): their "
             "joules are not resolved (short_window)") in " ".join(result.stdout.split())
+    # and its phases, each shorter still: every phase of every client row, named with how many rows
+    clients = [r for r in rows if r["kind"] == "client"]
+    phases = {p: sum(p in r["short_phases"].split(";") for r in clients) for p in ("cache_forward", "head_steps",
+                                                                                     "joint_grad")}
+    assert phases == dict.fromkeys(phases, len(clients))
+    assert ("energy: " + ", ".join(f"{p} in {n} of {len(clients)}" for p, n in phases.items()) + " client rows lasted "
+            "less than the meters' update period: those phases' joules are not resolved (short_phases)"
+            ) in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize("name", GPU_REPORTS)

@@ -95,7 +95,7 @@ def _print_summary(report) -> "object":
     """Print the summary of ``report`` (as :func:`_read` read it); return it."""
     from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
                                          held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
-                                         run_lines, short_rows, summarize, tau_fits)
+                                         run_lines, short_phases, short_rows, summarize, tau_fits)
 
     csv_path = report.path
     console = _console()
@@ -128,6 +128,11 @@ def _print_summary(report) -> "object":
         typer.echo(f"energy: {short} of {rows} rows lasted less than the meters' update period{every}: their joules "
                    f"are not resolved (short_window); sweeps' energy fits leave them out; in measure and sweep, "
                    f"--hold-seconds holds each client window long enough")
+    phases, clients = short_phases(report)
+    if phases:
+        typer.echo("energy: " + ", ".join(f"{printable(name)} in {n} of {clients}" for name, n in phases.items())
+                   + " client rows lasted less than the meters' update period: those phases' joules are not resolved "
+                     "(short_phases), and their medians above include them")
     carbon = carbon_total(report)
     if carbon is not None:
         source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(
@@ -361,6 +366,9 @@ def sweep(
                           max_baseline_tau=max_baseline_tau, warmup=warmup)
         if check and not {"pflego", "fedavg"} <= {v.algo for v in cfg.variants()}:
             raise ConfigError("--check needs both pflego and fedavg in --algos")
+        if "check_metric" in o.given_options(ctx) and not check:
+            raise ConfigError(f"--check-metric {check_metric} says what --check judges, and --check was not given; "
+                              "add --check (or leave it out)")
         _sweep_and_report(cfg, check=check, check_metric=check_metric)
 
 

@@ -85,7 +85,8 @@ class OneLineErrors(TyperGroup):
         except _Stopped as stop:
             from edgeprof.signals import exit_code
 
-            typer.echo(f"edgeprof: {stopped_line(stop.err)} before the command ran; nothing was written", err=True)
+            typer.echo(f"edgeprof: {getattr(stop.err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
+                       "nothing was written", err=True)
             sys.exit(exit_code(stop.err))
         except click_errors.ClickException as err:
             if not standalone_mode:
@@ -143,10 +144,11 @@ def guard() -> Iterator[None]:
 
 def stopped_line(err: BaseException) -> str:
     """What a stop signal left: the report it names (``err.report``: set where a report was open, see
-    :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds."""
+    :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds; or that no
+    report was written (a stop in a run's set-up, before its report was opened, or in a command that writes none)."""
     what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
     if report is None:
-        return what
+        return f"{what}; no report was written"
     if getattr(err, "report_complete", False):
         return f"{what} after the run completed; the report is whole ({report})"
     return f"{what}; the report keeps every round that finished ({report})"

@@ -308,6 +308,14 @@ def short_rows(report: Report) -> tuple[int, int, float | None]:
     return sum(is_short(r) for r in rows), len(rows), max(periods) if periods else None
 
 
+def short_phases(report: Report) -> tuple[dict[str, int], int]:
+    """(per phase, the client rows in which an entry of it was shorter than the slowest meter's update period: its
+    joules are not resolved, ``short_phases``; all client rows)."""
+    rows = report.where(kind="client")
+    counts = Counter(phase for r in rows for phase in dict.fromkeys((r.get("short_phases") or "").split(";")) if phase)
+    return dict(counts), len(rows)
+
+
 def held_rounds(report: Report) -> tuple[int, float] | None:
     """(client rows whose window was held, ``--hold-seconds``; the median rounds such a window held), or None
     when none was."""
