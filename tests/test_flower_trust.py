@@ -181,3 +181,31 @@ def test_a_refusal_in_a_handler_is_one_logged_line_and_a_failed_reply(tmp_path, 
     assert reply.has_error() and "reads no path a run config names" in reply.error.reason
     assert "\n" not in reply.error.reason
     assert [r.getMessage() for r in caplog.records if "reads no path" in r.getMessage()] == [reply.error.reason]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_node_whose_device_torch_cannot_use_refuses_the_roll_call_in_one_line(monkeypatch, caplog):
+    """A node configured with compute-device="cuda" where torch sees no GPU answered the roll call, took a partition
+    and then failed every round (or left a healthy node of that partition out); it is refused at the roll call, as
+    every other node setting, naming the node config's key."""
+    from flwr.app import Context as FlowerContext
+    from flwr.app import Message, MessageType, Metadata, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from edgeprof.flower.client_app import make_client_app
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # what a SuperNode's process sets before a handler runs
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    run_config = to_run_config(RunConfig(algo="pflego", clients=2, dataset="digits", backbone="mlp", progress=False),
+                               FlowerSettings())
+    context = FlowerContext(run_id=1, node_id=1, state=RecordDict(), run_config=run_config,
+                            node_config={"partition-id": 0, "num-partitions": 2, "compute-device": "cuda"})
+    query = Message(RecordDict(), metadata=Metadata(
+        run_id=1, message_id="q", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="",
+        created_at=0.0, ttl=60.0, message_type=MessageType.QUERY))
+
+    reply = make_client_app()(query, context)
+
+    assert reply.has_error() and "\n" not in reply.error.reason
+    assert reply.error.reason.startswith("edgeprof: ConfigError: this node's compute-device 'cuda' (its node config, "
+                                         "else the run's): torch ")

@@ -222,6 +222,18 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
         rt.cached("warm-up", lambda: spec.client(rt, arrays, own, client, settings) and True)
 
 
+def node_device(cfg: RunConfig):
+    """This node's Compute (:func:`~edgeprof.flower.mod.node_compute`); a device it cannot use (``cuda`` where torch
+    sees no GPU) is refused in one line that names the node config's key, ``compute-device``."""
+    from edgeprof.errors import ConfigError
+
+    try:
+        return node_compute(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"this node's compute-device {cfg.device!r} (its node config, else the run's): "
+                          f"{str(err).removeprefix(f'--device {cfg.device}: ')}") from err
+
+
 def refuse_in_one_line(msg: Message, context: Context, call_next) -> Message:
     """A Flower mod: an :class:`~edgeprof.errors.EdgeprofError` raised while the node handles ``msg`` becomes one
     line in the node's log and a failed reply carrying it (the server logs it as the node's reason), not a
@@ -248,6 +260,7 @@ def make_client_app(defaults: Optional[Mapping[str, Any]] = None) -> ClientApp:
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         cfg = cfg_of(context)
+        node_device(cfg)  # at the roll call, as every other node setting: a node that cannot run rounds is left out
         pid = partition_id(context, cfg)
         client = load_client(cfg, pid, context.node_config)
         info = MetricRecord({"partition-id": pid, "num-examples": client.n_train, "num-classes": client.num_classes})
