@@ -351,7 +351,7 @@ def sweep(
     warmup: o.Warmup = True, check: o.Check = False, check_metric: o.CheckMetric = "wall_s",
     country: o.Country = None, carbon_intensity: o.CarbonIntensity = None,
     meter_setting: o.MeterSetting = None, trace: o.Trace = False, trace_hz: o.TraceHz = 50.0,
-    hold_seconds: o.HoldSeconds = 0.0,
+    hold_seconds: o.HoldSeconds = 0.0, idle_seconds: o.IdleSeconds = 0.0,
     out: o.Out = Path("profiles"), run_name: o.SweepName = None, progress: o.ShowProgress = True,
     **meter_options,
 ) -> None:
