@@ -122,3 +122,37 @@ def test_the_two_sums_on_hand_numbers():
 
     assert paper_score(results) == pytest.approx(((1.0 * 10 + 2.0 * 30) / 40, (2 + 1) / 5))
     assert global_score(results) == pytest.approx(((1.0 * 10 + 2.0 * 30) / 40, (0.5 + 1.0) / 2))
+
+
+def test_a_client_without_a_test_sample_has_no_accuracy_to_average_and_no_client_with_one_none_at_all():
+    # Prepare: a client scored 0.5 on 4 samples, one with no test sample (its accuracy reads 0.0: nothing to score)
+    results = [EvalResult(0, 1.0, 0.5, 10, 4), EvalResult(1, 2.0, 0.0, 30, 0)]
+    # Execute / Assert: the mean is over the scored client alone, and none scored is NaN, never 0%
+    assert global_score(results)[1] == 0.5 and paper_score(results)[1] == 0.5
+    assert np.isnan(global_score(results[1:])[1]) and np.isnan(paper_score(results[1:])[1])
+
+
+def test_a_run_whose_clients_have_no_test_sample_writes_no_accuracy_and_says_so(tmp_path):
+    # Prepare: MNIST files whose official test files hold no image, scored by the paper split
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    from edgeprof.report import read_report
+    from test_data_files import write_idx
+
+    data = tmp_path / "mnist"
+    data.mkdir()
+    write_idx(data / "train-images-idx3-ubyte", np.zeros((40, 28, 28), np.uint8))
+    write_idx(data / "train-labels-idx1-ubyte", (np.arange(40) % 10).astype(np.uint8))
+    write_idx(data / "t10k-images-idx3-ubyte", np.zeros((0, 28, 28), np.uint8))
+    write_idx(data / "t10k-labels-idx1-ubyte", np.zeros(0, np.uint8))
+    # Execute
+    result = CliRunner().invoke(app, ["measure", "--dataset", "mnist", "--data-dir", str(data), "--split", "paper",
+                                      "--evaluate", "--backbone", "mlp", "--clients", "4", "--rounds", "1", "--tau",
+                                      "2", "--no-progress", "--run-name", "r", "--out", str(tmp_path / "out")])
+    # Assert: the eval row is whole with an empty accuracy (read back with no damaged row), and the line says why
+    assert result.exit_code == 0, result.output
+    (row,) = read_report(tmp_path / "out" / "r.csv").where(kind="eval")
+    assert row["test_accuracy"] == "" and row["train_loss"] != ""
+    assert "after round 1: training loss" in result.stdout and "no test sample to score" in result.stdout
+    assert "damaged" not in result.output

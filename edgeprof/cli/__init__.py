@@ -9,6 +9,8 @@ simulation that did not complete), 8 claim not shown (``sweep --check``), 128 + 
 
 from __future__ import annotations
 
+import math
+
 import contextlib
 import logging
 from pathlib import Path
@@ -152,8 +154,9 @@ def _print_final_eval(csv_path: Path) -> None:
     evals = [r for r in read_report(csv_path).where(kind="eval") if r.get("round")]
     if evals:
         last = max(evals, key=lambda r: int(r["round"]))
+        accuracy = float(last["test_accuracy"]) if last.get("test_accuracy") else float("nan")
         typer.echo(f"after round {last['round']}: training loss {float(last['train_loss']):.4g}, "
-                   f"test accuracy {float(last['test_accuracy']):.2%}")
+                   + (f"test accuracy {accuracy:.2%}" if math.isfinite(accuracy) else "no test sample to score"))
 
 
 def _measure_and_report(cfg) -> None:

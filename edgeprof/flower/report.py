@@ -302,5 +302,6 @@ class RunRows:
         loss, accuracy = score
         cfg = self.inner.cfg
         self.ctx.write(base_row(self.ctx, cfg, server_round, "eval", train_loss=f"{loss:.6g}",
-                                       test_accuracy=f"{accuracy:.6g}", eval_protocol=cfg.eval_protocol,
-                                       n_participants=len(self.inner.sampled.get(server_round, ()))))
+                                test_accuracy=f"{accuracy:.6g}" if math.isfinite(accuracy) else "",  # no test sample
+                                eval_protocol=cfg.eval_protocol,
+                                n_participants=len(self.inner.sampled.get(server_round, ()))))

@@ -24,16 +24,20 @@ from edgeprof.algorithms.contract import EvalResult
 
 
 def global_score(results: Sequence[EvalResult]) -> tuple[float, float]:
-    """(sum_i alpha_i l_i, mean_i accuracy_i) over every client, alpha_i = N_i / sum_j N_j."""
+    """(sum_i alpha_i l_i, mean_i accuracy_i) over every client, alpha_i = N_i / sum_j N_j; the accuracy's mean is
+    over the clients with a test sample (one with none has no accuracy; its 0.0 pulled the mean down), NaN where no
+    client has one."""
     n = np.array([r.n_train for r in results], dtype=float)
     loss = float(np.dot(n / n.sum(), [r.train_loss for r in results]))
-    return loss, float(np.mean([r.test_accuracy for r in results]))
+    scored = [r.test_accuracy for r in results if r.n_test > 0]
+    return loss, float(np.mean(scored)) if scored else float("nan")
 
 
 def paper_score(results: Sequence[EvalResult]) -> tuple[float, float]:
-    """(N_i-weighted mean loss, summed correct / summed test samples) over the round's scored clients."""
+    """(N_i-weighted mean loss, summed correct / summed test samples) over the round's scored clients; the accuracy is
+    NaN where they have no test sample (it was 0.0)."""
     n_train = sum(r.n_train for r in results)
     n_test = sum(r.n_test for r in results)
     loss = sum(r.train_loss * r.n_train for r in results) / n_train if n_train else float("nan")
     correct = sum(round(r.test_accuracy * r.n_test) for r in results)
-    return float(loss), (correct / n_test if n_test else 0.0)
+    return float(loss), (correct / n_test if n_test else float("nan"))

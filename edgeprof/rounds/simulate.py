@@ -9,6 +9,8 @@ flushed as soon as the window closes. Nothing here names an algorithm.
 
 from __future__ import annotations
 
+import math
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +104,8 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
     if cfg.evaluate and (local or not paper):
         loss, acc = paper_score(local) if paper else evaluate_all(federation, settings)
         ctx.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
-                                  test_accuracy=f"{acc:.6g}", n_participants=len(participants),
-                                  eval_protocol=cfg.eval_protocol))
+                           test_accuracy=f"{acc:.6g}" if math.isfinite(acc) else "",  # empty: no test sample
+                           n_participants=len(participants), eval_protocol=cfg.eval_protocol))
 
 
 def _client_window(federation: Federation, cid: int, phase, settings, hold_s: float):
