@@ -301,8 +301,8 @@ class _Evil:
 
 
 def _nested_labels(depth: int) -> list:
-    """Ten lists of ten lists ... of ten zeros, ``depth`` deep: each level one shared list, a few bytes pickled, 10**depth
-    labels to numpy (10**8 int64s: 800 MB; the reader must refuse it before converting it)."""
+    """Ten lists of ten lists ... of ten zeros, ``depth`` deep: each level one shared list, a few bytes pickled,
+    10**depth labels to numpy (10**8 int64s: 800 MB; the reader must refuse it before converting it)."""
     labels: list = [0] * 10
     for _ in range(depth - 1):
         labels = [labels] * 10

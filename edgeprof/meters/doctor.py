@@ -37,8 +37,8 @@ def doctor_report(*, sysfs_root: str | None = None, **settings: Any) -> list[dic
         notes = [str(info[k]) for k in ("total", "model") if info.get(k)]
         rows.append({
             "meter": probe.meter, "status": "found",
-            "domains": [d["name"] + ("" if d["in_total"] else f" (inside {d['inside']}, not in total)" if d.get("inside")
-                                     else " (not in total)") for d in domains],
+            "domains": [d["name"] + ("" if d["in_total"] else f" (inside {d['inside']}, not in total)"
+                                     if d.get("inside") else " (not in total)") for d in domains],
             "methods": sorted({d["method"] for d in domains}),
             "update_period_s": info.get("update_period_s"), "sampling_hz": info.get("sampling_hz"),
             "resolution": info.get("resolution", ""), "reason": "", "fix": "", "notes": "; ".join(notes),

@@ -30,8 +30,9 @@ reading (an injectable ``clock_ns``) and the second of slack absorbs the counter
 scheduling delays. The bound is twice the largest positive ``constraint_*_max_power_uw`` or
 ``constraint_*_power_limit_uw`` of the zone (PL1's max power is only the TDP, and a laptop holds its short-term
 limit PL2, two to four times that, for tens of seconds; twice, because short bursts may exceed a limit), else
-:data:`DEFAULT_MAX_POWER_W` (1000 W per package or psys, 500 W per DRAM zone: beyond any shipping part). So a decrease is taken as a wrap only when the energy it implies, ``max - last + now + 1``,
-could have been drawn in the elapsed time. Any other decrease (a counter that jumps back: about 262 kJ in one
+:data:`DEFAULT_MAX_POWER_W` (1000 W per package or psys, 500 W per DRAM zone: beyond any shipping part). So a
+decrease is taken as a wrap only when the energy it implies, ``max - last + now + 1``, could have been drawn in the
+elapsed time. Any other decrease (a counter that jumps back: about 262 kJ in one
 window if read as a wrap), an increase faster than the bound, and a value outside ``0..max`` (with the step
 after it) are flagged ``counter jump`` (:meth:`~edgeprof.meters.base.Meter.flag_invalid`) and add nothing.
 A zone whose ``max_energy_range_uj`` is missing, unreadable, zero or negative has no usable counter period: it is
@@ -176,7 +177,8 @@ def _dead_psys(usable: list) -> str:
 
 def scan_zones(sysfs_root: str | os.PathLike) -> tuple[list[RaplZone], list[str]]:
     """The reportable zones under ``sysfs_root`` (without the mmio duplicates) and, one line each, the
-    zones left out and why (an unusable ``name``, a ``max_energy_range_uj`` of zero or less); reads no counter."""
+    zones left out and why (an unusable ``name``, a ``max_energy_range_uj`` missing or of zero or less, a psys that
+    reads 0); reads no counter but, where there is a psys, its and the packages' once."""
     base = powercap_dir(sysfs_root)
     if not base.is_dir():
         return [], []
@@ -215,7 +217,7 @@ def scan_zones(sysfs_root: str | os.PathLike) -> tuple[list[RaplZone], list[str]
 
 
 def find_zones(sysfs_root: str | os.PathLike) -> list[RaplZone]:
-    """The reportable zones under ``sysfs_root``, without the mmio duplicates; reads no counter."""
+    """The reportable zones under ``sysfs_root``, without the mmio duplicates (:func:`scan_zones`)."""
     return scan_zones(sysfs_root)[0]
 
 
@@ -330,8 +332,8 @@ class RaplMeter(Meter):
         counted = self._seen_uj["psys"]
         if inner - counted <= BEHIND_SHARE * inner + psys.unit_uj + BEHIND_SLACK_UJ:
             return ""
-        return (f"{psys.path.name}/energy_uj (psys) counted {counted / 1e6:.6g} J since the meter opened, less than the "
-                f"{inner / 1e6:.6g} J of the packages and DRAM inside it")
+        return (f"{psys.path.name}/energy_uj (psys) counted {counted / 1e6:.6g} J since the meter opened, less than "
+                f"the {inner / 1e6:.6g} J of the packages and DRAM inside it")
 
     @staticmethod
     def _problem(zone: RaplZone, last: int | None, now: int, elapsed_s: float) -> str:
