@@ -70,6 +70,7 @@ def test_a_disk_that_fills_mid_run_keeps_whole_rows_and_says_failed(small_disk):
     assert result.exit_code == 4, result.output
     line = _one_line(result.stderr)
     assert line.startswith("edgeprof: error: cannot write report") and "No space left" in line
+    assert line.endswith("(every complete row is kept)")
     rows = _whole_rows(small_disk / "full.csv")
     sidecar = json.loads((small_disk / "full.json").read_text())
     assert sidecar["status"] == "failed" and "No space left" in sidecar["reason"]
@@ -84,7 +85,8 @@ def test_a_disk_already_full_leaves_no_report(small_disk):
                                       "--out", str(small_disk)])
 
     assert result.exit_code == 4, result.output
-    assert "No space left" in _one_line(result.stderr)
+    line = _one_line(result.stderr)
+    assert "No space left" in line and "every complete row is kept" not in line  # there is no row, nor a file
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no 0-byte CSV, no sidecar, no .tmp
 
 

@@ -91,8 +91,8 @@ class ReportWriter:
                 os.lseek(fd, self._good, os.SEEK_SET)
             except OSError:
                 pass
-            raise OutputError(f"cannot write report {self.path}: {err.strerror or err} (every complete row is "
-                              f"kept)") from err
+            kept = "every complete row is kept" if self.rows_written else "no row was written"  # the header, first
+            raise OutputError(f"cannot write report {self.path}: {err.strerror or err} ({kept})") from err
         self._good += len(data)
 
     def write(self, row: Mapping[str, object]) -> None:
