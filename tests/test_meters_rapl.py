@@ -478,6 +478,9 @@ def test_a_gpu_beside_psys_is_inside_the_platform_and_not_added_to_it(tmp_path):
     nvml = {m["name"]: m for m in described["meters"]}["nvml"]
     assert nvml["domains"][0]["in_total"] is False and nvml["domains"][0]["inside"] == "psys"
     assert {r["meter"]: r for r in rows}["nvml"]["domains"] == ["gpu_0 (inside psys, not in total)"]
+    from edgeprof.report.gpu_energy import rest_columns
+
+    assert rest_columns({"meters": described}) == ()  # no column holds energy_j's rest beside the GPU: psys holds it
 
 
 def test_each_zones_energy_unit_is_described_from_its_range(tmp_path):

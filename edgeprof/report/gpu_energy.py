@@ -40,8 +40,13 @@ def gpu_domains(sidecar: Mapping) -> tuple[str, ...]:
 
 
 def rest_columns(sidecar: Mapping) -> tuple[str, ...]:
-    """The other report columns that count towards ``energy_j`` (``cpu_estimate``), in the meters' order."""
-    return tuple(dict.fromkeys(str(d.get("column")) for d in _meter_domains(sidecar)
+    """The other report columns that count towards ``energy_j`` (``cpu_estimate``), in the meters' order; none where
+    the GPU is inside one of them (RAPL's psys: ``energy_j`` is the platform's, the GPU's joules among them, so no
+    column holds the rest)."""
+    domains = _meter_domains(sidecar)
+    if any(d.get("column") == GPU_COLUMN and d.get("inside") for d in domains):
+        return ()
+    return tuple(dict.fromkeys(str(d.get("column")) for d in domains
                                if d.get("in_total") and d.get("column") not in (GPU_COLUMN, None)))
 
 
