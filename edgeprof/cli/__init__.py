@@ -9,10 +9,9 @@ simulation that did not complete), 8 claim not shown (``sweep --check``), 128 + 
 
 from __future__ import annotations
 
-import math
-
 import contextlib
 import logging
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 

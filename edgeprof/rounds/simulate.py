@@ -10,7 +10,6 @@ flushed as soon as the window closes. Nothing here names an algorithm.
 from __future__ import annotations
 
 import math
-
 import time
 from dataclasses import dataclass
 from pathlib import Path
