@@ -222,13 +222,17 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
         rt.cached("warm-up", lambda: spec.client(rt, arrays, own, client, settings) and True)
 
 
-def node_device(cfg: RunConfig):
-    """This node's Compute (:func:`~edgeprof.flower.mod.node_compute`); a device it cannot use (``cuda`` where torch
-    sees no GPU) is refused in one line that names the node config's key, ``compute-device``."""
+def node_device(cfg: RunConfig) -> None:
+    """ConfigError with one line naming the node config's key, ``compute-device``, when this node cannot run rounds
+    on its device (``cuda`` where torch sees no GPU, an index it does not have); ``auto`` always can, and is resolved
+    once, by the mod (:func:`~edgeprof.flower.mod.node_compute`)."""
     from edgeprof.errors import ConfigError
+    from edgeprof.nn.compute import check_usable
 
+    if cfg.device == "auto":
+        return
     try:
-        return node_compute(cfg)
+        check_usable(cfg.device, cfg.tf32)
     except ConfigError as err:
         raise ConfigError(f"this node's compute-device {cfg.device!r} (its node config, else the run's): "
                           f"{str(err).removeprefix(f'--device {cfg.device}: ')}") from err
