@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -153,9 +152,9 @@ def _print_final_eval(csv_path: Path) -> None:
     evals = [r for r in read_report(csv_path).where(kind="eval") if r.get("round")]
     if evals:
         last = max(evals, key=lambda r: int(r["round"]))
-        accuracy = float(last["test_accuracy"]) if last.get("test_accuracy") else float("nan")
+        accuracy = last.get("test_accuracy")  # empty: no test sample to score
         typer.echo(f"after round {last['round']}: training loss {float(last['train_loss']):.4g}, "
-                   + (f"test accuracy {accuracy:.2%}" if math.isfinite(accuracy) else "no test sample to score"))
+                   + (f"test accuracy {float(accuracy):.2%}" if accuracy else "no test sample to score"))
 
 
 def _measure_and_report(cfg) -> None:

@@ -85,8 +85,7 @@ class OneLineErrors(TyperGroup):
         except _Stopped as stop:
             from edgeprof.signals import exit_code
 
-            typer.echo(f"edgeprof: {getattr(stop.err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
-                       "nothing was written", err=True)
+            typer.echo(before_command_line(stop.err), err=True)
             sys.exit(exit_code(stop.err))
         except click_errors.ClickException as err:
             if not standalone_mode:
@@ -142,11 +141,21 @@ def guard() -> Iterator[None]:
         raise typer.Exit(exit_code(err)) from None
 
 
+def stop_reason(err: BaseException) -> str:
+    """How a stop is named (``interrupted (SIGTERM)``): its ``reason``, a plain Ctrl-C's where it has none."""
+    return getattr(err, "reason", "interrupted (SIGINT)")
+
+
+def before_command_line(err: BaseException) -> str:
+    """The line of a stop that came before the command ran (or after it let go): nothing was written."""
+    return f"edgeprof: {stop_reason(err)} before the command ran; nothing was written"
+
+
 def stopped_line(err: BaseException) -> str:
     """What a stop signal left: the report it names (``err.report``: set where a report was open, see
     :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds; or that no
     report was written (a stop in a run's set-up, before its report was opened, or in a command that writes none)."""
-    what, report = getattr(err, "reason", "interrupted (SIGINT)"), getattr(err, "report", None)
+    what, report = stop_reason(err), getattr(err, "report", None)
     if report is None:
         return f"{what}; no report was written"
     if getattr(err, "report_complete", False):
@@ -191,8 +200,7 @@ def run(app: typer.Typer) -> None:
     except SystemExit as done:
         code = 0 if done.code is None else done.code
     except STOP_EXCEPTIONS as err:  # before the command's own guard took over, or after it let go
-        typer.echo(f"edgeprof: {getattr(err, 'reason', 'interrupted (SIGINT)')} before the command ran; "
-                   "nothing was written", err=True)
+        typer.echo(before_command_line(err), err=True)
         code = exit_code(err)
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if isinstance(code, int) and run_exit_handlers is not None and (_alone() or stop_raised()) and _flushed():

@@ -295,6 +295,7 @@ class RunRows:
 
     def _eval_row(self, server_round: int, score) -> None:
         """An ``eval`` row (the protocol's loss and accuracy), as the in-process loop writes it."""
+        from edgeprof.rounds.evaluation import accuracy_cell
         from edgeprof.session.run import base_row
 
         if score is None:
@@ -302,6 +303,6 @@ class RunRows:
         loss, accuracy = score
         cfg = self.inner.cfg
         self.ctx.write(base_row(self.ctx, cfg, server_round, "eval", train_loss=f"{loss:.6g}",
-                                test_accuracy=f"{accuracy:.6g}" if math.isfinite(accuracy) else "",  # no test sample
+                                test_accuracy=accuracy_cell(accuracy),
                                 eval_protocol=cfg.eval_protocol,
                                 n_participants=len(self.inner.sampled.get(server_round, ()))))

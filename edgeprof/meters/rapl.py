@@ -290,6 +290,7 @@ class RaplMeter(Meter):
         self._total_uj = {z.domain.name: 0 for z in self._zones}
         #: every step that passed the counter checks (the psys check compares these, whether or not psys's counted)
         self._seen_uj = dict(self._total_uj)
+        self._psys = next((z for z in self._zones if z.zone_name == "psys"), None)
 
     @staticmethod
     def _in_range(zone: RaplZone, value: int) -> int | None:
@@ -325,7 +326,7 @@ class RaplMeter(Meter):
         """Why psys cannot be the platform's energy now ('' when it can): the steps it counted since the meter opened
         fall short of those of the packages and DRAM inside it by more than :data:`BEHIND_SHARE` of theirs, one psys
         energy unit and :data:`BEHIND_SLACK_UJ` (the counters are read one after another and update apart)."""
-        psys = next((z for z in self._zones if z.zone_name == "psys"), None)
+        psys = self._psys
         if psys is None:
             return ""
         inner = sum(v for k, v in self._seen_uj.items() if k != "psys")

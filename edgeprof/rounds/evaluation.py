@@ -16,6 +16,8 @@ just fitted to that client's classes.
 
 from __future__ import annotations
 
+import math
+
 from typing import Sequence
 
 import numpy as np
@@ -41,3 +43,8 @@ def paper_score(results: Sequence[EvalResult]) -> tuple[float, float]:
     loss = sum(r.train_loss * r.n_train for r in results) / n_train if n_train else float("nan")
     correct = sum(round(r.test_accuracy * r.n_test) for r in results)
     return float(loss), (correct / n_test if n_test else float("nan"))
+
+
+def accuracy_cell(accuracy: float) -> str:
+    """An eval row's ``test_accuracy`` cell: the score, or empty where there was no test sample to score (NaN)."""
+    return f"{accuracy:.6g}" if math.isfinite(accuracy) else ""

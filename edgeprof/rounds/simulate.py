@@ -9,7 +9,6 @@ flushed as soon as the window closes. Nothing here names an algorithm.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from edgeprof.algorithms import ALGORITHMS
 from edgeprof.algorithms.contract import RoundSettings
 from edgeprof.algorithms.participants import participant_rng, sample_participants
 from edgeprof.config import RunConfig
+from edgeprof.rounds.evaluation import accuracy_cell
 from edgeprof.rounds.federation import Federation
 from edgeprof.session.run import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
@@ -103,7 +103,7 @@ def run_round(ctx: RunContext, cfg: RunConfig, federation: Federation, round_ind
     if cfg.evaluate and (local or not paper):
         loss, acc = paper_score(local) if paper else evaluate_all(federation, settings)
         ctx.write(base_row(ctx, cfg, round_index, "eval", train_loss=f"{loss:.6g}",
-                           test_accuracy=f"{acc:.6g}" if math.isfinite(acc) else "",  # empty: no test sample
+                           test_accuracy=accuracy_cell(acc),
                            n_participants=len(participants), eval_protocol=cfg.eval_protocol))
 
 
