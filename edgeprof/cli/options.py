@@ -365,7 +365,7 @@ def run_config(params: Mapping[str, Any], *, given: Sequence[str] = (), algos: O
     config's algorithm) uses is refused (:func:`edgeprof.config.check_used`), and so is ``--trace-hz`` without
     ``--trace`` and ``--trace`` at 0 Hz (the rate counts only with ``--trace``).
     """
-    from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, check_used, parse_meter_settings
+    from edgeprof.config import ENERGY_NAMES, EnergySettings, RunConfig, check_given, check_used, parse_meter_settings
     from edgeprof.meters.registry import options
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
@@ -378,27 +378,8 @@ def run_config(params: Mapping[str, Any], *, given: Sequence[str] = (), algos: O
     cfg = RunConfig(**{k: v for k, v in values.items() if k in fields},
                     energy=EnergySettings.of(meter_settings=meters, **energy))
     check_used(list(algos or (cfg.algo,)), given)
-    _check_run_options(cfg, given)
+    check_given(cfg, given)
     return cfg
-
-
-def _check_run_options(cfg, given: Sequence[str]) -> None:
-    """ConfigError with one line for a data or evaluation option given where this run would ignore it (and record it
-    in the sidecar as if used): ``--synthetic-samples``/``--synthetic-classes`` but for ``--dataset synthetic``,
-    ``--data-dir`` for a data set that reads no file, ``--eval-protocol`` without ``--evaluate``."""
-    from edgeprof.data.names import FILE_DATASETS
-    from edgeprof.errors import ConfigError
-
-    for name in ("synthetic_samples", "synthetic_classes"):
-        if name in given and cfg.dataset != "synthetic":
-            raise ConfigError(f"--{name.replace('_', '-')} sets the synthetic data set, and this run's is "
-                              f"{cfg.dataset}; add --dataset synthetic (or leave it out)")
-    if "data_dir" in given and cfg.dataset not in FILE_DATASETS:
-        raise ConfigError(f"--data-dir is where the files of {', '.join(FILE_DATASETS)} are read from, and "
-                          f"{cfg.dataset} reads none; leave it out (or name one of those with --dataset)")
-    if "eval_protocol" in given and not cfg.evaluate:
-        raise ConfigError("--eval-protocol says how --evaluate scores a round, and --evaluate was not given; add "
-                          "--evaluate (or leave it out)")
 
 
 def _check_trace(trace: bool, hz: Optional[float], hz_given: bool) -> None:
