@@ -366,3 +366,43 @@ def test_on_a_device_whose_queue_is_marked_every_hardware_meter_is_described_as_
             assert described["rails"].startswith("at every window and phase edge (off the measured thread where")
     assert [m.name for m in meters.off_thread(marks=True)] == ["rails"] and meters.off_thread() == ()
     assert [m.name for m in Profiler(meters, device=Marking())._slow] == ["rails"]
+
+
+def test_a_slow_meter_that_fails_mid_run_keeps_every_window_its_series_had_passed(tmp_path, monkeypatch):
+    """The series thread's error fails the run, but the windows that ended before its last good reading are
+    resolved from the readings it has and written; the sidecar says how the run ended."""
+    import csv
+    import json
+
+    from edgeprof.errors import MeterError
+    from edgeprof.rounds.federation import Federation
+    from edgeprof.rounds.simulate import run
+
+    mod = slow_stepping_pynvml(power_w=POWER_W, period_s=PERIOD_S, read_s=READ_S)
+    counting, broken, calls = mod.nvmlDeviceGetTotalEnergyConsumption, threading.Event(), []
+
+    def energy_mj(handle):
+        if broken.is_set():
+            raise mod.NVMLError(15)  # NVML_ERROR_GPU_IS_LOST, as a GPU fallen off the bus reads
+        return counting(handle)
+
+    mod.nvmlDeviceGetTotalEnergyConsumption = energy_mj
+    real = Federation.client_round
+
+    def client_round(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # round 2's second client: the series reads a few more times, then the GPU is lost
+            time.sleep(5 * PERIOD_S)
+            broken.set()
+            time.sleep(3 * PERIOD_S)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "client_round", client_round)
+    with pytest.raises(MeterError, match="sampler failed"):
+        run(_slow_run_config(tmp_path, mod))
+    rows = list(csv.DictReader((tmp_path / "slow.csv").open()))
+    sidecar = json.loads((tmp_path / "slow.json").read_text())
+
+    assert [r["kind"] for r in rows] == ["client"] * 3 + ["server", "client"]
+    assert all(r["gpu_other_method"] == "counter" and float(r["gpu_other_j"]) >= 0 for r in rows)
+    assert sidecar["status"] == "failed" and sidecar["rows"] == 5 and "sampler failed" in sidecar["reason"]

@@ -146,26 +146,32 @@ class CounterSeries:
         if self.error is not None:
             raise MeterError(f"the slow meters' sampler failed: {self.error}") from self.error
 
+    def _has_past(self, t_s: float) -> bool:
+        return bool(self._points and self._points[-1].started_s >= t_s)
+
     def passed(self, t_s: float) -> bool:
         """Whether a reading has started at or after ``t_s`` (or the thread failed: asking will say so)."""
         with self._cond:
-            return self.error is not None or bool(self._points and self._points[-1].started_s >= t_s)
+            return self.error is not None or self._has_past(t_s)
 
     def wait_past(self, t_s: float, timeout_s: float) -> None:
         """Return once a reading has started at or after ``t_s`` (asking the thread to read now); MeterError when
-        none has after ``timeout_s`` or the thread failed."""
+        none has after ``timeout_s``, or the thread failed before one had (a span its good readings cover is still
+        resolved: the windows that ended before a failure keep their figures)."""
         if self._thread is None:  # stopped: the caller reads
             with self._cond:
+                if self._has_past(t_s):
+                    return
                 self._raise_error()
-            if not self.passed(t_s):
-                self.read()
+            self.read()
             return
         with self._cond:
-            if self._points and self._points[-1].started_s >= t_s:
+            if self._has_past(t_s):
                 return
             self._nudge.set()
-            done = self._cond.wait_for(lambda: self.error is not None or (
-                self._points and self._points[-1].started_s >= t_s), timeout_s)
+            done = self._cond.wait_for(lambda: self.error is not None or self._has_past(t_s), timeout_s)
+            if self._has_past(t_s):
+                return
             self._raise_error()
             if not done:
                 raise MeterError(f"the slow meters' sampler took no reading within {timeout_s:g} s of a window's end")
@@ -174,9 +180,9 @@ class CounterSeries:
         """The joules interpolated at ``t_s`` between the readings around it, and the flag counts that go with a
         span starting there and with one ending there (see the module docstring)."""
         with self._cond:
-            self._raise_error()
             i = bisect.bisect_left(self._times, t_s)
             if not self._points or i >= len(self._points):
+                self._raise_error()
                 raise MeterError(f"the slow meters have no reading after t={t_s:.6f} s yet")
             after = self._points[i]
             before = self._points[i - 1] if i > 0 else after
