@@ -84,14 +84,22 @@ def rail_dir(root: Path, board: str) -> Path:
     return base / ("hwmon/hwmon3" if layout == "hwmon" else "iio:device0")
 
 
-def build_jetson(root: Path, board: str, extra_nc: bool = True) -> list[str]:
-    """Write the rails of ``board`` (all at 0 W); an ``NC`` channel is added to hwmon boards."""
+def build_jetson(root: Path, board: str, extra_nc: bool = True, *, shunt_uohm: int | None = 5000,
+                 update_ms: int | None = 6) -> list[str]:
+    """Write the rails of ``board`` (all at 0 W); an ``NC`` channel is added to hwmon boards. hwmon boards get, as
+    the mainline driver writes them, each channel's ``shunt<k>_resistor`` (µΩ; an Orin's device tree gives 5000)
+    and the chip's ``update_interval`` (ms; 6 at the driver's default of one sample and 1.1 ms conversions on 3
+    channels); None leaves the file out."""
     layout, _, labels = JETSON_BOARDS[board]
     d = rail_dir(root, board)
     d.mkdir(parents=True, exist_ok=True)
+    if layout == "hwmon" and update_ms is not None:
+        (d / "update_interval").write_text(f"{update_ms}\n")
     for k, label in enumerate(labels, start=1 if layout == "hwmon" else 0):
         if layout == "hwmon":
             (d / f"in{k}_label").write_text(label + "\n")
+            if shunt_uohm is not None:
+                (d / f"shunt{k}_resistor").write_text(f"{shunt_uohm}\n")
         else:
             (d / f"rail_name_{k}").write_text(label + "\n")
     if layout == "hwmon" and extra_nc:

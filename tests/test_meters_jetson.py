@@ -220,3 +220,76 @@ def test_a_rail_whose_label_cannot_be_read_is_skipped_with_the_reason(tmp_path, 
     assert names == (["jetson"] if status == "found" else ["cpu_estimate"])
     if status == "found" and "board_total" not in domains:  # the total is partial, and not said to be absent
         assert "no total input rail among the readable rails (see skipped)" in row["notes"] and "partial" in row["notes"]
+
+
+# --- readings the monitor cannot produce, and the monitor's own update period ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [((5000, 32761), "curr1_input reads 32761 mA, above the 32760 mA its shunt lets the monitor read"),
+     ((32768, 100), "in1_input reads 32768 mV, above the monitor's 32760 mV full scale")],
+    ids=["current-over-the-shunts-full-scale", "voltage-over-the-bus-full-scale"],
+)
+def test_a_reading_above_the_monitors_full_scale_makes_the_windows_rail_invalid(tmp_path, bad, why):
+    # Prepare: an Orin Nano's rails through 5 mOhm shunts: 163.8 mV / 5 mOhm = 32.76 A full scale, 32.76 V bus
+    labels = build_jetson(tmp_path, "orin_nano", shunt_uohm=5000)
+    set_rails(tmp_path, "orin_nano", _steady("orin_nano", labels))
+    clock = FakeClock()
+    meter = jetson.JetsonMeter(tmp_path, hz=10, clock_ns=clock, start_thread=False)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+    # Execute: one window sees the bad sample between good ones; the next sees readings at the full scale itself
+    with profiler.window("client") as spoiled:
+        clock.advance_s(0.1)
+        set_rails(tmp_path, "orin_nano", {"VDD_IN": bad})
+        meter.sampler.sample()
+        clock.advance_s(0.1)
+        set_rails(tmp_path, "orin_nano", {"VDD_IN": (32760, 32760)})
+        meter.sampler.sample()
+    with profiler.window("client") as at_full_scale:
+        clock.advance_s(0.1)
+    # Assert: the bad sample is never integrated; the full scale is a reading like any other (1073.2 W for 0.1 s)
+    assert set(spoiled.result.invalid) == {"board_total"} and why in spoiled.result.invalid["board_total"]
+    assert not at_full_scale.result.invalid
+    assert at_full_scale.result.span.energy_j["board_total"] == pytest.approx(32.76 * 32.76 * 0.1, rel=1e-12)
+    rails = {r["label"]: r for r in meter.describe()["rails"]}
+    assert rails["VDD_IN"]["max_w"] == pytest.approx(32.76 * 32.76, abs=5e-4)  # described to the mW
+
+
+def test_without_shunt_files_only_the_bus_voltage_is_bounded_and_an_iio_rail_says_it_has_no_bound(tmp_path):
+    build_jetson(tmp_path / "hwmon", "orin_nano", shunt_uohm=None)
+    build_jetson(tmp_path / "iio", "xavier_nx")
+    hwmon = jetson.JetsonMeter(tmp_path / "hwmon", start_thread=False)
+    iio = jetson.JetsonMeter(tmp_path / "iio", start_thread=False)
+    try:
+        set_rails(tmp_path / "hwmon", "orin_nano", {"VDD_IN": (5000, 10**6)})  # a current no bound is known for
+        set_rails(tmp_path / "iio", "xavier_nx", {"VDD_IN": (10**7, 0)})  # 10 kW: the iio layout has no bound
+        assert hwmon._open[0].read_uw() == 5000 * 10**6 and iio._open[0].read_uw() == 10**10
+        set_rails(tmp_path / "hwmon", "orin_nano", {"VDD_IN": (40000, 1)})
+        assert "full scale" in hwmon._open[0].read_uw().reason
+        hwmon_rail, iio_rail = hwmon.describe()["rails"][0], iio.describe()["rails"][0]
+    finally:
+        hwmon.close()
+        iio.close()
+    assert hwmon_rail["max_w"] is None and "no readable shunt1_resistor" in hwmon_rail["max_from"]
+    assert iio_rail["max_w"] is None and "exposes no shunt" in iio_rail["max_from"]
+
+
+@pytest.mark.parametrize(("update_ms", "hz", "period_s"), [(140, 100, 0.14), (6, 100, 0.01), (None, 100, 0.01)],
+                         ids=["monitor-slower-than-sampling", "sampling-slower", "no-update-interval-file"])
+def test_the_update_period_is_the_monitors_conversion_where_it_is_longer_than_the_sampling(tmp_path, update_ms, hz,
+                                                                                           period_s):
+    build_jetson(tmp_path, "orin_nano", update_ms=update_ms)
+    meter = jetson.JetsonMeter(tmp_path, hz=hz, start_thread=False)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+    try:
+        with profiler.window("client") as win:  # a real 50 ms window: shorter than a 140 ms conversion only
+            import time
+
+            time.sleep(0.05)
+        text = meter.describe()["resolution"]
+    finally:
+        meter.close()
+    assert meter.update_period_s == pytest.approx(period_s, rel=1e-12)
+    assert win.result.short_window == (period_s > 0.05)
+    assert ("converts every 140 ms (update_interval)" in text) == (update_ms == 140)

@@ -23,8 +23,16 @@ Rails that are neither CPU nor GPU (VDD_SOC, VIN_SYS_5V0, DDR rails) go to colum
 Plausibility: voltage, current and power cannot be negative on these rails (the monitors measure the load
 side of each rail), so a sample with a negative ``in<k>_input``, ``curr<k>_input`` or ``in_power<k>_input``
 is :class:`~edgeprof.meters.sampler.Implausible`: never integrated, and the rail is invalid in every window
-that a trapezoid touching it falls in (``implausible power``). A rail whose label file is missing, a
-directory, unreadable or not UTF-8 is left out with the reason (``ProbeResult.skipped``, ``describe()``).
+that a trapezoid touching it falls in (``implausible power``). So is a reading above what the monitor can
+produce (hwmon layout): a bus voltage over the INA3221's 32.76 V full scale (12 bits of 8 mV), or a current over
+163.8 mV (its shunt ADC's full scale) through the rail's ``shunt<k>_resistor``. The iio layout (JetPack 4's
+``ina3221x``) exposes neither the voltage it reads nor its shunts, so its rails have no upper bound, and
+``describe()`` says so. A rail whose label file is missing, a directory, unreadable or not UTF-8 is left out with
+the reason (``ProbeResult.skipped``, ``describe()``).
+
+Resolution: the monitor converts a new reading every ``update_interval`` ms (hwmon: the channels, the averaging
+and the conversion times set it; 1 ms to over a second). Sampling faster only repeats readings, so the meter's
+update period is the longer of 1 / ``hz`` and that interval: a window shorter than it is ``short_window``.
 """
 
 from __future__ import annotations
@@ -47,6 +55,10 @@ TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN", "VDD_IN_TOTAL")
 #: what a permission error on a rail file names as its fix
 PERMISSION_FIX = "run as root or chmod a+r it"
 
+#: the INA3221's full scales: bus voltage (12 bits of 8 mV) and shunt voltage (12 bits of 40 uV), mV
+BUS_FULL_SCALE_MV = 32760
+SHUNT_FULL_SCALE_MV = 163.8
+
 NO_TOTAL_NOTE = (
     "this board has no total input rail; total = sum of the listed rails, which excludes regulator "
     "conversion losses, the carrier board and unmonitored rails (partial)"
@@ -61,6 +73,18 @@ class Rail:
     layout: str  # "hwmon" or "iio"
     power_file: Path  # in_power<k>_input (mW) or in<k>_input (mV)
     current_file: Path | None  # curr<k>_input (mA) for hwmon
+    #: the most the monitor can read: bus mV and current mA (hwmon: full scale, through its shunt); None: unknown
+    max_mv: int | None = None
+    max_ma: float | None = None
+    #: the monitor's conversion period (hwmon ``update_interval``), seconds; 0: not exposed
+    update_s: float = 0.0
+
+    @property
+    def max_w(self) -> float | None:
+        """The most power this rail's readings can show, W (None: no bound known)."""
+        if self.max_mv is None or self.max_ma is None:
+            return None
+        return self.max_mv * self.max_ma / 1e6
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -92,7 +116,16 @@ class OpenRail:
         for path, value in zip(self.rail.files, values):
             if value < 0:
                 return Implausible(f"rail {self.rail.label}: {path.name} reads {value} (negative)")
-        return values[0] * 1000 if self.rail.current_file is None else values[0] * values[1]
+        if self.rail.current_file is None:
+            return values[0] * 1000
+        (volt, mv), (curr, ma) = zip(self.rail.files, values)
+        if self.rail.max_mv is not None and mv > self.rail.max_mv:
+            return Implausible(f"rail {self.rail.label}: {volt.name} reads {mv} mV, above the monitor's "
+                               f"{self.rail.max_mv} mV full scale")
+        if self.rail.max_ma is not None and ma > self.rail.max_ma:
+            return Implausible(f"rail {self.rail.label}: {curr.name} reads {ma} mA, above the {self.rail.max_ma:.0f} "
+                               f"mA its shunt lets the monitor read ({SHUNT_FULL_SCALE_MV} mV full scale)")
+        return mv * ma
 
     def close(self) -> None:
         for f in self._files:
@@ -103,9 +136,20 @@ def _skip(label: str) -> bool:
     return not label or label.upper() == "NC" or label.lower().startswith("sum")
 
 
+def _number(path: Path) -> int | None:
+    """A positive integer attribute (a shunt's micro-ohms, the update interval's ms), or None where it is missing,
+    unreadable or not positive (the bound or period it gives is then unknown, never made up)."""
+    try:
+        value = int(path.read_text().strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return value if value > 0 else None
+
+
 def _hwmon_rails(root: Path) -> tuple[list[Rail], list[str]]:
     rails, skipped = [], []
     for hwmon in sorted(root.glob("bus/i2c/drivers/ina3221/*/hwmon/hwmon*")):
+        interval_ms = _number(hwmon / "update_interval")
         for label_file in sorted(hwmon.glob("in*_label")):
             k = re.fullmatch(r"in(\d+)_label", label_file.name)
             if k is None:
@@ -116,7 +160,10 @@ def _hwmon_rails(root: Path) -> tuple[list[Rail], list[str]]:
                 continue
             volt, curr = hwmon / f"in{k[1]}_input", hwmon / f"curr{k[1]}_input"
             if not _skip(label) and volt.exists() and curr.exists():
-                rails.append(Rail(label, "hwmon", volt, curr))
+                shunt_uohm = _number(hwmon / f"shunt{k[1]}_resistor")
+                max_ma = None if shunt_uohm is None else SHUNT_FULL_SCALE_MV * 1e6 / shunt_uohm
+                rails.append(Rail(label, "hwmon", volt, curr, BUS_FULL_SCALE_MV, max_ma,
+                                  (interval_ms or 0) / 1000.0))
     return rails, skipped
 
 
@@ -217,8 +264,8 @@ class JetsonMeter(Meter):
             raise MeterError(f"no INA3221 rails under {sysfs_root}" + (f" ({'; '.join(skipped)})" if skipped else ""))
         self._domains = rail_domains([r.label for r in self._rails])
         self.hz = float(hz)
-        #: the INA3221 averages over a few ms; the effective period is the sampling period
-        self.update_period_s = 1.0 / self.hz
+        #: a new reading every sampling period, or every conversion of the monitor where that is longer
+        self.update_period_s = max(1.0 / self.hz, max(r.update_s for r in self._rails))
         pairs = tuple(zip((d.name for d in self._domains), (r.open() for r in self._rails)))
         self._open = tuple(rail for _, rail in pairs)
         self._sampler = PowerSampler(
@@ -253,9 +300,12 @@ class JetsonMeter(Meter):
     def describe(self) -> dict:
         info = super().describe()
         info["sampling_hz"] = self.hz
-        info["rails"] = [{"label": r.label, "layout": r.layout, "domain": d.name}
+        info["rails"] = [{"label": r.label, "layout": r.layout, "domain": d.name, **_bounds(r)}
                          for r, d in zip(self._rails, self._domains)]
-        info["resolution"] = "integer mW (iio) or mV x mA (hwmon) samples"
+        conversion = max(r.update_s for r in self._rails)
+        info["resolution"] = "integer mW (iio) or mV x mA (hwmon) samples" + (
+            f"; the monitor converts every {conversion * 1000:g} ms (update_interval), so the update period is "
+            f"{self.update_period_s * 1000:g} ms" if conversion else "")
         info["total"] = ("board_total: the input rail (sub-rails are inside it and not added)"
                          if self.has_total_rail else NO_TOTAL_NOTE)
         info["partial_total"] = not self.has_total_rail
@@ -265,6 +315,19 @@ class JetsonMeter(Meter):
                 info["total"] = info["total"].replace("this board has no total input rail",
                                                       "no total input rail among the readable rails (see skipped)")
         return info
+
+
+def _bounds(rail: Rail) -> dict:
+    """What ``describe()`` says of a rail's upper bound: the most it can read, or why none is known."""
+    if rail.max_w is not None:
+        return {"max_w": round(rail.max_w, 3),
+                "max_from": f"{rail.max_mv} mV bus full scale x {rail.max_ma:.0f} mA shunt full scale"}
+    if rail.layout == "iio":
+        return {"max_w": None, "max_from": "none: the iio driver exposes no shunt or bus voltage (only negative "
+                                            "readings are flagged)"}
+    shunt = rail.current_file.name.replace("curr", "shunt").replace("_input", "_resistor")
+    return {"max_w": None, "max_from": f"none for the current: no readable {shunt} (a bus voltage over "
+                                        f"{rail.max_mv} mV is flagged)"}
 
 
 #: the fastest rail sampling, Hz (the INA3221 converts in about 1 ms per channel)
