@@ -215,22 +215,24 @@ def test_every_sweep_cell_runs_exactly_its_own_tau(algo, tmp_path, monkeypatch):
 def _reference_sweep(monkeypatch, tmp_path: Path, name: str, idle: bool) -> Path:
     """Replace run_sweep by one whose report is a copy of a real GPU sweep (the H200 reference), its sidecar
     given the GPU's measured idle power (as with --idle-seconds) where ``idle``."""
+    import torch
+
     path = gpu_reference(tmp_path / "report", name, idle_section(tmp_path / "sys", IDLE_W) if idle else None)
 
     def fake(cfg, progress=None, stage=None):
         return SweepResult(name, path, path.with_suffix(".json"), 1, 1, "complete")
 
     monkeypatch.setattr("edgeprof.rounds.sweep.run_sweep", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch sees the GPU the report was measured on
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     return path
 
 
 @pytest.mark.parametrize("name,metric,idle,code,said", [
     ("gpu-check-cnn-omniglot", "gpu_j", True, 0, "check: pflego is flat and fedavg linear in tau (gpu_j (counter))"),
     ("gpu-check-cnn-cifar", "gpu_j", True, 8, "pflego on vm is inconclusive, not flat, in gpu_j (counter)"),
-    ("gpu-check-cnn-omniglot", "gpu_net_j", False, 8, "no pflego rows with gpu_net_j: the claim cannot be checked "
-                                                      "(gpu_net_j is gpu_j net of the GPU's idle power: it needs "
-                                                      "rounds on a measured GPU and an idle baseline"),
-], ids=["omniglot-shown", "cifar-not-shown", "net-without-baseline"])
+    ("gpu-check-cnn-omniglot", "gpu_j", False, 0, "check: pflego is flat and fedavg linear in tau (gpu_j (counter))"),
+], ids=["omniglot-shown", "cifar-not-shown", "no-idle-baseline"])
 def test_a_gpu_sweep_prints_and_checks_the_gpus_own_joules(monkeypatch, tmp_path, name, metric, idle, code, said):
     _reference_sweep(monkeypatch, tmp_path, name, idle)
     cols = reference_columns(name, IDLE_W)
@@ -269,3 +271,28 @@ def test_a_cpu_sweep_prints_no_gpu_figures(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert "wall_s" in result.stdout and "gpu_j" not in result.stdout and "gpu_net_j" not in result.stdout
     assert "GPU" not in result.stdout
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--check-metric", "gpu_j"], "--check-metric gpu_j judges the joules of rounds on a GPU, and this sweep runs on "
+                                  "the CPU (--device auto is cpu here: torch sees no CUDA GPU); use --check-metric "
+                                  "energy_j, or run on a GPU"),
+    (["--check-metric", "gpu_net_j", "--device", "cpu"], "--check-metric gpu_net_j judges the joules of rounds on a "
+                                                         "GPU, and this sweep runs on the CPU; use"),
+    (["--check-metric", "gpu_net_j", "gpu"], "needs an idle baseline; add --idle-seconds 10"),
+], ids=["gpu-j-on-the-cpu", "gpu-net-j-on-the-cpu", "gpu-net-j-without-idle-baseline"])
+def test_a_check_on_a_gpu_metric_the_sweep_cannot_have_is_refused_before_any_cell_runs(monkeypatch, tmp_path, args,
+                                                                                      said):
+    import torch
+
+    ran = []
+    monkeypatch.setattr("edgeprof.rounds.sweep.run_sweep", lambda *a, **k: ran.append(1))
+    if "gpu" in args:  # torch sees a GPU: only the idle baseline is missing
+        args = [a for a in args if a != "gpu"]
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+    result = CliRunner().invoke(app, ["sweep", *TINY, "--out", str(tmp_path), "--check", *args])
+
+    assert result.exit_code == 2 and said in " ".join(result.stderr.split()) and not ran
+    assert not list(tmp_path.iterdir()), "nothing written"

@@ -370,7 +370,27 @@ def sweep(
         if "check_metric" in o.given_options(ctx) and not check:
             raise ConfigError(f"--check-metric {check_metric} says what --check judges, and --check was not given; "
                               "add --check (or leave it out)")
+        if check:
+            _check_metric_measurable(check_metric, cfg.base)
         _sweep_and_report(cfg, check=check, check_metric=check_metric)
+
+
+def _check_metric_measurable(metric: str, base) -> None:
+    """Refuse, before any cell runs, a --check on a GPU metric that this sweep cannot have: ``gpu_j`` is the joules
+    of rounds on a GPU, ``gpu_net_j`` those net of an idle baseline (--idle-seconds)."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.nn.compute import resolve_device
+    from edgeprof.report.analysis import GPU_METRICS
+
+    if metric not in GPU_METRICS:
+        return
+    if resolve_device(base.device) == "cpu":
+        said = "" if base.device == "cpu" else f" (--device {base.device} is cpu here: torch sees no CUDA GPU)"
+        raise ConfigError(f"--check-metric {metric} judges the joules of rounds on a GPU, and this sweep runs on the "
+                          f"CPU{said}; use --check-metric energy_j, or run on a GPU")
+    if metric == "gpu_net_j" and base.energy.idle_seconds <= 0:
+        raise ConfigError("--check-metric gpu_net_j judges the GPU's joules net of its idle power, which needs an "
+                          "idle baseline; add --idle-seconds 10 (or use --check-metric gpu_j)")
 
 
 def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
