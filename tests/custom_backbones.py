@@ -200,3 +200,19 @@ class _NanColumn(nn.Module):
 def nan_features(input_shape):
     """NaN features for ordinary images: refused (a run would train on NaN and report a NaN loss)."""
     return _NanColumn(input_shape, onnx_doubles=False)
+
+
+class _Bessel(nn.Module):
+    """Features through torch.special.i0e, an operator torch's ONNX exporter cannot export (opset 17)."""
+
+    def __init__(self, input_shape):
+        super().__init__()
+        self.linear = nn.Linear(int(torch.tensor(input_shape).prod()), 4)
+
+    def forward(self, x):
+        return torch.special.i0e(self.linear(x.flatten(1)))
+
+
+def unexportable(input_shape):
+    """Right in torch, and refused at its ONNX export: the exporter's own dump of the graph is not shown."""
+    return _Bessel(input_shape)

@@ -347,3 +347,24 @@ def test_without_a_usable_torchvision_its_names_are_a_config_error(tmp_path, mon
 
     assert line in str(caught.value)
     assert result.exit_code == 2 and line in _one_error_line(result)
+
+
+def test_a_backbone_with_an_operator_onnx_cannot_export_is_one_line_on_screen(tmp_path):
+    """torch's TorchScript exporter dumps its graph on standard output (at the file descriptor, from its C++ log)
+    before it raises; on screen the refusal is edgeprof's one line and its exit code, nothing else."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeprof", "measure", "--algo", "pflego", "--backbone", "custom_backbones:unexportable",
+         "--dataset", "synthetic", "--rounds", "1", "--tau", "2", "--clients", "2", "--no-progress",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{tests.parent}"})
+
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 6, done.stdout + done.stderr  # a model edgeprof cannot use (docs/measuring.md)
+    assert len(lines) == 1 and "aten::special_i0e" in lines[0] and "ONNX export failed" in lines[0], lines

@@ -34,10 +34,13 @@ the stale theta; at ``ORT_ENABLE_EXTENDED`` it is correct but loses the fast con
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
 import os
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -108,7 +111,7 @@ def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
     was_training = module.training
     module.eval()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _without_ir_dump():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module, (torch.zeros((1, *input_shape), dtype=torch.float32),), buffer,
@@ -127,6 +130,54 @@ def _export_bytes(module: torch.nn.Module, opset: int) -> bytes:
     del model.graph.input[:]
     model.graph.input.extend(inputs)
     return model.SerializeToString()
+
+
+#: how torch's TorchScript exporter starts the graph its ONNX log writes when an export fails (the export turns the
+#: log on whatever the setting; the log goes to standard output by default), before it raises the error edgeprof
+#: says in one line
+IR_DUMP = "Torch IR graph at exception: "
+
+
+@contextlib.contextmanager
+def _without_ir_dump():
+    """Hold back what is written to standard output and error, at their file descriptors (torch's C++ log writes
+    there, past ``sys.stdout``), while the export runs; then write it back without torch's dump of the graph: a
+    failed export is one line, and anything else written meanwhile (a progress frame, another thread's log line)
+    is still said, in its order."""
+    with _held(1, "stdout"), _held(2, "stderr"):
+        yield
+
+
+@contextlib.contextmanager
+def _held(fd: int, name: str):
+    """Hold back what file descriptor ``fd`` (``sys.<name>``'s) is written while the block runs, then write it
+    back to ``sys.<name>`` less any :data:`IR_DUMP` (which ends with the graph's return line and a blank line)."""
+    stream = getattr(sys, name)
+    try:
+        stream.flush()
+        saved = os.dup(fd)
+    except (OSError, ValueError, AttributeError):  # no such descriptor to hold back: the block writes as it would
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            held.seek(0)
+            text = held.read().decode("utf-8", "replace")
+            at = text.find(IR_DUMP)
+            if at >= 0:
+                end = text.find("\n\n", at)
+                text = text[:at] + ("" if end < 0 else text[end + 2:])
+            if text:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.write(text)
+                    stream.flush()
 
 
 def _buffers_digest(module: torch.nn.Module) -> str:
