@@ -263,10 +263,12 @@ def test_negative_joules_are_read_as_invalid_marked_and_left_out_of_medians(good
     assert _notes(shown) == [f"edgeprof: note: r.csv: read 1 negative figure(s) as invalid, no meter reads below "
                              f"zero: their method says invalid, medians and totals leave them out (line 2: {column} "
                              f"= '-5')"]
-    if column == "energy_j":  # the client rounds' median leaves the row out, and the summary counts it
-        median = statistics.median(float(r["energy_j"]) for r in rows[1:] if r["kind"] == "client")
+    if column == "energy_j":  # the client rounds' median leaves the row out, says over how many, and counts it
+        clients = [r for r in rows if r["kind"] == "client"]
+        median = statistics.median(float(r["energy_j"]) for r in clients[1:])
         client = next(ln for ln in shown.stdout.splitlines() if "│ client round" in ln).split("│")
-        assert client[6].strip() == f"{median:.4g}" and "energy: 1 of " in shown.stdout, shown.stdout
+        assert client[6].strip() == f"{median:.4g} ({len(clients) - 1} of {len(clients)})", shown.stdout
+        assert client[3].strip() == str(len(clients)) and "energy: 1 of " in shown.stdout, shown.stdout
     page = CliRunner().invoke(app, ["dashboard", str(path), "--out", str(tmp_path / "p")])
     assert page.exit_code == 0 and "Traceback" not in page.output
 

@@ -27,11 +27,23 @@ class SummaryLine:
     energy_j: float | None
     method: str
     carbon_g: float | None = None
+    #: how many of the ``count`` rows the energy median is over (an invalid or empty energy cell is left out)
+    energy_count: int | None = None
 
 
 def _median(report: Report, column: str, rows) -> float | None:
     values = report.values(column, rows)
     return statistics.median(values) if values else None
+
+
+def _line(report: Report, algo: str, part: str, rows, prefix: str, method: str, carbon: bool = True) -> SummaryLine:
+    """The medians of ``rows`` in the columns ``{prefix}s``, ``{prefix}cpu_s`` and ``{prefix}j`` (``prefix`` ""
+    for the whole row, ``"<phase>_"`` for a phase), with how many rows the energy median is over."""
+    wall = "wall_s" if not prefix else f"{prefix}s"
+    return SummaryLine(algo, part, len(rows), _median(report, wall, rows), _median(report, f"{prefix}cpu_s", rows),
+                       _median(report, f"{prefix}j" if prefix else "energy_j", rows), method,
+                       _median(report, "carbon_g", rows) if carbon else None,
+                       len(report.values(f"{prefix}j" if prefix else "energy_j", rows)))
 
 
 def _phase_names(report: Report) -> list[str]:
@@ -47,13 +59,10 @@ def _method(rows) -> str:
 
 def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str], method: str) -> list[SummaryLine]:
     """The line of one part (a client round, a window) and the lines of its phases."""
-    lines = [SummaryLine(algo, part, len(rows), _median(report, "wall_s", rows), _median(report, "cpu_s", rows),
-                         _median(report, "energy_j", rows), method, _median(report, "carbon_g", rows))]
+    lines = [_line(report, algo, part, rows, "", method)]
     for phase in phases:
         if report.values(f"{phase}_s", rows):
-            lines.append(SummaryLine(algo, f"  {phase}", len(rows), _median(report, f"{phase}_s", rows),
-                                     _median(report, f"{phase}_cpu_s", rows), _median(report, f"{phase}_j", rows),
-                                     method))
+            lines.append(_line(report, algo, f"  {phase}", rows, f"{phase}_", method, carbon=False))
     return lines
 
 
@@ -105,17 +114,13 @@ def summarize(report: Report) -> list[SummaryLine]:
         if clients:
             lines += _part(report, algo, "client round", clients, phases, method)
         if report.values("setup_s", clients):  # Flower: set-up measured beside the round, not in it
-            lines.append(SummaryLine(algo, "set-up, beside the round", len(clients), _median(report, "setup_s", clients),
-                                     _median(report, "setup_cpu_s", clients), _median(report, "setup_j", clients),
-                                     method))
+            lines.append(_line(report, algo, "set-up, beside the round", clients, "setup_", method, carbon=False))
         if report.values("startup_s", clients):
             lines.append(SummaryLine(algo, "process start, beside", len(clients), _median(report, "startup_s", clients),
                                      _median(report, "startup_cpu_s", clients), None, "not measured"))
         servers = [r for r in group if r.get("kind") == "server"]
         if servers:
-            lines.append(SummaryLine(algo, "server step", len(servers), _median(report, "wall_s", servers),
-                                     _median(report, "cpu_s", servers), _median(report, "energy_j", servers),
-                                     method, _median(report, "carbon_g", servers)))
+            lines.append(_line(report, algo, "server step", servers, "", method))
         # a Flower app's evaluate messages, profiled on the clients (a monitor's eval windows have a name)
         measured_evals = [r for r in group if r.get("kind") == "eval" and r.get("wall_s") and not r.get("window")]
         if measured_evals:
@@ -182,6 +187,12 @@ def _cell(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+def _energy_cell(line: SummaryLine) -> str:
+    """The energy median, with how many rows it is over where that is fewer than the line's (``12.3 (9 of 10)``)."""
+    short = line.energy_j is not None and line.energy_count is not None and line.energy_count < line.count
+    return _cell(line.energy_j) + (f" ({line.energy_count} of {line.count})" if short else "")
+
+
 def render(lines: Sequence[SummaryLine]):
     """A rich Table of the summary lines."""
     from rich.table import Table
@@ -193,7 +204,7 @@ def render(lines: Sequence[SummaryLine]):
                          no_wrap=name in ("algo", "part"))
     for ln in lines:
         table.add_row(*(shown(ln.algo),)[:int(algos)], shown(ln.part), str(ln.count), _cell(ln.wall_s),
-                      _cell(ln.cpu_s), _cell(ln.energy_j), _cell(ln.carbon_g, 3), shown(ln.method))
+                      _cell(ln.cpu_s), _energy_cell(ln), _cell(ln.carbon_g, 3), shown(ln.method))
     return table
 
 
