@@ -59,6 +59,7 @@ class Federation:
     nodes: dict  # partition id -> Popen
     logs: Path
     run_id: str = ""  # Flower's id of the run submitted last
+    link: subprocess.Popen | None = None  # the SuperLink
 
     def log_tail(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2500:] for p in sorted(self.logs.glob("*.log")))
@@ -134,8 +135,8 @@ def start_federation(request, tmp_path_factory, node_configs: list[str], extra_e
         request.addfinalizer(lambda: (kill_group(proc), log.close()))
         return proc
 
-    start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
-                        "--disable-runtime-dependency-installation"])
+    superlink = start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
+                                    "--disable-runtime-dependency-installation"])
     try:
         wait_for_port(link, 60)
     except TimeoutError as err:
@@ -144,7 +145,7 @@ def start_federation(request, tmp_path_factory, node_configs: list[str], extra_e
         "flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
         "--port", str(port), "--node-config", node_config])
         for pid, (port, node_config) in enumerate(zip(node_ports, node_configs))}
-    return Federation(root, env, nodes, logs)
+    return Federation(root, env, nodes, logs, link=superlink)
 
 
 def tiny_cfg(out: Path, name: str, **kw) -> RunConfig:
@@ -324,3 +325,66 @@ def test_a_device_trains_on_its_own_folder_and_a_device_that_refuses_the_backbon
     node_log = (fed.logs / "supernode-0.log").read_text(errors="replace")
     assert f"edgeprof: partition 0 trains on its own data: mnist in {own}" in node_log, node_log[-3000:]
     assert "imports no backbone code a run config names" in fed.log_tail()
+
+
+def test_a_superlink_that_goes_away_mid_run_ends_the_report_failed_with_its_rounds(request, tmp_path_factory,
+                                                                                  tmp_path):
+    """The SuperLink's process is killed under a run (a crash, or an operator's ``kill`` of it alone): Flower's grid
+    retries its connection for ever, which left the ServerApp's process waiting and the sidecar ``running`` (seen:
+    over 5 minutes). The ServerApp gives up once the SuperLink has not answered for --round-timeout seconds: the
+    report keeps every finished round, says ``failed`` and why, and the ServerApp's process ends."""
+    fed = start_federation(request, tmp_path_factory, [f"partition-id={pid} num-partitions=2" for pid in range(2)])
+    cfg = RunConfig(algo="pflego", tau=2, rounds=1000, clients=2, dataset="synthetic", backbone="mlp",
+                    synthetic_samples=100, synthetic_classes=4, seed=3, threads=1, out=tmp_path, run_name="lost",
+                    server_optimizer="adam", progress=False).resolved()
+    csv_path, sidecar = fed.submit("lost", cfg, FlowerSettings(round_timeout_s=20.0, node_wait_s=60))
+    fed.wait_round(csv_path, 2, 120)
+    children = _descendants(fed.link.pid)
+    request.addfinalizer(lambda: [os.kill(pid, signal.SIGKILL) for pid in _serverapps(children)])
+    # Execute: the SuperLink's process alone is killed; its children (the ServerApp's among them) are left running
+    os.kill(fed.link.pid, signal.SIGKILL)
+    lost_at = time.monotonic()
+    data = fed.wait_done(sidecar, 90)
+    # Assert
+    assert data["status"] == "failed", (data, fed.log_tail())
+    assert "the SuperLink stopped answering" in data["reason"], data["reason"]
+    assert 2 <= data["rounds_completed"] < cfg.rounds and time.monotonic() - lost_at < 75
+    from edgeprof.report import read_report
+
+    report = read_report(csv_path)
+    assert len(report.rows) == data["rows"] and len(report.where(kind="server")) == data["rounds_completed"]
+    deadline = time.monotonic() + 30
+    while _serverapps(children) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert children and not _serverapps(children), "the ServerApp's process has ended"
+
+
+def _descendants(pid: int) -> list[int]:
+    """The pids of every process below ``pid`` (read from /proc's parent links)."""
+    parents = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        kids = [p for p, parent in parents.items() if parent == here]
+        found += kids
+        todo += kids
+    return found
+
+
+def _serverapps(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that are still a running flwr-serverapp."""
+    alive = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"flwr-serverapp" in cmdline and state != "Z":
+            alive.append(pid)
+    return alive

@@ -145,6 +145,40 @@ class NoNodeError(EdgeprofError):
     """No node serves a partition of the run after the roll call: the run ends failed, before round 1."""
 
 
+class SuperLinkLost(EdgeprofError):
+    """The SuperLink stopped answering the ServerApp for longer than the round timeout: the run ends failed, with
+    every round it finished."""
+
+
+def bound_retries(grid: Grid, seconds: float) -> tuple[type[BaseException], ...]:
+    """Make the grid give up a call the SuperLink has not answered for ``seconds``; the errors it then raises.
+
+    A deployed ServerApp's grid (Flower's ``HttpGrid``) retries a call that reaches no SuperLink for ever: a
+    SuperLink that crashed, or was killed alone, left the ServerApp's process waiting for good and its report
+    ``running``. Its retry invoker takes a ``max_time``, as Flower's own runtime bounds it on exit (``max_tries =
+    1``). A grid without one (the simulation's in-memory grid, which has no link to lose) is left as it is: ()."""
+    invoker = getattr(grid, "_retry_invoker", None)
+    if invoker is None or not hasattr(invoker, "max_time"):
+        return ()
+    invoker.max_time = seconds if invoker.max_time is None else min(invoker.max_time, seconds)
+    errors = invoker.recoverable_exceptions
+    return tuple(errors) if isinstance(errors, tuple) else (errors,)
+
+
+@contextlib.contextmanager
+def link_lost_after(seconds: float, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """A retried call the grid gave up (:func:`bound_retries`) as :class:`SuperLinkLost`, in one line. An error
+    that carries the SuperLink's answer (an HTTP status) is its own, and passes as it is."""
+    try:
+        yield
+    except errors as err:
+        if getattr(err, "response", None) is not None:
+            raise
+        raise SuperLinkLost(f"the SuperLink stopped answering: no reply to the ServerApp for {seconds:g} s "
+                            f"(--round-timeout) ({type(err).__name__}: {' '.join(str(err).split()) or 'no detail'})"
+                            "; the report keeps every finished round") from err
+
+
 def unserved(cfg: RunConfig, settings: FlowerSettings, directory: Directory) -> Optional[str]:
     """Why the run cannot start, in one line, or None: it fails when no node serves any of its partitions after the
     roll call (fewer nodes than a round samples is a run that goes on, each missing reply handled as the algorithm
@@ -275,7 +309,10 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     cfg, settings = from_run_config(run_config, defaults)
     out = check_writable(cfg.out)
     set_threads(cfg.threads)
-    directory = roll_call(grid, cfg, settings)
+    lost = functools.partial(link_lost_after, settings.round_timeout_s,
+                             bound_retries(grid, settings.round_timeout_s))
+    with lost():
+        directory = roll_call(grid, cfg, settings)
     strategy = make_strategy(cfg, directory)
 
     def finish(data: dict) -> dict:
@@ -294,8 +331,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
         final = theta0
         try:
             reporter = ProfiledStrategy(strategy, rows=RunRows(session.ctx, strategy))
-            result = reporter.start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
-                                    timeout=settings.round_timeout_s)
+            with lost():
+                result = reporter.start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
+                                        timeout=settings.round_timeout_s)
             if result.arrays is not None and len(result.arrays) > 0:
                 final = result.arrays.to_numpy_ndarrays()
             np.savez(out / f"{session.ctx.run_id}.theta.npz", *final)
