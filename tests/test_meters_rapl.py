@@ -496,3 +496,54 @@ def test_each_zones_energy_unit_is_described_from_its_range(tmp_path):
         resolution = meter.describe()["resolution"]
     # Assert: the package's 61 uJ (the fixtures' real range: 262,143,328,850 uJ) and psys's 1 J
     assert "package-0 61.03 uJ" in resolution and "psys 1e+06 uJ" in resolution
+
+
+def test_a_window_in_which_a_one_joule_psys_counts_less_than_a_step_is_short(tmp_path):
+    # Prepare: a Sapphire Rapids server's psys, whose counter moves in steps of 1 J, is the total; its package (61 uJ
+    # steps) is inside it
+    import time
+
+    build_rapl(tmp_path, "psys", energy_uj=1000)
+    rapl_zone(tmp_path, "intel-rapl:1", "psys", 10**6, max_range_uj=(2**32 - 1) * 10**6)
+    meter = rapl.RaplMeter(tmp_path)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+    package, psys = 1000, 10**6
+
+    def draw(package_j: float, psys_steps: int) -> None:
+        nonlocal package, psys
+        package, psys = package + round(package_j * 1e6), psys + psys_steps * 10**6
+        set_energy(tmp_path, "intel-rapl:0", package)
+        set_energy(tmp_path, "intel-rapl:1", psys)
+        time.sleep(0.06)  # far longer than RAPL's 1 ms update period
+
+    # Execute: 60 ms in which psys has not stepped (the package drew 0.3 J); then a phase of no step and one of
+    # three; then 60 ms of three steps
+    with profiler.window("client") as unresolved:
+        draw(0.3, 0)
+    with profiler.window("client") as phased:
+        with phased.phase("head"):
+            draw(0.3, 0)
+        with phased.phase("joint"):
+            draw(1.0, 3)
+    with profiler.window("client") as resolved:
+        draw(1.0, 3)
+    meter.close()
+    # Assert: the first window and the first phase counted less than psys's step: not resolved, however long
+    assert meter.energy_quantum_j == 1.0 and meter.describe()["energy_quantum_j"] == 1.0
+    assert unresolved.result.wall_s > 0.05 and unresolved.result.short_window
+    assert unresolved.result.span.energy_j["psys"] == 0.0 and not unresolved.result.span.invalid
+    assert not phased.result.short_window and phased.result.short_phases == ("head",)
+    assert not resolved.result.short_window and resolved.result.span.energy_j["psys"] == 3.0
+
+
+def test_a_package_total_in_61_microjoule_steps_flags_no_window_by_its_joules(tmp_path):
+    import time
+
+    build_rapl(tmp_path, "one_socket", energy_uj=1000)
+    meter = rapl.RaplMeter(tmp_path)
+    profiler = Profiler(MeterSet([meter]), rss=PeakRss(tmp_path / "no-proc"))
+    with profiler.window("client") as win:  # 2 ms at 0.1 W: 200 uJ, three of the counter's steps
+        set_energy(tmp_path, "intel-rapl:0", 1200)
+        time.sleep(0.002)
+    meter.close()
+    assert meter.energy_quantum_j == pytest.approx(61.03e-6, rel=1e-3) and not win.result.short_window

@@ -206,6 +206,9 @@ class Profiler:
         self._windows = None  # the engine, made on first use
         #: each domain's meter's update period: what a span must last for its joules to be resolved
         self.domain_periods_s = {d.name: m.update_period_s for m in meters.meters for d in m.domains()}
+        #: per meter with a coarse energy step: its domains in the total and the step (a span that counts less is
+        #: not resolved, :meth:`unresolved`)
+        self.energy_quanta = meters.energy_quanta()
         #: each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)
         self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
         #: phase edges mark the device's queue instead of waiting for it (see the class docstring)
@@ -304,6 +307,13 @@ class Profiler:
         energy, flagged_start, flagged_end = self.series.at(sample.wall_s)
         return Sample(sample.wall_s, sample.cpu_s, {**sample.energy_j, **energy}, {**sample.flagged, **flagged_end},
                       {**sample.flagged, **flagged_start}, resolved=True)
+
+    def unresolved(self, span: Span) -> bool:
+        """Whether the meters did not resolve ``span``'s joules: it is shorter than their update period, or a meter
+        with a coarse energy step (:attr:`~edgeprof.meters.base.Meter.energy_quantum_j`) counted less than one step
+        in its domains of the total (an invalid domain is flagged as such, not here)."""
+        return span.wall_s < self.meters.update_period_s or any(
+            sum(span.energy_j.get(name, 0.0) for name in names) < quantum for names, quantum in self.energy_quanta)
 
     def wait_for_series(self, t_s: float) -> float:
         """Wait until the slow meters' series has a reading after ``t_s``; the seconds waited (0: no series)."""

@@ -321,13 +321,12 @@ class Windows:
         profiler, complete = self.profiler, self.profiler.complete
         edges = self._reached(win, end)
         phases: dict[str, Span] = {}
-        shortest: dict[str, float] = {}
+        short: dict[str, bool] = {}  # per phase: whether an entry of it is not resolved
         for name, start, stop in edges:
             span = Span.between(complete(start), complete(stop))
             phases[name] = span if name not in phases else phases[name] + span
-            shortest[name] = min(shortest.get(name, span.wall_s), span.wall_s)
+            short[name] = short.get(name, False) or profiler.unresolved(span)
         span = Span.between(complete(win.start), complete(end))
-        period = profiler.meters.update_period_s
         trace = None
         if win.trace_points is not None:
             points = win.trace_points if not win.markers else _relabelled(win.trace_points, edges)
@@ -337,9 +336,9 @@ class Windows:
                                periods_s=profiler.domain_periods_s, limits_w=profiler.domain_limits_w)
         return WindowResult(
             name=win.name, span=span, phases=phases, peak_rss_mb=peak, overhead_s=win.overhead_s,
-            short_window=span.wall_s < period, domains=profiler.domains, overhead_wall_s=win.overhead_wall_s,
+            short_window=profiler.unresolved(span), domains=profiler.domains, overhead_wall_s=win.overhead_wall_s,
             device_kind=profiler.device_kind, device_peak_mem_mb=device_peak,
-            short_phases=tuple(n for n, wall in shortest.items() if wall < period), trace=trace)
+            short_phases=tuple(n for n, unresolved in short.items() if unresolved), trace=trace)
 
     def _reached(self, win: OpenWindow, end: Sample) -> list[tuple[str, Sample, Sample]]:
         """The window's phase edges, each marked one at the moment the device reached its marker: the start's time

@@ -105,6 +105,9 @@ class Meter(ABC):
     name: ClassVar[str] = "meter"
     #: seconds between updates of the underlying counter; windows shorter than this are flagged
     update_period_s: float = 0.0
+    #: the coarsest energy step of this meter's domains in the total, J: a window in which they count less than one
+    #: step has joules they did not resolve, and is flagged as a short one (0: steps far below any window's joules)
+    energy_quantum_j: float = 0.0
     #: True for a meter whose joules derive from the process CPU clock the caller samples (the estimate): it is
     #: read at the measured thread's own edges; every other meter measures hardware, which a device's queued work
     #: reaches later (:class:`edgeprof.measure.profiler.Profiler` reads those off the thread on such a device)
@@ -155,6 +158,7 @@ class Meter(ABC):
         return {
             "name": self.name,
             "update_period_s": self.update_period_s,
+            **({"energy_quantum_j": self.energy_quantum_j} if self.energy_quantum_j else {}),
             "domains": [
                 {"name": d.name, "column": d.column, "method": d.method, "in_total": d.in_total}
                 for d in self.domains()

@@ -158,6 +158,17 @@ class MeterSet:
     def update_period_s(self) -> float:
         return max((m.update_period_s for m in self.meters), default=0.0)
 
+    def energy_quanta(self) -> tuple[tuple[tuple[str, ...], float], ...]:
+        """Per meter with an energy step (:attr:`Meter.energy_quantum_j`): its domains in the run's total, and the
+        step; a span in which those domains count less than one step together has joules they did not resolve."""
+        in_total = {d.name for d in self.domains() if d.in_total}
+        quanta = []
+        for meter in self.meters:
+            names = tuple(d.name for d in meter.domains() if d.name in in_total)
+            if meter.energy_quantum_j > 0 and names:
+                quanta.append((names, meter.energy_quantum_j))
+        return tuple(quanta)
+
     @property
     def methods(self) -> tuple[str, ...]:
         """The distinct methods of the domains that count towards the total, most direct first."""

@@ -39,7 +39,8 @@ A zone whose ``max_energy_range_uj`` is missing, unreadable, zero or negative ha
 not opened, and the probe says why (``skipped``), as for a zone whose ``name`` is missing, a directory, unreadable or
 not UTF-8. Each zone's energy unit is its range over the 32-bit counter's all-ones value (``describe()``'s
 ``resolution``): 15.3 or 61 uJ on most parts, 1 J for a Sapphire Rapids server's psys, whose joules in a short window
-or phase are whole joules.
+or phase are whole joules. The coarsest unit of the zones in the total is the meter's ``energy_quantum_j``: a window
+or phase in which they count less than one unit is ``short_window`` / ``short_phases``, however long it lasted.
 """
 
 from __future__ import annotations
@@ -291,6 +292,9 @@ class RaplMeter(Meter):
         #: every step that passed the counter checks (the psys check compares these, whether or not psys's counted)
         self._seen_uj = dict(self._total_uj)
         self._psys = next((z for z in self._zones if z.zone_name == "psys"), None)
+        #: a Sapphire Rapids server's psys counts in steps of 1 J: a window in which the total counts less than that
+        #: is not resolved, however long it lasts (61 uJ steps never bind at a millisecond's joules)
+        self.energy_quantum_j = max((z.unit_uj for z in self._zones if z.domain.in_total), default=0.0) / 1e6
 
     @staticmethod
     def _in_range(zone: RaplZone, value: int) -> int | None:
