@@ -373,3 +373,32 @@ def test_the_committed_reference_profiles_read_with_their_host(reference):
     assert "device" not in report.columns and {r["host"] for r in report.rows} == {"vm"}
     assert "device" not in report.sidecar and report.sidecar["host"]["hostname"] == "vm"
     assert {f.host for f in analyze(report.rows).fits} <= {"vm"}
+
+
+def test_the_summary_says_a_short_window_may_be_one_step_of_a_coarse_counter(tmp_path):
+    """A report whose meters include one counting in 1 J steps (a Sapphire Rapids psys): its short rows are said to
+    have lasted less than the update period or counted less than one step; a report without one says the first."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    from edgeprof.report.summary import unresolved_words
+
+    header = "run_id,algo,kind,round,client,tau,wall_s,cpu_s,energy_j,energy_method,short_window"
+    (tmp_path / "r.csv").write_text(header + "\nr,pflego,client,1,0,5,0.5,0.4,0,counter,1\n"
+                                    "r,pflego,client,1,1,5,0.5,0.4,3,counter,0\n")
+    meters = {"meters": [{"name": "rapl", "update_period_s": 0.001, "energy_quantum_j": 1.0, "domains": []}]}
+    (tmp_path / "r.json").write_text(json.dumps({"status": "complete", "meters": meters}))
+
+    shown = CliRunner().invoke(app, ["summary", str(tmp_path / "r.csv")])
+
+    text = " ".join(shown.stdout.split())
+    assert shown.exit_code == 0, shown.output
+    assert ("energy: 1 of 2 rows lasted less than the meters' update period (0.001 s) or counted less than one 1 J "
+            "step of their coarsest counter: their joules are not resolved (short_window)") in text
+    meters["meters"][0].pop("energy_quantum_j")
+    (tmp_path / "r.json").write_text(json.dumps({"status": "complete", "meters": meters}))
+    from edgeprof.report import read_report
+
+    assert unresolved_words(read_report(tmp_path / "r.csv"), 0.001) == "lasted less than the meters' update period (0.001 s)"

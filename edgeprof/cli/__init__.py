@@ -95,7 +95,8 @@ def _print_summary(report) -> "object":
     """Print the summary of ``report`` (as :func:`_read` read it); return it."""
     from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
                                          held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
-                                         run_lines, short_phases, short_rows, summarize, tau_fits)
+                                         run_lines, short_phases, short_rows, summarize, tau_fits,
+                                         unresolved_words)
 
     csv_path = report.path
     console = _console()
@@ -124,14 +125,13 @@ def _print_summary(report) -> "object":
                    f"--hold-seconds); its row is the mean of one round")
     short, rows, period = short_rows(report)
     if short:
-        every = f" ({period:g} s)" if period else ""
-        typer.echo(f"energy: {short} of {rows} rows lasted less than the meters' update period{every}: their joules "
-                   f"are not resolved (short_window); sweeps' energy fits leave them out; in measure and sweep, "
+        typer.echo(f"energy: {short} of {rows} rows {unresolved_words(report, period)}: their joules are not "
+                   f"resolved (short_window); sweeps' energy fits leave them out; in measure and sweep, "
                    f"--hold-seconds holds each client window long enough")
     phases, clients = short_phases(report)
     if phases:
         typer.echo("energy: " + ", ".join(f"{printable(name)} in {n} of {clients}" for name, n in phases.items())
-                   + " client rows lasted less than the meters' update period: those phases' joules are not resolved "
+                   + f" client rows {unresolved_words(report)}: those phases' joules are not resolved "
                      "(short_phases), and their medians above include them")
     carbon = carbon_total(report)
     if carbon is not None:

@@ -307,16 +307,32 @@ def invalid_rows(report: Report) -> tuple[int, int]:
     return sum("invalid" in (r.get("energy_method") or "") for r in rows), len(rows)
 
 
+def _meter_figures(report: Report, key: str) -> list[float]:
+    """The numbers the sidecar's meters give under ``key`` (``update_period_s``, ``energy_quantum_j``)."""
+    meters = report.sidecar.get("meters", {}) if isinstance(report.sidecar, dict) else {}
+    meters = meters.get("meters") if isinstance(meters, dict) else None
+    values = [m.get(key) for m in (meters if isinstance(meters, list) else []) if isinstance(m, dict)]
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
 def short_rows(report: Report) -> tuple[int, int, float | None]:
     """(client and server rows whose window was shorter than its meters' update period, all client and server
     rows, the slowest meter's update period in seconds where the sidecar names it)."""
     from edgeprof.report.analysis import is_short
 
     rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
-    meters = report.sidecar.get("meters", {}) if isinstance(report.sidecar, dict) else {}
-    periods = [m.get("update_period_s") for m in (meters.get("meters") or []) if isinstance(m, dict)]
-    periods = [float(p) for p in periods if isinstance(p, (int, float))]
+    periods = _meter_figures(report, "update_period_s")
     return sum(is_short(r) for r in rows), len(rows), max(periods) if periods else None
+
+
+def unresolved_words(report: Report, period_s: float | None = None) -> str:
+    """What a short window or phase of ``report`` did: it lasted less than the meters' update period (``period_s``,
+    where known), or, where a meter counts in coarse steps (a 1 J psys), it counted less than one of them."""
+    words = "lasted less than the meters' update period" + (f" ({period_s:g} s)" if period_s else "")
+    quanta = _meter_figures(report, "energy_quantum_j")
+    coarse = max(quanta, default=0.0)
+    return words + (f" or counted less than one {coarse:g} J step of their coarsest counter" if coarse >= 1e-3
+                    else "")
 
 
 def short_phases(report: Report) -> tuple[dict[str, int], int]:

@@ -202,7 +202,10 @@ def energy_note(rows: Sequence[Row]) -> str:
             else f"The energy method in these reports is {listed}.")
     short = sum(1 for r in rows if r.data.get("kind") in ("client", "server") and is_short(r.data))
     if short:
-        used += (f" {short} client or server window(s) lasted less than the meters' update period: their joules are "
+        from edgeprof.report.summary import unresolved_words
+
+        words = max((unresolved_words(r) for r in {id(row.report): row.report for row in rows}.values()), key=len)
+        used += (f" {short} client or server window(s) {html.escape(words, quote=False)}: their joules are "
                  "not resolved, drawn hollow and left out of the energy fits and ratios.")
     if "estimate" in methods:
         return ('<p class="estimate"><strong>Energy here is an ESTIMATE</strong> wherever its method is estimate '
