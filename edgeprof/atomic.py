@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def write_bytes(path: str | Path, data: bytes, *, mode: int = 0o666, replace: bo
     appeared meanwhile: the written file is hard-linked into place, which fails with FileExistsError where ``path``
     exists (where the file system has no hard links, a rename after a last look for the file)."""
     path = Path(path)
+    _check_replaceable(path)
     tmp = temporary_name(path)
     try:
         tmp.unlink(missing_ok=True)  # a leftover at the temporary name, whatever it is (a FIFO), removed unopened
@@ -59,6 +61,20 @@ def write_bytes(path: str | Path, data: bytes, *, mode: int = 0o666, replace: bo
             tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _check_replaceable(path: Path) -> None:
+    """OSError where ``path`` is something a file must not take the place of: a device (``/dev/full``), a FIFO, a
+    socket or a folder. A regular file, a link (itself replaced, never what it points to) or nothing is fine."""
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError:  # cannot be looked at: the write says why
+        return
+    if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+        what = "a folder" if stat.S_ISDIR(kind) else "not a regular file (a device, FIFO or socket)"
+        raise OSError(errno.EEXIST, f"{what} is there, and a file is never written in its place", str(path))
 
 
 def _place_new(tmp: Path, path: Path) -> None:

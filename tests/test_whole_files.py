@@ -65,3 +65,37 @@ def test_a_full_disk_leaves_no_part_of_a_file_and_exits_4(small_disk, report, co
     assert not list(small_disk.rglob("*.tmp"))
     assert previous is not None or not (small_disk / "app").exists()  # no empty app folder either
 
+
+
+@pytest.mark.parametrize("name", ["r.csv", "r.json"], ids=["the-report", "its-sidecar"])
+def test_a_dashboard_page_never_takes_the_place_of_the_report_it_reads(report, name):
+    # Prepare: the report's own files, as they are
+    target = report.parent / name
+    before = {p: p.read_bytes() for p in (report, report.with_suffix(".json"))}
+    # Execute: the page named onto the report or its sidecar (--output FILE; --out FOLDER --name NAME)
+    results = [CliRunner().invoke(app, ["dashboard", str(report), "--output", str(target)]),
+               CliRunner().invoke(app, ["dashboard", str(report), "--out", str(report.parent), "--name", name])]
+    # Assert: refused in one line, exit 2, and the report's files are as they were
+    for result in results[:1]:
+        assert result.exit_code == 2, result.output
+        assert f"the dashboard's page {target} would overwrite {target}, a file of the report" in result.stderr
+    assert results[1].exit_code == 0 and (report.parent / f"{name}.html").is_file()  # NAME.html: a page beside them
+    assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize("command", ["dashboard", "export"])
+def test_a_file_is_never_written_in_place_of_a_fifo(tmp_path, report, command):
+    # Prepare: a FIFO where the command's file goes
+    import os
+    import stat
+
+    args, written = COMMANDS[command]
+    fifo = tmp_path / written
+    os.mkfifo(fifo)
+    # Execute
+    result = CliRunner().invoke(app, args(tmp_path, report))
+    # Assert: one line, exit 4; the FIFO is still there, and no temporary file is
+    assert result.exit_code == 4, result.output
+    assert "not a regular file (a device, FIFO or socket) is there, and a file is never written in its place" in (
+        _one_line(result.stderr))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and [p.name for p in tmp_path.iterdir()] == [written.name]

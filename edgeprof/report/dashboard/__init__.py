@@ -27,6 +27,7 @@ values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -88,14 +89,33 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
             f"<script>{SCRIPT}</script></body></html>\n")
 
 
+def _run_files(report: Path) -> tuple[Path, ...]:
+    """A report's CSV and the files its run wrote beside it: sidecar, power trace, final theta."""
+    from edgeprof.report.trace_file import trace_csv_path
+
+    return (report, report.with_suffix(".json"), trace_csv_path(report), report.with_suffix(".trace.parquet"),
+            report.with_suffix(".theta.npz"))
+
+
+def _check_not_an_input(output: Path, paths: Sequence[str | Path]) -> None:
+    """ConfigError where the page would take the place of a report it reads or of a file its run wrote."""
+    target = os.path.realpath(output)
+    for path in paths:
+        for kept in _run_files(Path(path)):
+            if os.path.realpath(kept) == target:
+                raise ConfigError(f"the dashboard's page {output} would overwrite {kept}, a file of the report "
+                                  f"{path}; name another page (--out FOLDER --name NAME)")
+
+
 def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str = "edgeprof report", *,
                     trace_round: Optional[int] = None, trace_client: Optional[int] = None) -> Path:
     """Read the reports at ``paths`` and write the page to ``output`` (ReportError / OutputError; ConfigError
     for a ``trace_round`` / ``trace_client`` with no traced client window). The page is written whole or not at
     all (:mod:`edgeprof.atomic`): a failed write leaves a previous page at ``output`` as it was."""
+    output = Path(output)
+    _check_not_an_input(output, paths)
     reports = [read_report(p) for p in paths]
     text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client)
-    output = Path(output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         write_text(output, text)  # whole or absent: a full disk leaves no part of a page, and an old page as it was
