@@ -75,6 +75,20 @@ def _lower_median(items: list) -> object:
     return sorted(items)[(len(items) - 1) // 2]
 
 
+def _resolvable_energies(report: Path, round: Optional[int] = None) -> tuple[list[tuple[float, int, str]], int]:
+    """(energy J, round, client) of each client window (of ``round`` where given) the meter resolves (it lasts two
+    update periods of the estimate, the sidecar's, by the trace file's intervals), or of every one where none does;
+    and how many were left out."""
+    period = _period(report, "cpu_estimate")
+    duration: dict[tuple[int, str], dict[float, float]] = {}
+    for r in _raw(report):
+        if r["kind"] == "client":
+            duration.setdefault((int(r["round"]), str(r["client"])), {})[r["t_s"]] = r["dt_s"]
+    every = [e for e in _client_energies(report) if round is None or e[1] == round]
+    kept = [e for e in every if sum(duration[(e[1], e[2])].values()) >= 2 * period]
+    return (kept, len(every) - len(kept)) if kept else (every, 0)
+
+
 class Expected(NamedTuple):
     """One domain over one phase, from its rows: what the table must show."""
 
@@ -186,17 +200,21 @@ def test_the_phases_are_listed_in_the_order_the_window_entered_them(reports, alg
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_the_default_window_is_the_median_energy_client_window_and_says_so(reports, algo):
-    _, rnd, client = _lower_median(_client_energies(reports[algo]))
+    """The median over the client windows the meter resolves (two update periods long), wherever one was traced."""
+    kept, left_out = _resolvable_energies(reports[algo])
+    _, rnd, client = _lower_median(kept)
 
-    output = _trace(reports[algo]).output
+    output = " ".join(_trace(reports[algo]).output.split())
 
-    assert f"window: round {rnd}, client {client} ({algo} tau=20), run {algo}: the median-energy client window of " \
-           f"the 4 traced" in output
+    said = (f"window: round {rnd}, client {client} ({algo} tau=20), run {algo}: the median-energy client window of "
+            f"the 4 traced")
+    assert said + (f", of the {len(kept)} long enough for the meters to resolve ({left_out} shorter than two update "
+                   f"periods left out)" if left_out else "") in output, output
 
 
 def test_round_client_and_kind_pick_the_window(reports):
     in_round_2 = [e for e in _client_energies(reports["pflego"]) if e[1] == 2]
-    _, _, median = _lower_median(in_round_2)
+    _, _, median = _lower_median(_resolvable_energies(reports["pflego"], round=2)[0])
     _, _, other = max(in_round_2)
 
     by_round = _trace(reports["pflego"], "--round", 2).output
@@ -303,7 +321,7 @@ def _assert_drawn(figure: dict, rows: list[dict]) -> None:
 
 @pytest.mark.parametrize("position,algo", list(enumerate(ALGOS)))
 def test_the_dashboard_draws_each_algorithm_s_median_window_over_labelled_phase_bands(reports, page, position, algo):
-    _, rnd, client = _lower_median(_client_energies(reports[algo]))
+    _, rnd, client = _lower_median(_resolvable_energies(reports[algo])[0])
     rows = [r for r in _raw(reports[algo]) if r["kind"] == "client" and r["round"] == rnd and r["client"] == client]
 
     figure = _section_figures(page)[position]
@@ -384,7 +402,7 @@ def test_the_commands_the_power_trace_page_shows(tmp_path, monkeypatch):
 def test_the_dashboard_draws_the_round_and_client_asked_for_and_notes_an_algorithm_without_one(reports, tmp_path):
     energies = {a: _client_energies(reports[a]) for a in ALGOS}
     rnd = 2
-    median = {a: _lower_median([e for e in energies[a] if e[1] == rnd]) for a in ALGOS}
+    median = {a: _lower_median(_resolvable_energies(reports[a], round=rnd)[0]) for a in ALGOS}
     client = median["pflego"][2]
     fedavg_has = any(c == client for _, r, c in energies["fedavg"] if r == rnd)
 
@@ -584,3 +602,45 @@ def test_the_dashboard_draws_a_phase_bar_the_meter_does_not_resolve_hollow_and_s
     section = " ".join(_section(page).split())
     assert "<strong>Hollow = not resolved by the meter.</strong>" in section
     assert "A red &times; marks an interval whose power the device cannot have drawn" in section
+
+
+# --- windows shorter than two updates of their meter -----------------------------------------------------------
+def _window(row: int, seconds: float, watts: float, period_s: float):
+    """A traced client window of round 1: ``seconds`` of ``watts`` in 10 intervals of one counter domain."""
+    from edgeprof.report.trace_view import Window
+
+    rows = tuple({"run_id": "r", "algo": "pflego", "tau": 5, "round": 1, "kind": "client", "client": row,
+                  "t_s": (k + 1) * seconds / 10, "dt_s": seconds / 10, "phase": "joint_grad", "domain": "gpu_0",
+                  "column": "gpu_0_j", "in_total": 1, "w": watts, "method": "counter", "resolved": 0, "flag": ""}
+                 for k in range(10))
+    return Window(row, rows, {"gpu_0": period_s})
+
+
+def test_the_default_window_is_the_median_of_those_the_meter_resolves():
+    # Prepare: a 100-ms counter; two windows of 50 ms (not even one update), three of 0.3 s
+    from edgeprof.report.trace_view import choose
+
+    found = [_window(0, 0.05, 80.0, 0.1), _window(1, 0.05, 90.0, 0.1), _window(2, 0.3, 100.0, 0.1),
+             _window(3, 0.3, 110.0, 0.1), _window(4, 0.3, 120.0, 0.1)]
+    # Execute
+    chosen, why = choose(found)
+    only_short, why_short = choose(found[:2])
+    # Assert: the median of the three long ones (the median of all five would be a 50-ms one), said so
+    assert chosen.client == 3 and [w.resolvable for w in found] == [False, False, True, True, True]
+    assert why == ("the median-energy client window of the 5 traced, of the 3 long enough for the meters to resolve "
+                   "(2 shorter than two update periods left out)")
+    assert only_short.client == 0 and why_short == "the median-energy client window of the 2 traced"
+
+
+def test_a_window_shorter_than_two_updates_is_said_to_be_not_resolved_on_the_page_and_by_trace(reports, tmp_path):
+    # Prepare: the written window (0.975 s) under a meter that updates every second
+    report = written_report(tmp_path, reports["pflego"], _gpu(), period_s=1.0)
+    # Execute
+    shown = " ".join(_trace(report).output.split())
+    page = render([read_report(report)])
+    # Assert: neither says its dotted steps are the mean of a span two updates long: they are the window's mean
+    assert ("the figure is the mean power over the whole window, itself shorter than two update periods and so not "
+            "resolved either, not the phase's own") in shown
+    titles = [f["layout"]["title"]["text"] for f in _section_figures(page)]
+    assert any("(shorter than two meter updates: not resolved)" in t for t in titles), titles
+    assert "holds no such span: its dotted step is the mean power of the whole window" in page

@@ -86,6 +86,14 @@ class Window:
         return sum({r["t_s"]: r["dt_s"] for r in self.rows}.values())
 
     @property
+    def resolvable(self) -> bool:
+        """Whether the window lasts at least :data:`~edgeprof.meters.base.RESOLVED_PERIODS` update periods of each
+        of its meters (where the sidecar gives them): a shorter one holds no span its meter resolves, and its
+        drawn power is the mean of the whole window, itself not resolved."""
+        periods = [self.periods_s.get(d, 0.0) for d in self.domains]
+        return self.duration_s >= RESOLVED_PERIODS * max(periods, default=0.0)
+
+    @property
     def energy_j(self) -> Optional[float]:
         """Joules of the domains that count towards ``energy_j`` (valid intervals); None when there are none."""
         valid = [r for r in self.rows if r["in_total"] and math.isfinite(r["w"])]
@@ -231,11 +239,16 @@ def choose(found: Sequence[Window], round: Optional[int] = None, kind: Optional[
             raise ConfigError(f"no traced {_noun(kind)}{called} of client {client}{scope}; clients traced"
                               f"{scope and ' there'}: {clients}")
         scope = f" of client {client}{scope}"
-    chosen = median_window(pool)
+    resolved = [w for w in pool if w.resolvable]
+    short = "" if len(resolved) in (0, len(pool)) else (
+        f", of the {len(resolved)} long enough for the meters to resolve ({len(pool) - len(resolved)} shorter than "
+        "two update periods left out)")
+    candidates = resolved or pool
+    chosen = median_window(candidates)
     if len(pool) == 1:
         return chosen, f"the only traced {_noun(kind)}{called}{scope}{others}"
-    what = "energy" if all(w.energy_j is not None for w in pool) else "duration"
-    return chosen, f"the median-{what} {_noun(kind)}{called} of the {len(pool)} traced{scope}{others}"
+    what = "energy" if all(w.energy_j is not None for w in candidates) else "duration"
+    return chosen, f"the median-{what} {_noun(kind)}{called} of the {len(pool)} traced{scope}{short}{others}"
 
 
 # --- per phase -----------------------------------------------------------------------------------------
@@ -424,9 +437,11 @@ def _unresolved_note(v: TraceView) -> list[str]:
         return []
     periods = ", ".join(f"{name} updates every {v.window.periods_s[name]:.3g} s" for name in dict.fromkeys(domains)
                         if v.window.periods_s.get(name, 0) > 0)
+    around = ("the span of at least two update periods around it" if v.window.resolvable else
+              "the whole window, itself shorter than two update periods and so not resolved either")
     return [f"{UNRESOLVED}: not resolved: its meter cannot resolve the phase{f' ({periods})' if periods else ''}: "
-            f"the figure is the mean power over the span of at least two update periods around "
-            f"it, not the phase's own; peak W leaves those intervals out ('-': none left)"]
+            f"the figure is the mean power over {around}, not the phase's own; peak W leaves those intervals out "
+            f"('-': none left)"]
 
 
 def _flag_notes(v: TraceView) -> list[str]:

@@ -284,6 +284,8 @@ def _power_plot(page: Page, host: str, variant: str, window, bands: Mapping[str,
     shapes, labels = phase_bands(window, bands)
     which = (window.describe() if _own([window]) else
              f"{variant}, round {window.round} client {window.client}, tau={window.tau}")
+    if not window.resolvable:
+        which += " (shorter than two meter updates: not resolved)"
     return page.figure(data, marked(f"{host}: {which}", estimate),
                        {"title": {"text": "seconds since the window started"}},
                        {"title": {"text": marked("watts", estimate)}, "rangemode": "tozero"},
@@ -327,14 +329,20 @@ def _trace_rule(rates: Iterable[str], scope: str, own: bool = False) -> str:
             f"{'time outside the phases' if own else 'bookkeeping between phases'}.</p>")
 
 
-def _honesty_rule(windows: Sequence) -> str:
-    """The caption of what is drawn hollow (not resolved by the meter) and marked (flagged), where there is any."""
+def _honesty_rule(windows: Sequence, drawn: Sequence = ()) -> str:
+    """The caption of what is drawn hollow (not resolved by the meter) and marked (flagged), where there is any;
+    ``drawn``: the windows plotted against time (one shorter than two updates is said to be)."""
     parts = []
     if unresolved(windows):
         parts.append("<strong>Hollow = not resolved by the meter.</strong> An interval shorter than two of its "
                      "meter's update periods has no power of its own there: its dotted, lighter step (named "
                      "<i>(unresolved: span mean)</i>) is the mean power of the span of at least two update periods "
                      "around it, and a hollow bar is a phase whose mean holds such spans, not the phase's own.")
+    if any(not w.resolvable for w in drawn):
+        parts.append("A plotted window marked <i>(shorter than two meter updates: not resolved)</i> holds no such "
+                     "span: its dotted step is the mean power of the whole window, which its meter does not resolve "
+                     "either (its row is <i>short_window</i> where it is shorter than one update). Without "
+                     "<i>--trace-round</i>, a window the meters resolve is plotted wherever one was traced.")
     if flagged(windows):
         parts.append("A red &times; marks an interval whose power the device cannot have drawn (negative, or above "
                      "its power limit; the reason is in its hover text), and <i>!</i> a bar that holds one.")
@@ -366,4 +374,5 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     bars = [_phase_power(page, d, v, ws) for (d, v), ws in groups.items()]
     shown = [w for ws in groups.values() for w in ws]
     own = all(_own(ws) for ws in groups.values())
-    return head + estimate + _trace_rule(rates, scope, own) + _honesty_rule(shown) + grid(plots) + grid(bars)
+    return (head + estimate + _trace_rule(rates, scope, own) + _honesty_rule(shown, list(chosen.values()))
+            + grid(plots) + grid(bars))
