@@ -255,6 +255,11 @@ def test_energy_figures_and_rows_say_estimate_exactly_where_estimated(tmp_path, 
     totals = {algo: (energy.endswith(" (ESTIMATE)"), carbon.endswith(" (ESTIMATE)"))
               for _, algo, _, _, energy, carbon, _ in _cells(page, "totals")}
     assert totals == {algo: (bool(m), bool(m)) for algo, m in mark.items()}
+    # every axis of joules or grams says so too, where any of them was estimated (the titles alone did)
+    axes = [(f["layout"]["title"]["text"], axis["title"]["text"]) for f in _figures(page)
+            for axis in (f["layout"].get("xaxis", {}), f["layout"].get("yaxis", {})) if axis.get("title")]
+    energy_axes = [(t, a) for t, a in axes if re.search(r"\bJ\b|joules|energy|CO2", a)]
+    assert energy_axes and all(a.endswith(" (ESTIMATE)") == bool(either) for _, a in energy_axes), energy_axes
 
 
 @pytest.mark.parametrize("methods,banner", [

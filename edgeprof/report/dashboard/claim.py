@@ -127,10 +127,11 @@ def _cost_plot(page: Page, analysis: Analysis, rows: Sequence[Row], host: str, m
         data.extend(_fit_traces(analysis.fit_for(host, variant, metric), variant, color))
     if not data:
         return ""
-    return page.figure(data, _cost_title(host, metric, [r for m in groups.values() for r in m]),
-                       {"title": {"text": "tau"}},
-                       {"title": {"text": GPU_LABELS.get(metric) or METRIC_LABELS[metric]}, "rangemode": "tozero"},
-                       log_toggle=True)
+    members = [r for m in groups.values() for r in m]
+    axis = GPU_LABELS.get(metric) or marked(METRIC_LABELS[metric],
+                                            metric == "energy_j" and "estimate" in methods_of(members))
+    return page.figure(data, _cost_title(host, metric, members), {"title": {"text": "tau"}},
+                       {"title": {"text": axis}, "rangemode": "tozero"}, log_toggle=True)
 
 
 def _cost_title(host: str, metric: str, rows: Sequence[Row]) -> str:

@@ -162,7 +162,7 @@ def _total_bars(page: Page, host: str, totals: Mapping[str, dict], what: str, un
     per = "algorithm or window" if any(v.startswith(("window ", "eval window ")) or " window " in v for v in totals) \
         else "algorithm"
     return page.figure(data, marked(f"{host}: total {what} per {per}", estimate), {"type": "category"},
-                       {"title": {"text": unit}})
+                       {"title": {"text": marked(unit, estimate)}})
 
 
 def energy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
@@ -265,7 +265,7 @@ def accuracy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
             which = " ".join(part for part in (f"({'+'.join(sorted(protocols))} protocol)" if protocols else "",
                                                "of your own code" if own_drawn else "") if part)
             cells.append(page.figure(data, f"{host}: test accuracy {which} against cumulative energy{estimate}",
-                                     {"title": {"text": "cumulative energy, J"}},
+                                     {"title": {"text": f"cumulative energy, J{estimate}"}},
                                      {"title": {"text": "test accuracy"},
                                       **({"range": [0, 1]} if all(y <= 1 for d in data for y in d["y"]) else {})}))
     if not cells:

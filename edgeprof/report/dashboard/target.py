@@ -84,8 +84,13 @@ def _front_figure(page: Page, points: Sequence[Point], target: float, label: str
     data.append({"type": "scatter", "mode": "lines", "name": f"target {target:.0%}", "x": [min(joules), max(joules)],
                  "y": [target, target], "line": {"dash": "dot", "color": "grey"}, "hoverinfo": "skip"})
     return page.figure(data, f"test accuracy against cumulative client joules, {label}",
-                       {"title": {"text": "client J so far"}, "type": "log"},
+                       {"title": {"text": _estimated("client J so far", label)}, "type": "log"},
                        {"title": {"text": "test accuracy"}, "range": [0, 1.02]})
+
+
+def _estimated(axis: str, label: str) -> str:
+    """An energy axis, ``(ESTIMATE)`` after it where the joules' label says they are estimated."""
+    return f"{axis} (ESTIMATE)" if "ESTIMATE" in label else axis
 
 
 def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
@@ -107,7 +112,7 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
     label = energy_label(all_cells)
     figure = page.figure(data, f"client joules to {target:.0%} test accuracy against tau, {label}",
                          {"title": {"text": "tau (local steps per round)"}, "type": "log"},
-                         {"title": {"text": "client J to target"}, "rangemode": "tozero"})
+                         {"title": {"text": _estimated("client J to target", label)}, "rangemode": "tozero"})
     points = [point for r in found for point in accuracy_energy(r)]
     figures = [figure] + ([_front_figure(page, points, target, label)] if points else [])
     body = [(c.algo, c.tau, f"{c.reached}/{len(c.seeds)}",

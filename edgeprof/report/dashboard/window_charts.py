@@ -64,7 +64,7 @@ def _window_plot(page: Page, host: str, groups: Mapping[tuple[str, str], list[Ro
     estimate = metric == "energy_j" and "estimate" in methods_of(r for m in groups.values() for r in m)
     return page.figure(data, marked(f"{host}: {METRIC_LABELS[metric]} of each window", estimate),
                        {"title": {"text": "round" if by_round else "occurrence of the window"}, **whole_ticks(xs)},
-                       {"title": {"text": METRIC_LABELS[metric]}}, log_toggle=True)
+                       {"title": {"text": marked(METRIC_LABELS[metric], estimate)}}, log_toggle=True)
 
 
 def windows(page: Page, reports: Sequence[Report], hosts: Mapping[str, list[Row]]) -> str:
@@ -212,8 +212,9 @@ def phase_bars(stats: Sequence[PhaseStat], colors: Sequence[str]) -> list[dict]:
         data.append({"type": "bar", "name": esc(domain_label(domain, estimate)), "x": [esc(s.phase) for s in stats],
                      "y": [d.mean_w for d in mine],
                      "customdata": [[s.duration_s, d.energy_j, esc(_bar_note(d))] for s, d in zip(stats, mine)],
-                     "hovertemplate": "%{x}: %{y:.3g} W%{customdata[2]} over %{customdata[0]:.3g} s "
-                                      "(%{customdata[1]:.3g} J)<extra></extra>",
+                     "hovertemplate": "%{x}: %{y:.3g} W" + (" (ESTIMATE)" if estimate else "")
+                                      + "%{customdata[2]} over %{customdata[0]:.3g} s "
+                                        "(%{customdata[1]:.3g} J)<extra></extra>",
                      "text": [FLAGGED if d.flags else "" for d in mine], "textposition": "outside",
                      "marker": {"color": [HOLLOW if d.unresolved else color for d in mine],
                                 "line": {"color": [color] * len(mine), "width": [2 if d.unresolved else 0 for d in mine]},
