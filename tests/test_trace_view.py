@@ -75,17 +75,25 @@ def _lower_median(items: list) -> object:
     return sorted(items)[(len(items) - 1) // 2]
 
 
-def _resolvable_energies(report: Path, round: Optional[int] = None) -> tuple[list[tuple[float, int, str]], int]:
-    """(energy J, round, client) of each client window (of ``round`` where given) the meter resolves (it lasts two
-    update periods of the estimate, the sidecar's, by the trace file's intervals), or of every one where none does;
-    and how many were left out."""
+def _resolvable_energies(report: Path, round: Optional[int] = None) -> tuple[list[tuple[tuple, int, str]], int]:
+    """((energy J, report row), round, client) of each client window (of ``round`` where given) the meter resolves
+    (it lasts two update periods of the estimate, the sidecar's), or of every one where none does; and how many were
+    left out. Durations and joules from the trace file's intervals (``sum(w * dt_s)`` of the total's valid ones, as
+    its rows are written), ties in the order of the report's rows, as the window is chosen."""
     period = _period(report, "cpu_estimate")
-    duration: dict[tuple[int, str], dict[float, float]] = {}
+    windows: dict[int, dict] = {}
     for r in _raw(report):
         if r["kind"] == "client":
-            duration.setdefault((int(r["round"]), str(r["client"])), {})[r["t_s"]] = r["dt_s"]
-    every = [e for e in _client_energies(report) if round is None or e[1] == round]
-    kept = [e for e in every if sum(duration[(e[1], e[2])].values()) >= 2 * period]
+            w = windows.setdefault(int(r["row"]), {"round": int(r["round"]), "client": str(r["client"]), "dt": {},
+                                                   "j": 0.0})
+            w["dt"][r["t_s"]] = r["dt_s"]
+            if r["in_total"] and math.isfinite(r["w"]):
+                w["j"] += r["w"] * r["dt_s"]
+    every = [((w["j"], row), w["round"], w["client"]) for row, w in windows.items()
+             if round is None or w["round"] == round]
+    kept = [e for e, (row, w) in zip(every, [(row, w) for row, w in windows.items()
+                                             if round is None or w["round"] == round])
+            if sum(w["dt"].values()) >= 2 * period]
     return (kept, len(every) - len(kept)) if kept else (every, 0)
 
 
