@@ -4,8 +4,8 @@ The module's first statements take over the stop signals (Ctrl-C, SIGTERM, SIGHU
 but ``_signal`` and ``os`` (built into the interpreter or frozen in it, and loaded by its own start): a stop while
 edgeprof and its command line interface are imported ends the process at once (nothing is written before the
 command runs) with 128 + the signal number and one line, never a traceback (docs: Measuring, exit codes).
-:func:`main` then hands them to :func:`edgeprof.signals.stop_once`, and :func:`edgeprof.cli.main` handles them
-from there. Only the interpreter's own start, before this module runs, is Python's. Importing this module sets
+:func:`edgeprof.cli.exits.run` then hands them to :func:`edgeprof.signals.stop_once` inside the ``try`` that
+handles them from there (a stop between the two would be a traceback). Only the interpreter's own start, before this module runs, is Python's. Importing this module sets
 those handlers: only the entry points import it.
 """
 
@@ -28,15 +28,13 @@ for _signum in _NAMES:
 
 def main() -> None:
     """Set OpenMP's passive wait before torch loads (:func:`edgeprof.host.prefer_passive_openmp`), import the CLI,
-    hand the stop signals to :func:`edgeprof.signals.stop_once`, run the CLI."""
+    run it (it hands the stop signals to :func:`edgeprof.signals.stop_once`)."""
     from edgeprof.host import prefer_passive_openmp
 
     prefer_passive_openmp()
     from edgeprof.cli import main as run
-    from edgeprof.signals import stop_once
 
-    stop_once()
-    run()
+    run()  # it hands the stop signals to stop_once inside its own try (edgeprof.cli.exits.run)
 
 
 if __name__ == "__main__":

@@ -431,3 +431,36 @@ def test_how_a_run_ended_is_told_by_what_ended_it(err, status, reason):
     from edgeprof.session.run import ending
 
     assert ending(err) == (status, reason)
+
+
+HAND_OFF = """
+import sys
+import edgeprof.__main__  # the console script's first statements: a stop while starting is one line
+import edgeprof.signals
+from edgeprof.cli import exits
+
+def stop_lands_here(*args, **kwargs):  # the first Ctrl-C, raised by its handler at this very moment
+    raise KeyboardInterrupt()
+
+def command():  # the command ran, and ended with exit 0
+    raise SystemExit(0)
+
+where = sys.argv[1]
+if where == "stop_once":  # as the signals are handed over, before the command
+    edgeprof.signals.stop_once = stop_lands_here
+else:  # in the checks after the command, before the exit handlers run
+    exits._alone = stop_lands_here
+exits.run(command)
+"""
+
+
+@pytest.mark.parametrize("where,line", [
+    ("stop_once", "edgeprof: interrupted (SIGINT) before the command ran; nothing was written"),
+    ("after", "edgeprof: interrupted (SIGINT) after the command ended")], ids=["at-the-hand-over", "after-the-end"])
+def test_a_first_stop_between_the_hand_offs_of_the_console_script_is_one_line_and_130(where, line):
+    """A Ctrl-C whose handler raised between the console script's steps (handing the signals to stop_once, the
+    checks after the command) escaped as a traceback and a death by SIGINT (seen in CI on Python 3.10, in a burst)."""
+    done = subprocess.run([sys.executable, "-c", HAND_OFF, where], capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [line], done.stderr

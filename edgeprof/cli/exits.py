@@ -191,25 +191,43 @@ def run(app: typer.Typer) -> None:
     codes). Only this entry point exits early: the tests' CliRunner and a program that calls ``app`` get their
     SystemExit as before.
     """
-    from edgeprof.signals import end_on_stop, exit_code, ignore_stop_signals, stop_raised, stops_unwrapped
+    from edgeprof.signals import end_on_stop, exit_code, ignore_stop_signals, stop_once, stop_raised, stops_unwrapped
 
+    code: object = None
+    ended = False  # the command has returned or raised: a stop after it comes after its end
     try:
-        with stops_unwrapped():
-            app()
-        code: object = 0  # pragma: no cover - click always ends a standalone command with SystemExit
-    except SystemExit as done:
-        code = 0 if done.code is None else done.code
-    except STOP_EXCEPTIONS as err:  # before the command's own guard took over, or after it let go
-        typer.echo(before_command_line(err), err=True)
-        code = exit_code(err)
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if isinstance(code, int) and run_exit_handlers is not None and (_alone() or stop_raised()) and _flushed():
-        ignore_stop_signals()  # the command is over: a late Ctrl-C must not break the exit handlers into a traceback
-        run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
-        if _flushed():
-            os._exit(code)
-    end_on_stop(_after_the_end)
+        try:
+            stop_once()  # here, inside the try: until now a stop ended the start in one line (edgeprof.__main__)
+            try:
+                with stops_unwrapped():
+                    app()
+            finally:
+                ended = True
+            code = 0  # pragma: no cover - click always ends a standalone command with SystemExit
+        except SystemExit as done:
+            code = 0 if done.code is None else done.code
+        except STOP_EXCEPTIONS as err:  # before the command's own guard took over, or after it let go
+            typer.echo(before_command_line(err), err=True)
+            code = exit_code(err)
+        run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+        if isinstance(code, int) and run_exit_handlers is not None and (_alone() or stop_raised()) and _flushed():
+            ignore_stop_signals()  # the command is over: a late Ctrl-C must not break the exit handlers into a traceback
+            run_exit_handlers()  # what the interpreter would run next; it clears them, so they never run twice
+            if _flushed():
+                os._exit(code)
+        end_on_stop(_after_the_end)
+    except STOP_EXCEPTIONS as err:  # the first stop, landing between the hand-offs above (seen on Python 3.10)
+        _say(_after_the_end(stop_reason(err)) if ended else before_command_line(err))
+        os._exit(exit_code(err))
     sys.exit(code)
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr, as the process ends (a failing stream is no reason for a traceback)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode())
 
 
 def _alone() -> bool:
