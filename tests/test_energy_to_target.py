@@ -163,8 +163,9 @@ def test_seeds_count_once_and_one_devices_runs_only():
 
 @pytest.mark.parametrize("hosts", [("laptop", "jetson"), ("laptop", "laptop")])
 def test_summary_and_dashboard_of_two_devices_train_runs_refuse_the_pooled_table(tmp_path, hosts):
-    """``summary`` prints each report, then one line instead of a table pooled over devices (exit 7); the dashboard
-    says it in its to-target section and draws the rest."""
+    """``summary`` refuses a table pooled over devices in one line (exit 7), before it prints anything, as it
+    refuses any report set it cannot summarize whole; the dashboard says it in its to-target section and draws the
+    rest."""
     from edgeprof.report.dashboard import render as dashboard
 
     train = {"target_accuracy": 0.9, "eval_protocol": "global"}
@@ -176,7 +177,7 @@ def test_summary_and_dashboard_of_two_devices_train_runs_refuse_the_pooled_table
 
     pooled = hosts[0] != hosts[1]
     assert result.exit_code == (7 if pooled else 0), result.output
-    assert all(f"report: {p}" in result.stdout for p in paths)
+    assert all(f"report: {p}" in result.stdout for p in paths) is not pooled and (result.stdout == "") is pooled
     assert ("energy-optimal tau of a: 1 (" in result.stdout) is not pooled
     section = page[page.index('id="to-target"'):page.index('id="methods"')]
     assert ("measured on 2 devices (jetson, laptop)" in section) is pooled
@@ -428,3 +429,33 @@ def test_the_dashboard_draws_joules_to_target_against_tau_with_the_optimum_and_u
         assert lines[f"{algo}, tau {tau}"]["x"].count(None) == len(CURVES[(algo, tau)])  # the seeds apart
     assert lines["target 90%"]["y"] == [0.9, 0.9]
     assert "energy_j (ESTIMATE)" in curves["layout"]["title"]["text"]
+
+
+def test_summary_refuses_a_seed_from_two_runs_before_it_prints_anything(tmp_path):
+    """`edgeprof summary` of train reports that give one seed twice: one line and exit 7, nothing printed before it
+    (it printed every report's summary, then refused)."""
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+
+    paths = []
+    for name, seed, accuracies in (("first", 1, [0.5, 0.95]), ("again", 1, [0.6, 0.95])):
+        report = _run("pflego", 1, seed, accuracies, 1.0)
+        path = tmp_path / name / "digits-pflego.csv"
+        path.parent.mkdir()
+        with path.open("w", newline="") as f:
+            out = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+            out.writeheader()
+            out.writerows({**r, "run_id": name} for r in report.rows)
+        path.with_suffix(".json").write_text(json.dumps({"status": "complete", "config": {"seed": seed},
+                                                         "train": {"target_accuracy": 0.9}}))
+        paths.append(str(path))
+
+    result = CliRunner().invoke(app, ["summary", *paths])
+
+    assert result.exit_code == 7, result.output
+    assert result.stdout == "" and "seed 1 comes from two runs" in result.stderr
+    assert len([ln for ln in result.stderr.splitlines() if ln.strip()]) == 1, result.stderr

@@ -224,14 +224,16 @@ def summary(reports: Annotated[list[Path], typer.Argument(
     """Print the summary table of existing reports; for reports of `edgeprof train`, the energy to the target
     accuracy per (algorithm, tau) over their seeds and each algorithm's energy-optimal tau."""
     with guard():
-        from edgeprof.cli.training import print_train_summary
+        from edgeprof.cli.training import print_to_target, train_summary
         from edgeprof.report.writer import Distinct
 
-        once, read = Distinct(), []
-        for path in reports:  # each printed once read; one that repeats an earlier one is refused, not counted twice
-            read.append(once.add(_read(path)))
-            _print_summary(read[-1])
-        print_train_summary(read, _console())
+        once = Distinct()  # one that repeats an earlier one is refused, not counted twice: before anything is printed
+        read = [once.add(_read(path)) for path in reports]
+        to_target = train_summary(read)
+        for report in read:
+            _print_summary(report)
+        if to_target is not None:
+            print_to_target(_console(), *to_target)
 
 
 @app.command()

@@ -46,17 +46,20 @@ def print_to_target(console, results, target: float, protocol: str, costs=None, 
             typer.echo(line)
 
 
-def print_train_summary(read: list, console) -> None:
-    """The to-target table of the reports whose sidecar has a ``train`` section (one target, one protocol)."""
-    from edgeprof.report.to_target import energy_to_target
+def train_summary(read: list):
+    """(results, target, protocol) of the to-target table of the reports whose sidecar has a ``train`` section, or
+    None where none has; ReportError (exit 7) where they cannot make one table (several targets, a seed from two
+    runs), found before anything is printed."""
+    from edgeprof.report.to_target import cells, energy_to_target
 
     reports = [r for r in read if isinstance(r.sidecar, dict) and isinstance(r.sidecar.get("train"), dict)]
     if not reports:
-        return
+        return None
     targets = {r.sidecar["train"].get("target_accuracy") for r in reports}
     target = targets.pop() if len(targets) == 1 else None
     if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target <= 1:
         raise ReportError("the train reports given name different or no target accuracies; give those of one run")
     protocol = "+".join(sorted({str(r.sidecar["train"].get("eval_protocol", "global")) for r in reports}))
     results = [res for r in reports for res in energy_to_target(r, float(target))]
-    print_to_target(console, results, float(target), protocol)
+    cells(results)  # a seed from two runs, refused here
+    return results, float(target), protocol
