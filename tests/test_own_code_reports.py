@@ -111,6 +111,13 @@ def test_summary_speaks_of_windows_and_eval_windows_and_names_the_data_labels_an
     assert "algo" not in heads  # no algorithm in a report of one's own code: no empty column for it
     assert "data: digits" in out and "labels: model=mlp, dataset=digits, lr=0.1" in out
     assert "raised: 1 window ended by an exception (checkpoint: OSError); their rows are kept, labelled error" in out
+    # the windows' short ones are counted, and their carbon summed, as a CLI run's rounds are
+    rows = [r for r in csv.DictReader(open(traced, newline="")) if r["kind"] in ("window", "eval")]
+    short = sum(r["short_window"] == "1" for r in rows)
+    line = " ".join(out.split())
+    assert (f"energy: {short} of {len(rows)} rows lasted less than the meters' update period" in line) == (short > 0)
+    grams = sum(float(r["carbon_g"]) for r in rows if r["carbon_g"])
+    assert f"carbon: {grams:.4g} g CO2e over {len(rows)} measured windows" in line, line
 
 
 # --- the dashboard -----------------------------------------------------------------------------------------

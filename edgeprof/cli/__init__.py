@@ -95,8 +95,8 @@ def _print_summary(report) -> "object":
     """Print the summary of ``report`` (as :func:`_read` read it); return it."""
     from edgeprof.report.summary import (carbon_total, ending_line, flower_lines, gpu_summary,
                                          held_rounds, host_table, invalid_rows, overhead_fraction, printable, render,
-                                         run_lines, short_phases, short_rows, summarize, tau_fits,
-                                         unresolved_words)
+                                         measured_noun, run_lines, short_phases, short_rows, summarize,
+                                         tau_fits, unresolved_words)
 
     csv_path = report.path
     console = _console()
@@ -137,7 +137,7 @@ def _print_summary(report) -> "object":
     if carbon is not None:
         source = (report.sidecar.get("energy", {}).get("carbon") or {}).get("source", "") if isinstance(
             report.sidecar, dict) else ""
-        typer.echo(f"carbon: {carbon[0]:.4g} g CO2e over {carbon[1]} client rounds and server steps"
+        typer.echo(f"carbon: {carbon[0]:.4g} g CO2e over {carbon[1]} {measured_noun(report)}"
                    + (f" ({printable(source)})" if source else ""))
     overhead = overhead_fraction(report)
     if overhead is not None:

@@ -315,12 +315,27 @@ def _meter_figures(report: Report, key: str) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
+def measured_rows(report: Report) -> list[Mapping[str, str]]:
+    """The rows of measured windows: client rounds and server steps, windows of your own code, and evaluate
+    messages or eval windows that were profiled (an eval row of the in-process loop measures nothing)."""
+    return [r for r in report.rows if r.get("kind") in ("client", "server", "window")
+            or (r.get("kind") == "eval" and r.get("wall_s", "") != "")]
+
+
+def measured_noun(report: Report) -> str:
+    """What :func:`measured_rows` are, as the summary's lines name them."""
+    own = any(r.get("kind") == "window" or (r.get("kind") == "eval" and r.get("window")) for r in report.rows)
+    evaluated = any(r.get("kind") == "eval" and r.get("wall_s", "") != "" for r in report.rows)
+    return ("measured windows" if own else
+            "client rounds, server steps and evaluate messages" if evaluated else "client rounds and server steps")
+
+
 def short_rows(report: Report) -> tuple[int, int, float | None]:
-    """(client and server rows whose window was shorter than its meters' update period, all client and server
-    rows, the slowest meter's update period in seconds where the sidecar names it)."""
+    """(measured rows whose window was shorter than its meters' update period, all measured rows
+    (:func:`measured_rows`), the slowest meter's update period in seconds where the sidecar names it)."""
     from edgeprof.report.analysis import is_short
 
-    rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
+    rows = measured_rows(report)
     periods = _meter_figures(report, "update_period_s")
     return sum(is_short(r) for r in rows), len(rows), max(periods) if periods else None
 
@@ -351,8 +366,8 @@ def held_rounds(report: Report) -> tuple[int, float] | None:
 
 
 def carbon_total(report: Report) -> tuple[float, int] | None:
-    """Grams CO2e of every client round and server step with a carbon figure, and how many rows that is."""
-    rows = [r for r in report.rows if r.get("kind") in ("client", "server")]
+    """Grams CO2e of every measured window (:func:`measured_rows`) with a carbon figure, and how many rows that is."""
+    rows = measured_rows(report)
     grams = report.values("carbon_g", rows)
     return (float(sum(grams)), len(grams)) if grams else None
 
