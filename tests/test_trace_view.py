@@ -652,3 +652,21 @@ def test_a_window_shorter_than_two_updates_is_said_to_be_not_resolved_on_the_pag
     titles = [f["layout"]["title"]["text"] for f in _section_figures(page)]
     assert any("(shorter than two meter updates: not resolved)" in t for t in titles), titles
     assert "holds no such span: its dotted step is the mean power of the whole window" in page
+
+
+def test_trace_round_on_reports_with_no_trace_is_refused_not_ignored(tmp_path):
+    # Prepare: a report measured without --trace
+    done = CliRunner().invoke(app, ["measure", "--dataset", "synthetic", "--synthetic-samples", "120", "--backbone",
+                                    "mlp", "--rounds", "1", "--tau", "1", "--no-progress", "--out", str(tmp_path),
+                                    "--run-name", "plain"])
+    assert done.exit_code == 0, done.output
+    # Execute
+    results = [CliRunner().invoke(app, ["dashboard", str(tmp_path / "plain.csv"), option, "1", "--out",
+                                        str(tmp_path / "page")]) for option in ("--trace-round", "--trace-client")]
+    # Assert: one line, exit 2, no page
+    for result in results:
+        assert result.exit_code == 2, result.output
+        assert [ln for ln in result.stderr.splitlines() if ln.strip()] == [
+            "edgeprof: error: --trace-round/--trace-client pick a traced window, and none of these reports has a "
+            "traced client window or window of your own code (measure with --trace)"]
+    assert not (tmp_path / "page").exists()

@@ -358,6 +358,9 @@ def power_over_time(page: Page, reports: Sequence[Report], round: Optional[int] 
     head = "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
     groups = _trace_groups(traced, reports)
     if not groups:
+        if round is not None or client is not None:  # asked for a window no report traced: refused, not ignored
+            raise ConfigError("--trace-round/--trace-client pick a traced window, and none of these reports has a "
+                              "traced client window or window of your own code (measure with --trace)")
         return head + ('<p class="note">No traced client windows or windows of your own code in these reports.</p>'
                        if traced else "")
     names = dict.fromkeys(r["phase"] for ws in groups.values() for w in ws for r in w.rows if r["phase"])
