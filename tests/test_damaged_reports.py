@@ -48,6 +48,7 @@ DAMAGE = {
     "tau is nan": lambda g: _set_cell(g, "tau", "nan"),
     "not utf-8": lambda g: _set_cell(g, "host", "caf\xe9").replace(b"caf\xc3\xa9", b"caf\xe9"),
     "unknown kind": lambda g: _set_cell(g, "kind", "bogus"),
+    "wall_s below zero": lambda g: _set_cell(g, "wall_s", "-1"),
 }
 
 
@@ -291,3 +292,33 @@ def test_control_codes_from_a_file_are_printed_escaped(good, tmp_path, label):
     escaped = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)
     assert escaped in result.stdout and f"({escaped})" in result.stdout  # the table and the carbon line
     assert not any(not ch.isprintable() and ch != "\n" for ch in result.stdout), repr(result.stdout)
+
+
+def test_a_report_missing_rows_its_sidecar_counts_is_noted(good, tmp_path):
+    # Prepare: the report with its second row deleted, its sidecar as the run wrote it
+    lines = good.read_bytes().splitlines(keepends=True)
+    path = _copy(good, tmp_path / "r", b"".join(lines[:2] + lines[3:]))
+    # Execute
+    results = [CliRunner().invoke(app, ["summary", str(path)]),
+               CliRunner().invoke(app, ["dashboard", str(path), "--out", str(tmp_path / "page")])]
+    # Assert: one note each, naming how many are missing
+    written = len(lines) - 1
+    for result in results:
+        assert result.exit_code == 0, result.output
+        assert _notes(result) == [f"edgeprof: note: r.csv: holds {written - 1} row(s), and its sidecar says the run "
+                                  f"wrote {written}: 1 are missing (the file was cut short or edited)"]
+
+
+def test_a_report_without_its_sidecar_says_what_is_not_known(good, tmp_path):
+    # Prepare: the CSV alone
+    path = tmp_path / "alone.csv"
+    path.write_bytes(good.read_bytes())
+    # Execute
+    result = CliRunner().invoke(app, ["summary", str(path)])
+    # Assert: how it ended and what its overhead column counted are said to be unknown, not guessed
+    text = " ".join(result.stdout.split())
+    assert result.exit_code == 0, result.output
+    assert ("run: how it ended is not known: there is no sidecar alone.json (its meters and settings are not known "
+            "either)") in text
+    assert "profiler overhead (as its column records it: no sidecar says whether wall or CPU time)" in text
+    assert "as reports before edgeprof counted wall time" not in text

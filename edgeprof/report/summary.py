@@ -384,6 +384,7 @@ def overhead_fraction(report: Report) -> tuple[float, str] | None:
     over = sum(report.values("profiler_overhead_s", clients))
     sidecar = report.sidecar if isinstance(report.sidecar, dict) else {}
     what = ("the wall time it adds to the measured thread" if sidecar.get("profiler_overhead") == "wall"
+            else "as its column records it: no sidecar says whether wall or CPU time" if not sidecar
             else "its own thread CPU time, as reports before edgeprof counted wall time")
     return (over / wall, what) if wall > 0 else None
 
@@ -401,6 +402,9 @@ def ending_line(report: Report) -> str | None:
 
     sidecar = report.sidecar if isinstance(report.sidecar, dict) else {}
     status = sidecar.get("status")
+    if not sidecar and report.sidecar_problem:  # none beside it, or one that could not be read
+        return (f"run: how it ended is not known: {report.sidecar_problem} (its meters and settings are not known "
+                "either)")
     if not isinstance(status, str) or not status:
         return None
     if status == "running":

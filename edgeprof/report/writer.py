@@ -303,6 +303,8 @@ def _row_problem(row: Mapping[str, object], columns: Sequence[str]) -> str | Non
         if (not math.isfinite(number) and name not in RESULT_COLUMNS) or (
                 name in INTEGER_COLUMNS and number != int(number)):
             return f"{name} = {value!r} is not a {'whole' if name in INTEGER_COLUMNS else 'finite'} number"
+        if number < 0 and name.endswith("_s"):  # seconds: a duration, or a time since the epoch
+            return f"{name} = {value!r} is below zero, which no clock measures"
     return None
 
 
@@ -441,7 +443,18 @@ def read_report(path: str | Path) -> Report:
         _log.warning(f"{path.name}: read {len(negative)} negative figure(s) as invalid, no meter reads below zero: "
                      f"their method says invalid, medians and totals leave them out ({negative[0]}"
                      f"{'; ...' if len(negative) > 1 else ''})")
-    return Report(path, fieldnames, rows, *read_sidecar(path.with_suffix(".json")))
+    sidecar, problem = read_sidecar(path.with_suffix(".json"))
+    _note_missing_rows(path, sidecar, len(raw))
+    return Report(path, fieldnames, rows, sidecar, problem)
+
+
+def _note_missing_rows(path: Path, sidecar: Mapping, read: int) -> None:
+    """A note where the file holds fewer rows than its sidecar says the run wrote (a row deleted, a file cut short
+    and copied): the report is not whole."""
+    written = sidecar.get("rows") if sidecar.get("status") != "running" else None
+    if isinstance(written, int) and not isinstance(written, bool) and read < written:
+        _log.warning(f"{path.name}: holds {read} row(s), and its sidecar says the run wrote {written}: "
+                     f"{written - read} are missing (the file was cut short or edited)")
 
 
 #: the columns that together name one measured row: the run, where, what and when (``timestamp_s``, wall clock)
