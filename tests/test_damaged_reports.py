@@ -322,3 +322,29 @@ def test_a_report_without_its_sidecar_says_what_is_not_known(good, tmp_path):
             "either)") in text
     assert "profiler overhead (as its column records it: no sidecar says whether wall or CPU time)" in text
     assert "as reports before edgeprof counted wall time" not in text
+
+
+def test_the_dashboard_page_says_what_reading_its_reports_noted(good, tmp_path):
+    """The notes of reading (a damaged row, rows missing, no sidecar) were said on stderr alone: the page showed a
+    damaged report as whole. They head the page now."""
+    import html
+
+    lines = good.read_bytes().splitlines(keepends=True)
+    damaged = _copy(good, tmp_path / "d", b"".join(lines[:2] + lines[3:-1]) + lines[-1][:-30])
+    alone = tmp_path / "a" / "alone.csv"
+    alone.parent.mkdir()
+    alone.write_bytes(good.read_bytes())
+
+    results = [CliRunner().invoke(app, ["dashboard", str(path), "--out", str(tmp_path / "page"), "--name", name])
+               for path, name in ((damaged, "damaged"), (alone, "alone"))]
+
+    heads = []
+    for result, name in zip(results, ("damaged", "alone")):
+        assert result.exit_code == 0, result.output
+        page = html.unescape((tmp_path / "page" / f"{name}.html").read_text())
+        heads.append(page[page.index("Read with notes"):page.index("</ul>")])
+        assert all(n.removeprefix("edgeprof: note: ") in heads[-1] for n in _notes(result))
+    assert "r.csv: skipped 1 damaged row(s)" in heads[0] and "1 are missing (the file was cut short" in heads[0]
+    assert "alone.csv: there is no sidecar alone.json beside it" in heads[1]
+    page = CliRunner().invoke(app, ["dashboard", str(good), "--out", str(tmp_path / "page"), "--name", "whole"])
+    assert page.exit_code == 0 and "Read with notes" not in (tmp_path / "page" / "whole.html").read_text()

@@ -27,9 +27,11 @@ values) is HTML-escaped in the page and in the plot labels; the JSON inside ``<s
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from edgeprof.atomic import write_text
 from edgeprof.errors import ConfigError, OutputError, require
@@ -50,10 +52,12 @@ SECTIONS = (("runs", "Runs and hosts"), ("flower", "Flower federation"), ("windo
 
 
 def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_round: Optional[int] = None,
-           trace_client: Optional[int] = None) -> str:
+           trace_client: Optional[int] = None, notes: Sequence[str] = ()) -> str:
     """The whole page for ``reports`` as one string (plotly.js inlined once); ``trace_round`` and
-    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window).
-    ReportError when two reports hold the same measured rows (:func:`edgeprof.report.writer.distinct`)."""
+    ``trace_client`` pick the power trace's window to draw (default: each algorithm's median client window);
+    ``notes``: what reading the reports noted (damaged rows, missing rows, a sidecar ignored), shown at the top with
+    a line for each report that has no sidecar. ReportError when two reports hold the same measured rows
+    (:func:`edgeprof.report.writer.distinct`)."""
     get_plotlyjs = require("plotly.offline", "dashboard", "the dashboard").get_plotlyjs
 
     if not reports:
@@ -82,11 +86,34 @@ def render(reports: Sequence[Report], title: str = "edgeprof report", *, trace_r
     nav = "".join(f'<a href="#{sid}">{esc(name)}</a>' for sid, name in shown)
     sections = "".join(f'<section id="{sid}"><h2>{esc(name)}</h2>{bodies[sid]}</section>' for sid, name in shown)
     note = own_code.left_out_note() if len(shown) < len(SECTIONS) else ""
+    read = [*notes, *(f"{r.path.name}: {r.sidecar_problem} beside it: how its run ended, its meters and its settings "
+                      "are not known" for r in reports if not r.sidecar and r.sidecar_problem.startswith("there is no"))]
+    if read:
+        note += ('<div class="note"><strong>Read with notes</strong> (what is drawn below is what these files hold):'
+                 "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in read) + "</ul></div>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
             f'<script>{get_plotlyjs()}</script></head><body><h1>{esc(title)}</h1><nav>{nav}</nav>{note}{sections}'
             f'<script type="application/json" id="edgeprof-figures">{script_json(page.figures)}</script>'
             f"<script>{SCRIPT}</script></body></html>\n")
+
+
+@contextlib.contextmanager
+def _kept_notes() -> Iterator[list[str]]:
+    """The notes edgeprof's logger says within the block (warnings and above), kept for the page; they are said as
+    before too."""
+    kept: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record.getMessage())
+
+    logger, handler = logging.getLogger("edgeprof"), Keep(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield kept
+    finally:
+        logger.removeHandler(handler)
 
 
 def _run_files(report: Path) -> tuple[Path, ...]:
@@ -114,8 +141,9 @@ def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str 
     all (:mod:`edgeprof.atomic`): a failed write leaves a previous page at ``output`` as it was."""
     output = Path(output)
     _check_not_an_input(output, paths)
-    reports = [read_report(p) for p in paths]
-    text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client)
+    with _kept_notes() as notes:
+        reports = [read_report(p) for p in paths]
+    text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client, notes=notes)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         write_text(output, text)  # whole or absent: a full disk leaves no part of a page, and an old page as it was
