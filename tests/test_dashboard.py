@@ -538,3 +538,26 @@ def test_trace_section_draws_unresolved_intervals_and_bars_hollow_in_headless_ch
     hollow = [b for b in bars if "fill-opacity: 0;" in b]
     # cache_forward, head_steps and (no phase): joint_grad is longer than two update periods, resolved
     assert len(hollow) == 3 and all("stroke-width: 2px" in b for b in hollow)
+
+
+def test_accuracy_against_energy_draws_hollow_where_its_joules_hold_a_short_window(tmp_path):
+    # Prepare: three rounds of a client, a server step and an evaluation; round 2's client window was short
+    path = tmp_path / "acc.csv"
+    with ReportWriter(path, columns_for(phases_of(["fedavg"]))) as writer:
+        for rnd in (1, 2, 3):
+            for kind in ("client", "server", "eval"):
+                row = dict(run_id="acc", algo="fedavg", engine="torch", tau="5", kind=kind, round=str(rnd))
+                if kind == "eval":
+                    row.update(test_accuracy=f"{0.5 + 0.1 * rnd}")
+                else:
+                    row.update(wall_s="0.5", energy_j="5", energy_method="counter",
+                               short_window="1" if (rnd, kind) == (2, "client") else "0")
+                writer.write(row)
+    write_sidecar(path.with_suffix(".json"), {"run_id": "acc", "status": "complete"})
+    # Execute
+    (figure,) = _figures(render([read_report(path)]), "test accuracy")
+    # Assert: the evaluations after round 2 sum its unresolved joules: hollow, and said so
+    (line,) = figure["data"]
+    assert line["x"] == [10.0, 20.0, 30.0] and line["marker"]["symbol"] == ["circle", "circle-open", "circle-open"]
+    assert line["text"] == ["", "its joules hold short windows: not resolved", "its joules hold short windows: not "
+                                                                               "resolved"]

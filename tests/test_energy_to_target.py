@@ -459,3 +459,27 @@ def test_summary_refuses_a_seed_from_two_runs_before_it_prints_anything(tmp_path
     assert result.exit_code == 7, result.output
     assert result.stdout == "" and "seed 1 comes from two runs" in result.stderr
     assert len([ln for ln in result.stderr.splitlines() if ln.strip()]) == 1, result.stderr
+
+
+def test_an_evaluation_whose_joules_hold_a_short_window_is_hollow_and_off_the_pareto_front():
+    """Its joules sum a client window the meters did not resolve: it is drawn hollow, said so in its hover text and
+    a note, and the front is made of the resolved evaluations alone (it drew them as solid front points)."""
+    from edgeprof.report.dashboard.page import Page
+    from edgeprof.report.dashboard.target import _front_figure
+    from edgeprof.report.to_target import accuracy_energy, pareto_front
+
+    report = _run("a", 1, 0, [0.5, 0.7, 0.95], 1.0)
+    first = next(r for r in report.rows if r["kind"] == "client" and r["round"] == "1")
+    rows = [dict(r, short_window="1" if r is first else "0") for r in report.rows]
+    report = Report(report.path, (*report.columns, "short_window"), rows, report.sidecar)
+
+    points = accuracy_energy(report)
+    page = Page()
+    _front_figure(page, points, 0.9, "energy_j (ESTIMATE)")
+
+    assert [p.short for p in points] == [1, 1, 1] and pareto_front(points) == []  # round 1's row is in every sum
+    run, front = page.figures[0]["data"][0], page.figures[0]["data"][1]
+    assert [s for s, x in zip(run["marker"]["symbol"], run["x"]) if x is not None] == ["circle-open"] * 3
+    assert front["x"] == [] and all("short window(s) in its joules: not resolved" in t for t in run["text"] if t)
+    clean = Report(report.path, report.columns, [dict(r, short_window="0") for r in rows], report.sidecar)
+    assert len(pareto_front(accuracy_energy(clean))) == 3

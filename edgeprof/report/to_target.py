@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from edgeprof.errors import ConfigError, ReportError
-from edgeprof.report.analysis import CONFIDENCE, LineFit, analyze, metric_label, t_quantile
+from edgeprof.report.analysis import CONFIDENCE, LineFit, analyze, is_short, metric_label, t_quantile
 from edgeprof.report.writer import Report
 
 
@@ -155,6 +155,9 @@ class Point:
     round: int
     joules: float
     accuracy: float
+    #: how many of the client rows summed into ``joules`` lasted less than their meters' update period (their joules
+    #: are not resolved, so neither is the sum's share of them)
+    short: int = 0
 
 
 def accuracy_energy(report: Report) -> list[Point]:
@@ -165,19 +168,21 @@ def accuracy_energy(report: Report) -> list[Point]:
     for algo, tau in dict.fromkeys((r["algo"], r.get("tau", "")) for r in report.rows if r.get("kind") == "eval"):
         clients = _rows(report, algo, tau, "client")
         for ev in sorted(_rows(report, algo, tau, "eval"), key=lambda r: int(r["round"])):
-            upto = _floats([r for r in clients if int(r["round"]) <= int(ev["round"])], "energy_j")
+            rows = [r for r in clients if int(r["round"]) <= int(ev["round"])]
+            upto = _floats(rows, "energy_j")
             if ev.get("test_accuracy", "") == "" or not upto:
                 continue
             points.append(Point(algo, int(tau) if tau else None, seed, int(ev["round"]), sum(upto),
-                                float(ev["test_accuracy"])))
+                                float(ev["test_accuracy"]), sum(is_short(r) for r in rows)))
     return points
 
 
 def pareto_front(points: Sequence[Point]) -> list[Point]:
     """The points no other point beats on both counts (as many joules or fewer and as high an accuracy or higher,
-    one of them strictly), by rising joules: the most accuracy each amount of client energy bought."""
+    one of them strictly), by rising joules: the most accuracy each amount of client energy bought. A point whose
+    joules hold a short window's (:attr:`Point.short`) is not on it: what it bought is not resolved."""
     front: list[Point] = []
-    for point in sorted(points, key=lambda q: (q.joules, -q.accuracy)):
+    for point in sorted((q for q in points if not q.short), key=lambda q: (q.joules, -q.accuracy)):
         if not front or point.accuracy > front[-1].accuracy:
             front.append(point)
     return front

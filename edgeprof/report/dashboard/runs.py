@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from edgeprof.report import gpu_energy
-from edgeprof.report.analysis import variant_of
+from edgeprof.report.analysis import is_short, variant_of
 from edgeprof.report.dashboard.flower import status_text
 from edgeprof.report.dashboard.own_code import accuracy_points, own_label, own_title
 from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
@@ -245,20 +245,26 @@ def accuracy(page: Page, hosts: Mapping[str, list[Row]]) -> str:
             if not evals:
                 continue
             spent: dict[float, float] = defaultdict(float)
+            shorts: dict[float, int] = defaultdict(int)  # per round: its windows the meters did not resolve
             for r in members:
                 if r.data.get("kind") in ("client", "server") and r.num("round") is not None:
                     spent[r.num("round")] += r.num("energy_j") or 0.0
-            xs, total = [], 0.0
-            cumulative = {}
+                    shorts[r.num("round")] += is_short(r.data)
+            xs, total, unresolved = [], 0.0, 0
+            cumulative, short_upto = {}, {}
             for rnd in sorted(spent):
                 total += spent[rnd]
-                cumulative[rnd] = total
+                unresolved += shorts[rnd]
+                cumulative[rnd], short_upto[rnd] = total, unresolved
             for r in evals:
                 xs.append(cumulative.get(r.num("round"), None))
+            hollow = [bool(short_upto.get(r.num("round"))) for r in evals]
             protocol = "+".join(sorted({r.data.get("eval_protocol") or "global" for r in evals}))
             data.append({"type": "scatter", "mode": "lines+markers", "name": esc(f"{run} {variant} ({protocol})"),
                          "x": xs, "y": [r.num("test_accuracy") for r in evals],
-                         "marker": {"color": page.color(variant)}})
+                         "text": ["its joules hold short windows: not resolved" if h else "" for h in hollow],
+                         "marker": {"color": page.color(variant),
+                                    "symbol": ["circle-open" if h else "circle" for h in hollow]}})
             protocols.add(protocol)
         if data:
             estimate = " (energy ESTIMATED)" if "estimate" in methods_of(rows) else ""

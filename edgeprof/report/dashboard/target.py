@@ -63,17 +63,21 @@ def _front_figure(page: Page, points: Sequence[Point], target: float, label: str
         runs.setdefault(_name(point), {}).setdefault(point.seed, []).append(point)
     data = []
     for name, seeds in runs.items():
-        x, y, text = [], [], []
+        x, y, text, symbols = [], [], [], []
         for seed, mine in seeds.items():
             for point in sorted(mine, key=lambda q: q.round):
                 x.append(point.joules)
                 y.append(point.accuracy)
-                text.append(esc(f"{name}, seed {seed}, round {point.round}"))
+                text.append(esc(f"{name}, seed {seed}, round {point.round}" + (
+                    f" ({point.short} short window(s) in its joules: not resolved)" if point.short else "")))
+                symbols.append("circle-open" if point.short else "circle")
             x.append(None)
             y.append(None)
             text.append("")
+            symbols.append("circle")
         data.append({"type": "scatter", "mode": "lines+markers", "name": esc(name), "x": x, "y": y, "text": text,
-                     "marker": {"color": page.color(name), "size": 5}, "line": {"width": 1}, "connectgaps": False})
+                     "marker": {"color": page.color(name), "size": 5, "symbol": symbols}, "line": {"width": 1},
+                     "connectgaps": False})
     front = pareto_front(points)
     data.append({"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
                  "line": {"shape": "hv", "color": "black", "width": 2},
@@ -115,6 +119,11 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
                          {"title": {"text": _estimated("client J to target", label)}, "rangemode": "tozero"})
     points = [point for r in found for point in accuracy_energy(r)]
     figures = [figure] + ([_front_figure(page, points, target, label)] if points else [])
+    short = [q for q in points if q.short]
+    short_note = (f'<p class="note">{len(short)} of the {len(points)} evaluations have joules that hold client '
+                  "windows shorter than the meters' update period (not resolved): they are drawn hollow and left off "
+                  "the Pareto front" + (", which is therefore empty" if len(short) == len(points) else "") + ".</p>"
+                  if short else "")
     body = [(c.algo, c.tau, f"{c.reached}/{len(c.seeds)}",
              fmt(c.rounds, ".3g") if c.is_reached else f"not reached in {c.rounds_trained} rounds",
              fmt(c.joules) if c.is_reached else "not reached",
@@ -125,5 +134,5 @@ def energy_to_target_section(page: Page, reports: Sequence[Report]) -> str:
                'client joules of its rounds so far, one line a run; in black the Pareto front, the most accuracy each '
                'amount of client energy bought (hover a point for its algorithm, tau, seed and round).</p>'
                if len(figures) > 1 else "")
-    return grid(figures) + caption + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
+    return grid(figures) + caption + short_note + table(("algorithm", "tau", "seeds reached", "rounds to target", f"client J ({label})",
                                    ""), body, "to-target")
