@@ -222,8 +222,21 @@ class RunConfig:
             value = getattr(self, f.name)
             out[f.name] = (str(value) if isinstance(value, Path) else value.to_dict()
                            if isinstance(value, EnergySettings) else value)
-        unused = set(SETTINGS) - used(ALGORITHMS[self.algo])
+        unused = (set(SETTINGS) - used(ALGORITHMS[self.algo])) | self._unused_data_settings()
         return {k: None if k in unused else v for k, v in out.items()}
+
+    def _unused_data_settings(self) -> set[str]:
+        """The data and evaluation settings this run does not use (the CLI refuses them given, :func:`check_given`;
+        through the API a config may carry them, and the record says null): the synthetic data set's size but for
+        it, the data folder of a data set that reads no file, the protocol of an evaluation not run."""
+        unused = set()
+        if self.dataset != "synthetic":
+            unused |= {"synthetic_samples", "synthetic_classes"}
+        if self.dataset not in data_names.FILE_DATASETS:
+            unused.add("data_dir")
+        if not self.evaluate:
+            unused.add("eval_protocol")
+        return unused
 
 
 def _check(condition: bool, message: str) -> None:

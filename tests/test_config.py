@@ -104,3 +104,17 @@ def test_the_public_run_function_survives_the_packages_being_imported():
     from edgeprof import api
 
     assert edgeprof.run is api.run and callable(edgeprof.run)
+
+
+def test_the_record_says_null_for_the_data_and_evaluation_settings_a_run_does_not_use():
+    """Through the API a RunConfig may carry a synthetic size on digits, or a protocol without --evaluate (the CLI
+    refuses them given): the sidecar's config recorded them as if used."""
+    cfg = RunConfig(dataset="digits", synthetic_samples=5000, synthetic_classes=7, eval_protocol="paper")
+    used = RunConfig(dataset="synthetic", synthetic_samples=5000, synthetic_classes=7, evaluate=True,
+                     eval_protocol="paper")
+
+    record, kept = cfg.to_dict(), used.to_dict()
+
+    assert [record[k] for k in ("synthetic_samples", "synthetic_classes", "eval_protocol", "data_dir")] == [None] * 4
+    assert [kept[k] for k in ("synthetic_samples", "synthetic_classes", "eval_protocol")] == [5000, 7, "paper"]
+    assert record["dataset"] == "digits" and kept["evaluate"] is True
