@@ -139,11 +139,15 @@ def _raise_terminated(signum, _frame) -> None:
     raise _raised_by_handler(signum)
 
 
-def _raise_in_program(signum, _frame) -> None:
-    """:func:`_raise_terminated` in a program of the user's own: uncaught, the stop ends it in one line."""
+def _raise_in_program(signum, _frame, report=None) -> None:
+    """:func:`_raise_terminated` in a program of the user's own: uncaught, the stop ends it in one line, naming
+    ``report`` (the monitor's) however the program closes it (``with``, ``stop()`` in a ``finally``, or never)."""
     if not isinstance(sys.excepthook, _UncaughtStop):
         sys.excepthook = _UncaughtStop(sys.excepthook)
-    raise _raised_by_handler(signum)
+    err = _raised_by_handler(signum)
+    if report is not None:
+        err.report = report
+    raise err
 
 
 class _UncaughtStop:
@@ -168,8 +172,8 @@ class _UncaughtStop:
 
 
 @contextlib.contextmanager
-def handle_termination(*, program: bool = False, heard: Callable[[int], None] = lambda signum: None
-                       ) -> Iterator[None]:
+def handle_termination(*, program: bool = False, heard: Callable[[int], None] = lambda signum: None,
+                       report=None) -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only; else a no-op).
 
     ``program``: the block is a program of the user's own (:func:`edgeprof.monitor`), whose own handling comes
@@ -187,7 +191,7 @@ def handle_termination(*, program: bool = False, heard: Callable[[int], None] = 
         was = signal.getsignal(s)
         if was is None or (program and was == signal.SIG_IGN):
             continue
-        handler = _raise_terminated if not program else _chained(was, heard)
+        handler = _raise_terminated if not program else _chained(was, heard, report)
         signal.signal(s, handler)
         installed[s] = (was, handler)
     try:
@@ -198,15 +202,16 @@ def handle_termination(*, program: bool = False, heard: Callable[[int], None] = 
                 signal.signal(s, was)
 
 
-def _chained(was, heard: Callable[[int], None]) -> Callable:
-    """The monitor's handler of a signal whose handler in the program was ``was`` (see :func:`handle_termination`)."""
+def _chained(was, heard: Callable[[int], None], report=None) -> Callable:
+    """The monitor's handler of a signal whose handler in the program was ``was`` (see :func:`handle_termination`;
+    ``report``: the monitor's, which the line of an uncaught stop names)."""
 
     def chained(signum, frame) -> None:
         heard(signum)
         if callable(was):
             was(signum, frame)
         else:  # SIG_DFL: the signal's default is to end the program
-            _raise_in_program(signum, frame)
+            _raise_in_program(signum, frame, report)
 
     return chained
 

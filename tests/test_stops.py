@@ -170,6 +170,14 @@ if mode == "never stopped":
     while True:
         with mon.window("step"):
             time.sleep(0.01)
+if mode == "stop in finally":
+    mon.start()
+    try:
+        while True:
+            with mon.window("step"):
+                time.sleep(0.01)
+    finally:
+        mon.stop()
 with mon:
     while not asked:
         with mon.window("step"):
@@ -182,7 +190,10 @@ print("the program's own handler ended the loop")
 @pytest.mark.parametrize("mode, sig, code, line", [
     ("with", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM); the report keeps every window that finished"),
     ("with", signal.SIGHUP, 129, "edgeprof: interrupted (SIGHUP); the report keeps every window that finished"),
-    ("never stopped", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM)"),
+    ("never stopped", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM); the report keeps every window that "
+                                           "finished"),
+    ("stop in finally", signal.SIGTERM, 143, "edgeprof: interrupted (SIGTERM); the report keeps every window that "
+                                             "finished"),
     ("own handler", signal.SIGTERM, 0, None),
 ])
 def test_a_monitored_program_stopped_by_a_signal_ends_in_one_line_or_as_it_handles_it(tmp_path, mode, sig, code,

@@ -222,7 +222,8 @@ class Monitor:
 
         # SIGTERM and SIGHUP (main thread): recorded, then the program's own handler runs; left at their default,
         # they end the run as in measure, and one the program does not catch ends it with one line and 143 / 129
-        stack.enter_context(handle_termination(program=True, heard=self._signals.append))
+        stack.enter_context(handle_termination(program=True, heard=self._signals.append,
+                                               report=self._session.csv_path))
         atexit.register(self._at_exit)
         stack.callback(atexit.unregister, self._at_exit)
         self._stack, self._state = stack, "running"
