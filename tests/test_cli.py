@@ -530,3 +530,26 @@ def test_help_states_each_commands_own_default_dataset(command, default):
     text = " ".join(result.stdout.split())
     block = text[text.index("--dataset"):text.index("--dataset") + 400]
     assert f"[default: {default}]" in block and "(embedded, default)" not in block
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--tf32"], "--tf32 asks for TF32 matmuls and convolutions on a CUDA GPU; --device auto (here: cpu) has none"),
+    (["--country", "XX"], "unknown country 'XX': use an ISO 3166 code"),
+], ids=["tf32-on-the-cpu", "unknown-country"])
+def test_a_setting_set_up_would_refuse_is_refused_before_the_output_folder_is_made(tmp_path, args, said, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # auto is the CPU, as on this machine
+    out = tmp_path / "new" / "folder"
+    for command in (["measure"], ["sweep", "--taus", "1,2", "--backbone", "mlp"]):
+        result = CliRunner().invoke(app, [*command, *args, "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert said in result.stderr and result.stdout == "", result.output
+        assert not (tmp_path / "new").exists(), "no folder made"
+
+
+def test_a_run_that_fails_in_set_up_prints_nothing_on_stdout(tmp_path):
+    """The progress display's last frame was an empty line on a stdout that is not a terminal."""
+    result = CliRunner().invoke(app, ["measure", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"),
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 3 and result.stdout == "", repr(result.stdout)

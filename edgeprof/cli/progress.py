@@ -43,7 +43,10 @@ class Display:
             if self._setup is not None:
                 self._progress.remove_task(self._setup)
                 self._setup = None
-            self._progress.stop()
+            if not self._progress.tasks:  # nothing left to show (set-up failed or was stopped): no blank line, which
+                self._progress.live.stop()  # Progress.stop adds on a console that is not a terminal
+            else:
+                self._progress.stop()
 
     def stage(self, text: str) -> None:
         """Show ``set-up: text`` on its own line (the line goes away when the next bar starts)."""

@@ -132,6 +132,22 @@ def run_rounds(ctx: RunContext, cfg: RunConfig, federation: Federation,
     return cfg.rounds
 
 
+def preflight(cfg: RunConfig) -> None:
+    """Refuse, before the output folder is made, what set-up would refuse later in one line (ConfigError, exit 2):
+    a device this machine cannot use or ``--tf32`` on one without TF32, and a country or region codecarbon does not
+    know."""
+    from edgeprof.errors import ConfigError
+    from edgeprof.meters.carbon import carbon_intensity
+    from edgeprof.nn.compute import check_usable, kind_of, resolve_device, tf32_refused
+
+    device = resolve_device(cfg.device)
+    if cfg.tf32 and not kind_of(device).cudnn and kind_of(device).unavailable(device) is None:
+        raise ConfigError(tf32_refused(cfg.device if cfg.device == device else f"{cfg.device} (here: {device})"))
+    check_usable(device, cfg.tf32)
+    energy = cfg.energy
+    carbon_intensity(energy.country, region=energy.region, override_g_per_kwh=energy.carbon_intensity)
+
+
 def _no_stage(_: str) -> None:
     """Default set-up reporter: says nothing."""
 
@@ -160,6 +176,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     """
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
+    preflight(cfg)
     check_writable(cfg.out)
     load_native_libraries()
     stage(stages["data"])

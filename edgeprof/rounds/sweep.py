@@ -233,8 +233,9 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     from edgeprof.report.writer import check_writable
     from edgeprof.nn.compute import set_threads
     from edgeprof.host import load_native_libraries
-    from edgeprof.rounds.simulate import build_federation, run_round
+    from edgeprof.rounds.simulate import build_federation, preflight, run_round
 
+    preflight(cfg.base)
     check_writable(cfg.base.out)
     load_native_libraries()
     set_threads(cfg.base.threads)
