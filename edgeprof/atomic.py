@@ -18,7 +18,7 @@ import stat
 import threading
 from pathlib import Path
 
-__all__ = ["temporary_name", "write_all", "write_bytes", "write_text"]
+__all__ = ["make_folder", "temporary_name", "write_all", "write_bytes", "write_text"]
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -27,6 +27,20 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def make_folder(folder: str | Path) -> Path:
+    """Create ``folder`` and its parents where missing; OSError where it cannot be, one that says so in its
+    ``strerror`` where the folder or a parent is a file (``mkdir`` says only "File exists" or "Not a directory")."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        for part in (folder, *folder.parents):
+            if part.exists() and not part.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{part} is a file, not a folder", str(part)) from err
+        raise
+    return folder
 
 
 def temporary_name(path: Path) -> Path:

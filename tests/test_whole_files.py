@@ -99,3 +99,18 @@ def test_a_file_is_never_written_in_place_of_a_fifo(tmp_path, report, command):
     assert "not a regular file (a device, FIFO or socket) is there, and a file is never written in its place" in (
         _one_line(result.stderr))
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and [p.name for p in tmp_path.iterdir()] == [written.name]
+
+
+@pytest.mark.parametrize("command", ["measure", "export", "dashboard"])
+def test_an_out_that_is_a_file_is_said_to_be_one(tmp_path, report, command):
+    """It said "File exists" (or "Not a directory"), which reads like a name clash."""
+    blocker = tmp_path / "f"
+    blocker.write_text("a file\n")
+    args = {"measure": ["measure", *FAST, "--out", str(blocker)],
+            "export": ["export", "--backbone", "mlp", "--dataset", "synthetic", "--out", str(blocker)],
+            "dashboard": ["dashboard", str(report), "--out", str(blocker / "sub")]}[command]
+
+    result = CliRunner().invoke(app, args)
+
+    assert result.exit_code == 4, result.output
+    assert _one_line(result.stderr).endswith(f"{blocker} is a file, not a folder") and blocker.read_text() == "a file\n"

@@ -50,7 +50,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from edgeprof.atomic import write_bytes
+from edgeprof.atomic import make_folder, write_bytes
 from edgeprof.errors import ConfigError, ModelError, OutputError
 from edgeprof.nn.backbones import Backbone, check_params, file_stem
 from edgeprof.nn.verify import check_export
@@ -81,7 +81,7 @@ def export_backbone(module: torch.nn.Module, path: str | Path, opset: int = 17) 
     names = _param_names(model, module)
     check_export(module, model, names, _RebuildFeed(model, names, threads=1).run)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         write_bytes(path, data)
     except OSError as err:
         raise OutputError(f"cannot write the ONNX model to {path}: {err.strerror or err}") from err

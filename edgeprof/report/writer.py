@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from edgeprof.atomic import write_all as _write_all, write_bytes
+from edgeprof.atomic import make_folder, write_all as _write_all, write_bytes
 from edgeprof.errors import OutputError, ReportError
 from edgeprof.report.schema import ROW_KINDS
 from edgeprof.signals import signals_held
@@ -206,7 +206,7 @@ def check_writable(folder: Path) -> Path:
     """Create the output folder if needed and prove a file can be written there; OutputError if not."""
     folder = Path(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         probe = folder / f".edgeprof-write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()

@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from edgeprof.atomic import write_text
+from edgeprof.atomic import make_folder, write_text
 from edgeprof.errors import ConfigError, OutputError, require
 from edgeprof.report.analysis import analyze
 from edgeprof.report.dashboard import claim, flower, own_code, runs, target, window_charts
@@ -145,7 +145,7 @@ def write_dashboard(paths: Sequence[str | Path], output: str | Path, title: str 
         reports = [read_report(p) for p in paths]
     text = render(reports, title=title, trace_round=trace_round, trace_client=trace_client, notes=notes)
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(output.parent)
         write_text(output, text)  # whole or absent: a full disk leaves no part of a page, and an old page as it was
     except OSError as err:
         raise OutputError(f"cannot write the dashboard to {output}: {err.strerror or err}") from err
