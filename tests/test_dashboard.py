@@ -561,3 +561,11 @@ def test_accuracy_against_energy_draws_hollow_where_its_joules_hold_a_short_wind
     assert line["x"] == [10.0, 20.0, 30.0] and line["marker"]["symbol"] == ["circle", "circle-open", "circle-open"]
     assert line["text"] == ["", "its joules hold short windows: not resolved", "its joules hold short windows: not "
                                                                                "resolved"]
+
+
+def test_the_rounds_axis_of_the_wall_time_plot_has_whole_ticks_only(tmp_path):
+    page = _render(tmp_path, rows_for(TWO))
+
+    (figure,) = _figures(page, "wall seconds of each client round")
+
+    assert figure["layout"]["xaxis"]["tickformat"] == "d"

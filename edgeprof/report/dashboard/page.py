@@ -181,6 +181,12 @@ def estimated_variants(rows: Iterable[Row]) -> set[tuple[str, str]]:
     return {(r.host, r.variant) for r in rows if r.num("energy_j") is not None and "estimate" in methods_of([r])}
 
 
+def whole_ticks(values: Sequence[float]) -> dict:
+    """An x axis of whole numbers (rounds, occurrences) that never shows a fractional tick."""
+    span = max(values, default=1) - min(values, default=1)
+    return {"tickformat": "d", **({"dtick": 1} if span <= 20 else {})}
+
+
 def marked(text: str, estimate: bool) -> str:
     """``text``, followed by ``(ESTIMATE)`` where the energy it stands for is an estimate."""
     return f"{text} (ESTIMATE)" if estimate else text

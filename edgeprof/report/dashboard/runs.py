@@ -12,7 +12,7 @@ from edgeprof.report.analysis import is_short, variant_of
 from edgeprof.report.dashboard.flower import status_text
 from edgeprof.report.dashboard.own_code import accuracy_points, own_label, own_title
 from edgeprof.report.dashboard.page import (Page, Row, energy_note, esc, grid, marked, methods_of, num_text,
-                                            short_labels, table)
+                                            short_labels, table, whole_ticks)
 from edgeprof.report.writer import Report
 
 
@@ -107,8 +107,10 @@ def timeseries(page: Page, hosts: Mapping[str, list[Row]]) -> str:
     for host, rows in hosts.items():
         data = _round_traces(page, rows)
         if data:
+            rounds = [x for trace in data for x in trace["x"] if x is not None]
             cells.append(page.figure(data, f"{host}: wall seconds of each client round (one line per tau)",
-                                     {"title": {"text": "round (in a sweep: the cell's position in the order)"}},
+                                     {"title": {"text": "round (in a sweep: the cell's position in the order)"},
+                                      **whole_ticks(rounds)},
                                      {"title": {"text": "wall seconds"}, "type": "log"}))
     return grid(cells) if cells else '<p class="note">No client rows.</p>'
 

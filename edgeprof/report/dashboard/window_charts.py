@@ -17,7 +17,8 @@ from edgeprof.errors import ConfigError, ReportError
 from edgeprof.report.analysis import variant_of
 from edgeprof.report.dashboard.own_code import labels_and_errors, own_label
 from edgeprof.report.dashboard.page import (COLORS, METRIC_LABELS, Page, Row, energy_note, esc, grid, host_of,
-                                            listing, marked, median, methods_of, num_text, phase_names, rows_of, table)
+                                            listing, marked, median, methods_of, num_text, phase_names, rows_of, table,
+                                            whole_ticks)
 from edgeprof.report.trace_file import NO_TRACE, NO_TRACE_MONITOR, locate, trace_hz
 from edgeprof.report.trace_view import (ESTIMATE, FLAGGED, OUTSIDE, DomainStat, PhaseStat, Window, choose, load,
                                         phase_stats, report_row, segments)
@@ -40,12 +41,6 @@ def _window_table(host: str, groups: Mapping[tuple[str, str], list[Row]], phases
               "phases (median s)")
     keep = [i for i in range(len(header)) if algos or header[i] != "algorithm"]
     return table([header[i] for i in keep], [[row[i] for i in keep] for row in body], "windows")
-
-
-def whole_ticks(values: Sequence[float]) -> dict:
-    """An x axis of whole numbers (rounds, occurrences) that never shows a fractional tick."""
-    span = max(values, default=1) - min(values, default=1)
-    return {"tickformat": "d", **({"dtick": 1} if span <= 20 else {})}
 
 
 def _window_plot(page: Page, host: str, groups: Mapping[tuple[str, str], list[Row]]) -> str:
