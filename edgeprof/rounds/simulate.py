@@ -137,7 +137,7 @@ def preflight(cfg: RunConfig) -> None:
     a device this machine cannot use or ``--tf32`` on one without TF32, and a country or region codecarbon does not
     know."""
     from edgeprof.errors import ConfigError
-    from edgeprof.meters.carbon import carbon_intensity
+    from edgeprof.meters.carbon import carbon_or_note
     from edgeprof.nn.compute import check_usable, kind_of, resolve_device, tf32_refused
 
     device = resolve_device(cfg.device)
@@ -145,7 +145,8 @@ def preflight(cfg: RunConfig) -> None:
         raise ConfigError(tf32_refused(cfg.device if cfg.device == device else f"{cfg.device} (here: {device})"))
     check_usable(device, cfg.tf32)
     energy = cfg.energy
-    carbon_intensity(energy.country, region=energy.region, override_g_per_kwh=energy.carbon_intensity)
+    # codecarbon's data missing is the machine's, a note of the run (no carbon figures), never a refusal
+    carbon_or_note(energy.country, region=energy.region, override_g_per_kwh=energy.carbon_intensity)
 
 
 def _no_stage(_: str) -> None:
