@@ -82,9 +82,7 @@ def _check_replaceable(path: Path) -> None:
     socket or a folder. A regular file, a link (itself replaced, never what it points to) or nothing is fine."""
     try:
         kind = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError:  # cannot be looked at: the write says why
+    except OSError:  # nothing there, or it cannot be looked at: the write says why
         return
     if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
         what = "a folder" if stat.S_ISDIR(kind) else "not a regular file (a device, FIFO or socket)"

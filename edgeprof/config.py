@@ -276,17 +276,17 @@ def check_given(cfg: RunConfig, given: Sequence[str]) -> None:
     """ConfigError with one line for a data or evaluation option given where this run would ignore it (and record it
     in the sidecar as if used): ``--synthetic-samples``/``--synthetic-classes`` but for ``--dataset synthetic``,
     ``--data-dir`` for a data set that reads no file, ``--eval-protocol`` without ``--evaluate``."""
-    files = data_names.FILE_DATASETS
-    for name in ("synthetic_samples", "synthetic_classes"):
-        if name in given and cfg.dataset != "synthetic":
-            raise ConfigError(f"--{name.replace('_', '-')} sets the synthetic data set, and this run's is "
-                              f"{cfg.dataset}; add --dataset synthetic (or leave it out)")
-    if "data_dir" in given and cfg.dataset not in files:
-        raise ConfigError(f"--data-dir is where the files of {', '.join(files)} are read from, and "
-                          f"{cfg.dataset} reads none; leave it out (or name one of those with --dataset)")
-    if "eval_protocol" in given and not cfg.evaluate:
-        raise ConfigError("--eval-protocol says how --evaluate scores a round, and --evaluate was not given; add "
-                          "--evaluate (or leave it out)")
+    files, unused = data_names.FILE_DATASETS, cfg._unused_data_settings()  # the record's null ones, one rule
+    why = {"synthetic_samples": f"sets the synthetic data set, and this run's is {cfg.dataset}; add --dataset "
+                                "synthetic (or leave it out)",
+           "data_dir": f"is where the files of {', '.join(files)} are read from, and {cfg.dataset} reads none; leave "
+                       "it out (or name one of those with --dataset)",
+           "eval_protocol": "says how --evaluate scores a round, and --evaluate was not given; add --evaluate (or "
+                            "leave it out)"}
+    why["synthetic_classes"] = why["synthetic_samples"]
+    for name in ("synthetic_samples", "synthetic_classes", "data_dir", "eval_protocol"):
+        if name in given and name in unused:
+            raise ConfigError(f"--{name.replace('_', '-')} {why[name]}")
 
 
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -47,7 +47,7 @@ from typing import Callable, Mapping
 from edgeprof.errors import MeterError, MeterPermissionError
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, MeterOption, ProbeResult
 from edgeprof.meters.sampler import Implausible, PowerSample, PowerSampler
-from edgeprof.meters.sysfs import IntFile, read_label
+from edgeprof.meters.sysfs import IntFile, read_label, read_positive_int
 
 #: names of the board's input rail (the total), upper-cased
 TOTAL_RAILS = ("VDD_IN", "POM_5V_IN", "VIN", "VDD_IN_TOTAL")
@@ -136,20 +136,10 @@ def _skip(label: str) -> bool:
     return not label or label.upper() == "NC" or label.lower().startswith("sum")
 
 
-def _number(path: Path) -> int | None:
-    """A positive integer attribute (a shunt's micro-ohms, the update interval's ms), or None where it is missing,
-    unreadable or not positive (the bound or period it gives is then unknown, never made up)."""
-    try:
-        value = int(path.read_text().strip())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return value if value > 0 else None
-
-
 def _hwmon_rails(root: Path) -> tuple[list[Rail], list[str]]:
     rails, skipped = [], []
     for hwmon in sorted(root.glob("bus/i2c/drivers/ina3221/*/hwmon/hwmon*")):
-        interval_ms = _number(hwmon / "update_interval")
+        interval_ms = read_positive_int(hwmon / "update_interval")
         for label_file in sorted(hwmon.glob("in*_label")):
             k = re.fullmatch(r"in(\d+)_label", label_file.name)
             if k is None:
@@ -160,7 +150,7 @@ def _hwmon_rails(root: Path) -> tuple[list[Rail], list[str]]:
                 continue
             volt, curr = hwmon / f"in{k[1]}_input", hwmon / f"curr{k[1]}_input"
             if not _skip(label) and volt.exists() and curr.exists():
-                shunt_uohm = _number(hwmon / f"shunt{k[1]}_resistor")
+                shunt_uohm = read_positive_int(hwmon / f"shunt{k[1]}_resistor")
                 max_ma = None if shunt_uohm is None else SHUNT_FULL_SCALE_MV * 1e6 / shunt_uohm
                 rails.append(Rail(label, "hwmon", volt, curr, BUS_FULL_SCALE_MV, max_ma,
                                   (interval_ms or 0) / 1000.0))

@@ -54,7 +54,7 @@ from typing import Callable, Mapping
 
 from edgeprof.errors import MeterError, MeterPermissionError
 from edgeprof.meters.base import Backend, Domain, Invalid, Meter, ProbeResult
-from edgeprof.meters.sysfs import IntFile, read_label
+from edgeprof.meters.sysfs import IntFile, read_label, read_positive_int
 
 _ZONE_RE = re.compile(r"^intel-rapl(?P<mmio>-mmio)?:(?P<top>\d+)(?::(?P<sub>\d+))?$")
 
@@ -98,11 +98,6 @@ def powercap_dir(sysfs_root: str | os.PathLike) -> Path:
     return Path(sysfs_root) / "class" / "powercap"
 
 
-def _read_text(path: Path) -> str:
-    with open(path, "r") as fh:
-        return fh.read().strip()
-
-
 def _counter(zone_path: Path) -> IntFile:
     """The zone's ``energy_uj``, kept open; permission problems become :class:`MeterPermissionError`."""
     return IntFile(zone_path / "energy_uj", "RAPL counter", PERMISSION_FIX)
@@ -134,13 +129,9 @@ def _kind(name: str) -> str | None:
 
 def _power_bound(path: Path, kind: str) -> tuple[int, str]:
     """The zone's plausible-power bound in uW and where it comes from (see the module docstring)."""
-    limits = []
-    for limit_file in sorted([*path.glob("constraint_*_max_power_uw"), *path.glob("constraint_*_power_limit_uw")]):
-        try:
-            limits.append(int(_read_text(limit_file)))
-        except (OSError, ValueError):
-            continue  # an unreadable limit gives no bound; the default applies
-    best = max((v for v in limits if v > 0), default=0)
+    files = sorted([*path.glob("constraint_*_max_power_uw"), *path.glob("constraint_*_power_limit_uw")])
+    limits = [read_positive_int(f) for f in files]  # an unreadable limit gives no bound; the default applies
+    best = max((v for v in limits if v is not None), default=0)
     if best:
         return 2 * best, f"2 x the largest constraint power limit or max power ({best} uW)"
     return DEFAULT_MAX_POWER_W[kind] * 10**6, f"default {DEFAULT_MAX_POWER_W[kind]} W for a {kind} zone"

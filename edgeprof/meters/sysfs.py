@@ -32,6 +32,17 @@ def read_label(path: Path) -> tuple[str | None, str]:
         return None, f"{path} is not UTF-8 text ({raw[:16]!r})"
 
 
+def read_positive_int(path: Path) -> int | None:
+    """A positive integer attribute read once (a RAPL zone's power limit, a Jetson shunt's micro-ohms, the INA3221's
+    update interval), or None where it is missing, unreadable, not an integer or not positive: the bound or period
+    it gives is then unknown, never made up."""
+    try:
+        value = int(Path(path).read_text().strip())
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return value if value > 0 else None
+
+
 class IntFile:
     """An integer sysfs file (a RAPL ``energy_uj``, a Jetson rail's ``in_power0_input``) kept open and re-read
     with ``os.pread`` from offset 0: one system call a reading instead of open, read and close (sysfs
