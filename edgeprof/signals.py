@@ -101,6 +101,39 @@ def stop_raised() -> bool:
     return bool(_raised)
 
 
+#: the report the current command's runs closed last, whether it completed, and how many complete ones came before
+#: it (:func:`report_closed`; two numbers and a path however many runs a long-lived program closes)
+_closed: dict = {"last": None, "complete_before": 0}
+
+
+def report_closed(report, *, complete: bool) -> None:
+    """Record that ``report``'s final sidecar is written (``complete``: it says so). A stop signal that comes later
+    in the same command (its teardown, its summary, between two of its statements, the next run's set-up) carries
+    no report of its own; :func:`name_closed_report` gives it this one, so that its line names the report and
+    never says that none was written."""
+    last = _closed["last"]
+    _closed["complete_before"] += last is not None and last[1]
+    _closed["last"] = (report, complete)
+
+
+def forget_closed_report() -> None:
+    """A command starts: no run of it has closed a report yet (:func:`report_closed`)."""
+    _closed.update(last=None, complete_before=0)
+
+
+def name_closed_report(err: BaseException) -> BaseException:
+    """``err``, a stop, naming the report closed last (:func:`report_closed`) where it names none (``report`` and
+    ``report_complete``, which the CLI's line reads), and in ``earlier_whole`` how many other reports the command
+    closed complete (``train``'s earlier runs)."""
+    last = _closed["last"]
+    if last is None:
+        return err
+    if getattr(err, "report", None) is None:
+        err.report, err.report_complete = last
+    err.earlier_whole = _closed["complete_before"] + (last[1] and err.report != last[0])
+    return err
+
+
 def _raised_by_handler(signum: int) -> BaseException:
     """:func:`stop_exception` for a signal handler to raise, with :class:`_SwallowedStop` in place: a handler can
     run inside a ``__del__`` or a weakref callback, whose exceptions Python prints and drops."""

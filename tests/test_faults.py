@@ -185,6 +185,108 @@ def test_a_second_ctrl_c_while_the_sidecar_is_written_cannot_leave_running(tmp_p
     _stopped_as_round_3_starts(tmp_path, monkeypatch, lambda: os.kill(os.getpid(), signal.SIGINT), "twice")
 
 
+def _then_a_ctrl_c(real: Callable) -> Callable:
+    """``real``, after which a Ctrl-C lands (raised as its handler would, as ``real`` returns)."""
+
+    def then_stop(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    return then_stop
+
+
+def _where_a_late_ctrl_c_lands():
+    from edgeprof import cli
+    from edgeprof.cli.progress import Display
+    from edgeprof.rounds.federation import Federation
+
+    return {"federation-close": (Federation, "close"), "display-close": (Display, "__exit__"),
+            "before-the-summary": (cli, "_read")}
+
+
+@pytest.mark.parametrize("command", ["measure", "sweep"])
+@pytest.mark.parametrize("where", ["federation-close", "display-close", "before-the-summary"])
+def test_a_ctrl_c_after_the_final_sidecar_names_the_whole_report_wherever_it_lands(tmp_path, monkeypatch, command,
+                                                                                    where):
+    """A Ctrl-C once the final sidecar is written, in whatever the command does next (the federation's engines
+    closing, the progress display closing, before the summary is read): the report is whole and the line says so.
+    It said "no report was written" where the stop met none of the places that named the report (CI, Python 3.10,
+    a burst landing as the federation closed)."""
+    target, name = _where_a_late_ctrl_c_lands()[where]
+    if command == "sweep" and name == "_read":
+        from edgeprof.rounds import sweep
+
+        target, name = sweep, "analyze_report"  # what sweep does first with its closed report
+    monkeypatch.setattr(target, name, _then_a_ctrl_c(getattr(target, name)))
+    out = tmp_path / "profiles"
+    args = ([command, *FAST, "--rounds", "2"] if command == "measure" else
+            [command, "--backbone", "mlp", "--dataset", "synthetic", "--samples-per-client", "20", "--taus", "1,2",
+             "--repeats", "1", "--no-warmup", "--no-progress"])
+
+    result = CliRunner().invoke(app, [*args, "--run-name", "late", "--out", str(out)])
+
+    assert result.exit_code == 130, result.output
+    csv_path = out / "late.csv"
+    assert _one_line(result.stderr) == \
+        f"edgeprof: interrupted (SIGINT) after the run completed; the report is whole ({csv_path})"
+    assert json.loads((out / "late.json").read_text())["status"] == "complete"
+    assert len(_whole_rows(csv_path)) > 1
+
+
+def test_a_ctrl_c_in_trains_second_run_names_that_run_and_the_earlier_whole_report(tmp_path, monkeypatch):
+    """``train`` runs one report per algorithm: a Ctrl-C in the second run's set-up names the first run's report,
+    whole; one in the second run's rounds names that report, and says the earlier one is whole."""
+    from edgeprof.rounds import simulate
+
+    real_load, real_round, loads, rounds = simulate.load_clients, simulate.run_round, [], []
+
+    def load(cfg):
+        loads.append(cfg.algo)
+        if loads == ["pflego", "fedper"] and stop_in == "set-up":
+            raise KeyboardInterrupt
+        return real_load(cfg)
+
+    def round_(*args, **kwargs):
+        rounds.append(1)
+        if len(loads) == 2 and stop_in == "rounds":
+            raise KeyboardInterrupt
+        return real_round(*args, **kwargs)
+
+    monkeypatch.setattr(simulate, "load_clients", load)
+    monkeypatch.setattr(simulate, "run_round", round_)
+    lines = {}
+    for stop_in in ("set-up", "rounds"):
+        loads.clear()
+        out = tmp_path / stop_in
+        result = CliRunner().invoke(app, ["train", "--algos", "pflego,fedper", *FAST, "--rounds", "2",
+                                          "--target-accuracy", "0.5", "--run-name", "t", "--out", str(out)])
+        assert result.exit_code == 130, result.output
+        lines[stop_in] = _one_line(result.stderr)
+        assert json.loads((out / "t-pflego.json").read_text())["status"] == "complete"
+
+    first = tmp_path / "set-up" / "t-pflego.csv"
+    assert lines["set-up"] == f"edgeprof: interrupted (SIGINT) after the run completed; the report is whole ({first})"
+    second = tmp_path / "rounds" / "t-fedper.csv"
+    assert lines["rounds"] == (f"edgeprof: interrupted (SIGINT); the report keeps every round that finished "
+                               f"({second}); the earlier run's report is whole")
+    assert not (tmp_path / "set-up" / "t-fedper.csv").exists()
+
+
+def test_a_command_names_only_a_report_it_closed_itself(tmp_path, monkeypatch):
+    """The record of closed reports is the command's: after a whole run in this process, a later command stopped in
+    its set-up says that no report was written."""
+    from edgeprof.rounds import simulate
+
+    first = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "1", "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    monkeypatch.setattr(simulate, "load_clients", lambda cfg: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--out", str(tmp_path / "b")])
+
+    assert result.exit_code == 130, result.output
+    assert _one_line(result.stderr) == "edgeprof: interrupted (SIGINT); no report was written"
+
+
 class _StopWhileNamed:
     """A descriptor whose ``__set_name__`` is hit by a Ctrl-C, as a dataclass's fields are while a module loads:
     Python 3.11 raises it out of the class statement wrapped in a RuntimeError."""
@@ -445,18 +547,24 @@ def stop_lands_here(*args, **kwargs):  # the first Ctrl-C, raised by its handler
 def command():  # the command ran, and ended with exit 0
     raise SystemExit(0)
 
+def command_that_closed_a_report():  # the command's run closed its report, and the stop came as its guard let go
+    edgeprof.signals.report_closed("r.csv", complete=True)
+    raise KeyboardInterrupt()
+
 where = sys.argv[1]
 if where == "stop_once":  # as the signals are handed over, before the command
     edgeprof.signals.stop_once = stop_lands_here
-else:  # in the checks after the command, before the exit handlers run
+elif where == "after":  # in the checks after the command, before the exit handlers run
     exits._alone = stop_lands_here
-exits.run(command)
+exits.run(command_that_closed_a_report if where == "guard-let-go" else command)
 """
 
 
 @pytest.mark.parametrize("where,line", [
     ("stop_once", "edgeprof: interrupted (SIGINT) before the command ran; nothing was written"),
-    ("after", "edgeprof: interrupted (SIGINT) after the command ended")], ids=["at-the-hand-over", "after-the-end"])
+    ("after", "edgeprof: interrupted (SIGINT) after the command ended"),
+    ("guard-let-go", "edgeprof: interrupted (SIGINT) after the run completed; the report is whole (r.csv)")],
+    ids=["at-the-hand-over", "after-the-end", "after-the-guard"])
 def test_a_first_stop_between_the_hand_offs_of_the_console_script_is_one_line_and_130(where, line):
     """A Ctrl-C whose handler raised between the console script's steps (handing the signals to stop_once, the
     checks after the command) escaped as a traceback and a death by SIGINT (seen in CI on Python 3.10, in a burst)."""

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from edgeprof.cli import exits, options as o
-from edgeprof.cli.exits import OneLineErrors, guard, report_done, show_notes
+from edgeprof.cli.exits import OneLineErrors, guard, show_notes
 
 _log = logging.getLogger("edgeprof.cli")
 
@@ -47,23 +47,16 @@ def _run_with_progress(cfg, display=None, sidecar=None) -> "object":
 
     own = display is None
     display = Display(cfg.progress) if own else display
-    done: list = []
-    try:
-        with display if own else contextlib.nullcontext():
-            bar: list = []
+    with display if own else contextlib.nullcontext():
+        bar: list = []
 
-            def progress(finished: int, total: int) -> None:
-                if not bar:  # progress(0, total): set-up is over, the bar's clock starts now
-                    bar.append(display.bar(f"{cfg.algo} tau={cfg.tau}", total))
-                if bar[0] is not None:
-                    bar[0](finished, total)
+        def progress(finished: int, total: int) -> None:
+            if not bar:  # progress(0, total): set-up is over, the bar's clock starts now
+                bar.append(display.bar(f"{cfg.algo} tau={cfg.tau}", total))
+            if bar[0] is not None:
+                bar[0](finished, total)
 
-            done.append(run(cfg, progress=progress, stage=display.stage, sidecar=sidecar))
-    except exits.STOP_EXCEPTIONS as err:  # after the run returned (the display closing): its report is whole
-        if done and getattr(err, "report", None) is None:
-            err.report, err.report_complete = done[0].csv_path, done[0].status == "complete"
-        raise
-    return done[0]
+        return run(cfg, progress=progress, stage=display.stage, sidecar=sidecar)
 
 
 def _console():
@@ -159,11 +152,10 @@ def _print_final_eval(csv_path: Path) -> None:
 
 def _measure_and_report(cfg) -> None:
     """Run ``cfg``, then print the report's summary (and, with ``--evaluate``, the last evaluation)."""
-    result = _run_with_progress(cfg)
-    with report_done(result.csv_path):
-        _print_summary(_read(result.csv_path))
-        if cfg.evaluate:
-            _print_final_eval(result.csv_path)
+    result = _run_with_progress(cfg)  # a stop from here on names its report (edgeprof.signals.report_closed)
+    _print_summary(_read(result.csv_path))
+    if cfg.evaluate:
+        _print_final_eval(result.csv_path)
 
 
 @app.command()

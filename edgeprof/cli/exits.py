@@ -15,7 +15,6 @@ import os
 import re
 import sys
 import threading
-from pathlib import Path
 from typing import Iterator
 
 import typer
@@ -128,8 +127,10 @@ def show_notes() -> None:
 def guard() -> Iterator[None]:
     """Turn the project's errors into one line and an exit code; Ctrl-C, SIGTERM and SIGHUP into one line and
     128 + the signal number (130, 143, 129)."""
-    from edgeprof.signals import exit_code, handle_termination, stops_unwrapped
+    from edgeprof.signals import exit_code, forget_closed_report, handle_termination, name_closed_report, \
+        stops_unwrapped
 
+    forget_closed_report()  # a stop names only a report this command closed
     try:
         with handle_termination(), stops_unwrapped():
             yield
@@ -137,7 +138,7 @@ def guard() -> Iterator[None]:
         error_line(str(err))
         raise typer.Exit(err.exit_code) from None
     except STOP_EXCEPTIONS as err:
-        typer.echo(f"edgeprof: {stopped_line(err)}", err=True)
+        typer.echo(f"edgeprof: {stopped_line(name_closed_report(err))}", err=True)
         raise typer.Exit(exit_code(err)) from None
 
 
@@ -153,24 +154,18 @@ def before_command_line(err: BaseException) -> str:
 
 def stopped_line(err: BaseException) -> str:
     """What a stop signal left: the report it names (``err.report``: set where a report was open, see
-    :func:`edgeprof.session.run.open_run` and :func:`report_done`), whole or with the finished rounds; or that no
-    report was written (a stop in a run's set-up, before its report was opened, or in a command that writes none)."""
-    what, report = stop_reason(err), getattr(err, "report", None)
+    :func:`edgeprof.session.run.open_run`, or once it closed, :func:`edgeprof.signals.name_closed_report`), whole or
+    with the finished rounds; or that no report was written (a stop in a run's set-up, before its report was
+    opened, or in a command that writes none); and ``err.earlier_whole``, how many more reports the command's earlier
+    runs left whole (``train``)."""
+    what, report, earlier = stop_reason(err), getattr(err, "report", None), getattr(err, "earlier_whole", 0)
+    also = "" if not earlier else ("; the earlier run's report is whole" if earlier == 1 else
+                                   f"; the {earlier} earlier runs' reports are whole")
     if report is None:
         return f"{what}; no report was written"
     if getattr(err, "report_complete", False):
-        return f"{what} after the run completed; the report is whole ({report})"
-    return f"{what}; the report keeps every round that finished ({report})"
-
-
-@contextlib.contextmanager
-def report_done(csv_path: Path) -> Iterator[None]:
-    """Around what a command prints after its run completed: a Ctrl-C there names the whole report."""
-    try:
-        yield
-    except STOP_EXCEPTIONS as err:
-        err.report, err.report_complete = csv_path, True
-        raise
+        return f"{what} after the run completed; the report is whole ({report}){also}"
+    return f"{what}; the report keeps every round that finished ({report}){also}"
 
 
 def run(app: typer.Typer) -> None:
@@ -207,7 +202,7 @@ def run(app: typer.Typer) -> None:
         except SystemExit as done:
             code = 0 if done.code is None else done.code
         except STOP_EXCEPTIONS as err:  # before the command's own guard took over, or after it let go
-            typer.echo(before_command_line(err), err=True)
+            typer.echo(_outside_the_guard_line(err), err=True)
             code = exit_code(err)
         run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
         if isinstance(code, int) and run_exit_handlers is not None and (_alone() or stop_raised()) and _flushed():
@@ -217,9 +212,19 @@ def run(app: typer.Typer) -> None:
                 os._exit(code)
         end_on_stop(_after_the_end)
     except STOP_EXCEPTIONS as err:  # the first stop, landing between the hand-offs above (seen on Python 3.10)
-        _say(_after_the_end(stop_reason(err)) if ended else before_command_line(err))
+        _say(_after_the_end(stop_reason(err)) if ended else _outside_the_guard_line(err))
         os._exit(exit_code(err))
     sys.exit(code)
+
+
+def _outside_the_guard_line(err: BaseException) -> str:
+    """The line of a stop outside the command's guard: after it let go, once the command's run closed its report
+    (the report, whole), else before the command ran."""
+    from edgeprof.signals import name_closed_report
+
+    if getattr(name_closed_report(err), "report", None) is not None:
+        return f"edgeprof: {stopped_line(err)}"
+    return before_command_line(err)
 
 
 def _say(line: str) -> None:

@@ -22,7 +22,6 @@ from edgeprof.rounds.evaluation import accuracy_cell
 from edgeprof.rounds.federation import Federation
 from edgeprof.session.run import RunContext, base_row, make_run_id, open_run
 from edgeprof.report.writer import check_writable
-from edgeprof.signals import STOP_EXCEPTIONS
 from edgeprof.host import load_native_libraries
 
 
@@ -185,17 +184,12 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     stage(stages["build"])
     federation = build_federation(cfg, clients)
     stage(stages["meters"] if cfg.energy.idle_seconds <= 0 else stages["idle"])
-    session = None
-    try:
+    try:  # a stop after the final sidecar names the whole report (edgeprof.signals.report_closed)
         with open_run(cfg, run_id=make_run_id(cfg), phases=ALGORITHMS[cfg.algo].phases,
                       runtime=federation.runtime, finish=lambda data: {**data, **(sidecar or {})}) as session:
             if progress:
                 progress(0, cfg.rounds)  # set-up is over
             run_rounds(session.ctx, cfg, federation, lambda: session.advance(progress, cfg.rounds))
         return RunResult(session.ctx.run_id, session.csv_path, session.sidecar_path, session.done, session.status)
-    except STOP_EXCEPTIONS as err:
-        if session is not None and session.status == "complete":  # a stop after the final sidecar: the report is whole
-            err.report, err.report_complete = session.csv_path, True
-        raise
     finally:
         federation.close()

@@ -33,7 +33,7 @@ from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import check_phase_name, columns_for, row_from_window
 from edgeprof.report.trace_file import TraceWriter, trace_csv_path
 from edgeprof.report.writer import ReportWriter, check_writable, write_sidecar
-from edgeprof.signals import STOP_EXCEPTIONS, HeldSignals, stops_unwrapped
+from edgeprof.signals import STOP_EXCEPTIONS, HeldSignals, report_closed, stops_unwrapped
 
 #: notes on what a run does without (no carbon data, ...); the CLI prints them as ``edgeprof: note: ...``
 log = logging.getLogger("edgeprof")
@@ -351,9 +351,14 @@ def _close(session: ReportSession, sidecar: Callable[..., dict], error: BaseExce
             extra["trace"] = finish_trace(ctx)
         if writer.diverged is not None:
             extra["diverged"] = writer.diverged
-        _finish_sidecar(session, lambda: (write_sidecar(session.sidecar_path, sidecar(
-            status=session.status, rounds_completed=session.done, rows=writer.rows_written, **extra)),
-            written.append(session.status)))
+
+        def write() -> None:
+            write_sidecar(session.sidecar_path, sidecar(status=session.status, rounds_completed=session.done,
+                                                        rows=writer.rows_written, **extra))
+            written.append(session.status)
+            report_closed(session.csv_path, complete=session.status == "complete")  # a later stop names it
+
+        _finish_sidecar(session, write)
 
     try:
         final(error)
