@@ -30,6 +30,7 @@ prefer_passive_openmp()  # a Flower app is an entry point: before torch loads (e
 import contextlib
 import functools
 import logging
+import os
 import time
 from typing import Any, Iterator, Mapping, Optional
 
@@ -148,6 +149,44 @@ class NoNodeError(EdgeprofError):
 class SuperLinkLost(EdgeprofError):
     """The SuperLink stopped answering the ServerApp for longer than the round timeout: the run ends failed, with
     every round it finished."""
+
+
+class SuperLinkGone(BaseException):
+    """The ServerApp's parent process (the SuperLink, or the SuperExec that started the ServerApp) ended under the
+    run. Raised in the main thread from Flower's stop (:func:`parent_watch`), before Flower's force exit can cut the
+    process off; a BaseException, so that Flower's exit handlers do not swallow it, and so that it unwinds the run
+    (its report ends ``failed``, with this reason). :func:`make_server_app` hands it to Flower as
+    :class:`SuperLinkLost`."""
+
+
+@contextlib.contextmanager
+def parent_watch() -> Iterator[None]:
+    """Within the block (the ServerApp's main thread, in a process of its own), Flower's stop tells a parent that
+    went away from an operator's stop.
+
+    Flower's ServerApp process watches its parent's pid and, once it is gone, raises SIGINT in itself: Flower's
+    exit then starts a 5 s force exit (``os._exit``) and pushes its logs and status to the SuperLink that is gone
+    (up to 6 s), so the process was killed before the stop reached the run and its sidecar stayed ``running``.
+    This check is one of Flower's exit handlers that run before the force exit starts: if the process's parent is
+    no longer the one it started under (an orphan is handed to another parent as its own ends), it raises
+    :class:`SuperLinkGone`, which ends the run at once. A stop the operator asked for (``flwr stop``, a signal to
+    the process) leaves the parent as it was and goes on to Flower's own exit (``SystemExit(0)``: interrupted)."""
+    from flwr.supercore.exit import add_exit_handler
+
+    parent, watching = os.getppid(), [True]
+
+    def check() -> None:
+        if watching[0] and os.getppid() != parent:
+            watching[0] = False
+            raise SuperLinkGone(f"the SuperLink went away: the ServerApp's parent process (pid {parent}: the "
+                                "SuperLink, or the SuperExec that started the ServerApp) ended; the report keeps "
+                                "every finished round")
+
+    add_exit_handler(check, run_before_force_exit=True)
+    try:
+        yield
+    finally:
+        watching[0] = False
 
 
 def bound_retries(grid: Grid, seconds: float) -> tuple[type[BaseException], ...]:
@@ -354,7 +393,11 @@ def make_server_app() -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         _one_line_failures()
         if threading.current_thread() is threading.main_thread():
-            run_server(grid, context.run_config)
+            try:
+                with parent_watch():
+                    run_server(grid, context.run_config)
+            except SuperLinkGone as err:  # the report says failed; Flower logs one line and exits non-zero
+                raise SuperLinkLost(str(err)) from None
             return
         stop = StopRequest()
         with stop.serving():
