@@ -249,3 +249,54 @@ def test_the_dashboard_has_a_flower_section_that_shows_a_killed_nodes_replies(ki
     assert all(f"dev-{p}" in nodes for p in range(3)) and "partition of synthetic" in nodes
     runs = page[page.index('<section id="runs">'):page.index('<section id="flower">')]
     assert "complete, 2 of 9 sampled replies not used" in html_lib.unescape(runs)
+
+
+class StoppedGrid(CountingGrid):
+    """The loopback Grid, where Flower's stop (``SystemExit(0)`` under the ServerApp) lands as round ``stop_in``'s
+    messages are sent, after the round sampled its clients."""
+
+    def __init__(self, client_app, contexts, stop_in: int) -> None:
+        super().__init__(client_app, contexts)
+        self.stop_in = stop_in
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        if any(m.metadata.group_id == str(self.stop_in) for m in messages):
+            raise SystemExit(0)
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_never_come(tmp_path, task_identity):
+    """Stopped in round 3: that round's sampled clients were not waited for. The summary and the dashboard counted
+    them as replies that never came, as a node that died would be."""
+    pytest.importorskip("plotly")
+    import html as html_lib
+
+    from edgeprof.report import read_report
+    from edgeprof.report.dashboard import render
+
+    cfg, settings = run_cfg(tmp_path, rounds=5), FlowerSettings(node_wait_s=0.0)
+    run_config = to_run_config(cfg, settings)
+    contexts = {10 + p: Context(run_id=1, node_id=10 + p, node_config={"partition-id": p, "num-partitions": 3},
+                                state=RecordDict(), run_config=run_config) for p in range(3)}
+    with pytest.raises(SystemExit):
+        run_server(StoppedGrid(make_client_app(), contexts, stop_in=3), run_config)
+    csv_path = tmp_path / "loud.csv"
+    sidecar = json.loads(csv_path.with_suffix(".json").read_text())
+    assert (sidecar["status"], sidecar["rounds_completed"]) == ("interrupted", 2)
+    assert sidecar["flower"]["rounds"]["3"]["sampled"] == [0, 1, 2]  # sampled before the stop
+
+    result = CliRunner().invoke(cli, ["summary", str(csv_path)], env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("run: "))
+    assert line == ("run: interrupted: interrupted (the process was asked to exit: SystemExit 0); round 3 was under "
+                    "way when the run ended (its 3 sampled replies were not awaited)"), line
+    table = result.output[result.output.index("Flower: per host"):]
+    host = next(ln for ln in table.splitlines() if ln.startswith("│ ") and "│ 0, 1, 2 " in ln)  # this machine
+    assert host.split("│")[-2].strip() == "0", table  # the one host's replies not used: none
+    page = render([read_report(csv_path)])
+    section = html_lib.unescape(page[page.index('<section id="flower">'):])
+    rounds = [re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", section)]
+    assert ["3", "0, 1, 2", "-", "under way when the run ended", "0"] in [r[:5] for r in rounds], rounds
+    assert "never came" not in section[:section.index("</section>")]

@@ -17,17 +17,20 @@ from edgeprof.report.writer import Report
 
 @dataclass(frozen=True)
 class FlowerRound:
-    """One round: the partitions sampled and accepted, and the replies rejected as (who, reason)."""
+    """One round: the partitions sampled and accepted, and the replies rejected as (who, reason); ``under_way``: the
+    run ended (a stop, a failure) before the round did, so its replies were not awaited (none is missing)."""
 
     round: int
     sampled: list[int]
     accepted: list[int]
     rejected: list[tuple[str, str]]
+    under_way: bool = False
 
     @property
     def missing(self) -> list[int]:
-        """Sampled partitions whose reply was not used (rejected, or none came within the round's time)."""
-        return [p for p in self.sampled if p not in self.accepted]
+        """Sampled partitions whose reply was not used (rejected, or none came within the round's time); none in a
+        round the run's end cut off."""
+        return [] if self.under_way else [p for p in self.sampled if p not in self.accepted]
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,19 @@ class Federation:
 
     def ending(self) -> str:
         """How the run ended, in one line: ``complete``, ``complete, 2 of 9 sampled replies not used (...)``,
-        ``failed: <reason>``, ``interrupted: <reason>``."""
+        ``failed: <reason>``, ``interrupted: <reason>; round 3 was under way (...)``. The replies of a round the
+        run's end cut off are not counted among those not used."""
         line = self.status + (f": {self.reason}" if self.reason else "")
-        sampled = sum(len(r.sampled) for r in self.rounds)
+        finished = [r for r in self.rounds if not r.under_way]
         if self.unused:
-            rejected = sum(len(r.rejected) for r in self.rounds)
+            sampled = sum(len(r.sampled) for r in finished)
+            rejected = sum(len(r.rejected) for r in finished)
             line += (f", {self.unused} of {sampled} sampled replies not used ({rejected} rejected, "
                      f"{max(self.unused - rejected, 0)} never came)")
+        for r in self.rounds:
+            if r.under_way:
+                line += (f"; round {r.round} was under way when the run ended (its {len(r.sampled)} sampled "
+                         "replies were not awaited)")
         return line
 
 
@@ -104,14 +113,17 @@ def _pairs(value: Any, first: str, second: str = "reason") -> list[tuple[str, st
     return [(str(v.get(first, "?")), _text(v.get(second))) for v in value if isinstance(v, Mapping)]
 
 
-def _rounds(value: Any) -> list[FlowerRound]:
+def _rounds(value: Any, completed: Optional[int] = None) -> list[FlowerRound]:
+    """The rounds; with ``completed`` (a run that ended before its last round: the rounds its rows hold), a round
+    after those is marked ``under_way``."""
     if not isinstance(value, Mapping):
         return []
     rounds = []
     for key, r in value.items():
         if isinstance(r, Mapping) and str(key).isdecimal():
             rounds.append(FlowerRound(int(key), _ints(r.get("sampled")), _ints(r.get("accepted")),
-                                      _pairs(r.get("rejected"), "from")))
+                                      _pairs(r.get("rejected"), "from"),
+                                      completed is not None and int(key) > completed))
     return sorted(rounds, key=lambda r: r.round)
 
 
@@ -134,10 +146,12 @@ def read_federation(sidecar: Any) -> Optional[Federation]:
         return None
     alpha = flower.get("alpha") if isinstance(flower.get("alpha"), Mapping) else {}
     notes = [n for n in [_text(flower.get("energy_note"))] if n]
+    done = sidecar.get("rounds_completed")
+    ended_early = sidecar.get("status") != "complete" and isinstance(done, int) and not isinstance(done, bool)
     if flower.get("simulation") is True:
         notes.insert(0, "Flower simulation: every client ran on this one machine")
     return Federation(_text(sidecar.get("status")) or "unknown", " ".join(_text(sidecar.get("reason")).split()),
-                      _rounds(flower.get("rounds")), _nodes(alpha.get("nodes")),
+                      _rounds(flower.get("rounds"), done if ended_early else None), _nodes(alpha.get("nodes")),
                       _pairs(alpha.get("refused"), "node_id"), _ints(alpha.get("missing_partitions")),
                       flower.get("simulation") is True, notes)
 

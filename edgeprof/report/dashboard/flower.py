@@ -41,7 +41,8 @@ def _run(name: str, federation: Federation) -> str:
         parts.append("<p>Left out at the roll call:</p>" + table(
             ("node", "reason"), federation.refused, "flower-refused"))
     body = [(r.round, ", ".join(map(str, r.sampled)) or "-", ", ".join(map(str, r.accepted)) or "-",
-             ", ".join(map(str, r.missing)) or "-", len(r.rejected),
+             "under way when the run ended" if r.under_way else ", ".join(map(str, r.missing)) or "-",
+             len(r.rejected),
              "; ".join(f"{who}: {why}" for who, why in r.rejected) or "-") for r in federation.rounds]
     if body:
         parts.append(table(("round", "sampled", "accepted", "not used", "rejected", "why"), body, "flower-rounds"))
