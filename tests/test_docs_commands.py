@@ -322,6 +322,8 @@ def _check_outcome(argv: list[str], output: str, tmp_path: Path) -> None:
     elif sub in ("measure", "train", "sweep", "flower-simulate"):
         out = tmp_path / _option(argv, "--out", "profiles")
         assert _complete_reports(out), f"no complete report in {out}: {output}"
+        if sub == "flower-simulate":  # its summary, as measure's, says that the clients share this machine
+            assert "median per" in output and "clients share one machine (Flower simulation)" in output, output
     elif sub == "export":
         assert list((tmp_path / _option(argv, "--out", "models")).glob("*.onnx")), output
     elif sub == "summary":

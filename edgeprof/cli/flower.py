@@ -123,4 +123,6 @@ def flower_simulate(
         csv_path = simulate(o.run_config(ctx.params, given=o.given_options(ctx), out=out.resolve(), progress=False),
                             FlowerSettings(round_timeout_s=round_timeout, simulation=True),
                             client_cpus=client_cpus, client_gpus=client_gpus)
-        typer.echo(f"report: {csv_path}")  # Flower's logs beside it, in <run id>.flower/ (docs/flower.md)
+        from edgeprof.cli import _print_summary, _read
+
+        _print_summary(_read(csv_path))  # as measure's, with the note that the clients share this machine

@@ -352,6 +352,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
                              bound_retries(grid, settings.round_timeout_s))
     with lost():
         directory = roll_call(grid, cfg, settings)
+    shared = shared_machine(settings, directory)
+    if shared is not None:  # said as the run starts, where `flwr run --stream` and `flwr log` show it
+        log.warning("edgeprof: energy: %s", SHARED_MACHINE_NOTE.format(why=shared))
     strategy = make_strategy(cfg, directory)
 
     def finish(data: dict) -> dict:
