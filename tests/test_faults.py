@@ -128,6 +128,17 @@ def test_a_stop_signal_ends_the_run_like_ctrl_c(tmp_path, sig, code, name):
     assert sidecar["rows"] == len(rows) - 1
 
 
+def _sigint_state() -> str:
+    """How a SIGINT sent now would be met in this thread: its Python handler, whether the thread blocks it, and the
+    stops raised so far (in a failure's message: CI once saw two in-process Ctrl-C tests' signals go unheard)."""
+    from edgeprof import signals
+
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return (f"SIGINT handler {getattr(handler, '__qualname__', handler)!r}, blocked {blocked}, "
+            f"stops raised so far {signals._raised}")
+
+
 def _stopped_as_round_3_starts(tmp_path, monkeypatch, stop: Callable[[], None], name: str) -> None:
     """``edgeprof measure`` in this process, ``stop()`` called as its third round starts: it ends with 130, one
     line, and a sidecar that says ``interrupted`` after two rounds."""
@@ -138,15 +149,16 @@ def _stopped_as_round_3_starts(tmp_path, monkeypatch, stop: Callable[[], None], 
     def round_then_stop(*args, **kwargs):
         rounds.append(1)
         if len(rounds) == 3:
+            seen.append(_sigint_state())
             stop()
         real_round(*args, **kwargs)
 
     monkeypatch.setattr(simulate, "run_round", round_then_stop)
-    out = tmp_path / "profiles"
+    out, seen = tmp_path / "profiles", []
 
     result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "50", "--run-name", name, "--out", str(out)])
 
-    assert result.exit_code == 130, result.output
+    assert result.exit_code == 130, (seen, result.output)
     assert _one_line(result.stderr).startswith("edgeprof: interrupted (SIGINT)")
     sidecar = json.loads((out / f"{name}.json").read_text())
     assert sidecar["status"] == "interrupted" and sidecar["rounds_completed"] == 2
@@ -157,15 +169,16 @@ def test_a_ctrl_c_in_set_up_says_in_its_line_that_no_report_was_written(tmp_path
     from edgeprof.rounds import simulate
 
     def load_then_stop(cfg):
+        state = _sigint_state()
         os.kill(os.getpid(), signal.SIGINT)
-        raise AssertionError("the stop must have been raised")  # pragma: no cover
+        raise AssertionError(f"the stop must have been raised ({state})")  # pragma: no cover
 
     monkeypatch.setattr(simulate, "load_clients", load_then_stop)
     out = tmp_path / "profiles"
     # Execute
     result = CliRunner().invoke(app, ["measure", *FAST, "--run-name", "early", "--out", str(out)])
     # Assert: the line names what is on disk, as for every later stop
-    assert result.exit_code == 130, result.output
+    assert result.exit_code == 130, (result.exception, result.output)
     assert _one_line(result.stderr) == "edgeprof: interrupted (SIGINT); no report was written"
     assert not list(out.glob("early*"))
 
