@@ -389,6 +389,8 @@ def _capture_config(monkeypatch, command: str, received: list) -> dict:
         monkeypatch.setattr("edgeprof.flower.config.write_app_dir", lambda folder, run_config: folder)
     else:
         monkeypatch.setattr("edgeprof.flower.simulation.simulate", lambda cfg, *a, **k: received.append(cfg))
+        monkeypatch.setattr("edgeprof.cli._read", lambda csv_path: None)  # no report: its summary is not printed
+        monkeypatch.setattr("edgeprof.cli._print_summary", lambda report: None)
     return {"progress": False}
 
 
