@@ -59,9 +59,10 @@ class CountingGrid(LoopbackGrid):
         return super().send_and_receive(alive, timeout=timeout)
 
 
-def grid_of(cfg: RunConfig, settings: FlowerSettings, node_configs: dict[int, dict], **kw) -> CountingGrid:
+def grid_of(cfg: RunConfig, settings: FlowerSettings, node_configs: dict[int, dict], grid: type = None,
+            **kw) -> CountingGrid:
     run_config = to_run_config(cfg, settings)
-    return CountingGrid(make_client_app(), {node: Context(run_id=1, node_id=node, node_config=node_config,
+    return (grid or CountingGrid)(make_client_app(), {node: Context(run_id=1, node_id=node, node_config=node_config,
                                                           state=RecordDict(), run_config=run_config)
                                             for node, node_config in node_configs.items()}, **kw)
 
@@ -276,11 +277,10 @@ def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_
     from edgeprof.report.dashboard import render
 
     cfg, settings = run_cfg(tmp_path, rounds=5), FlowerSettings(node_wait_s=0.0)
-    run_config = to_run_config(cfg, settings)
-    contexts = {10 + p: Context(run_id=1, node_id=10 + p, node_config={"partition-id": p, "num-partitions": 3},
-                                state=RecordDict(), run_config=run_config) for p in range(3)}
+    grid = grid_of(cfg, settings, {10 + p: {"partition-id": p, "num-partitions": 3} for p in range(3)},
+                   grid=StoppedGrid, stop_in=3)
     with pytest.raises(SystemExit):
-        run_server(StoppedGrid(make_client_app(), contexts, stop_in=3), run_config)
+        run_server(grid, to_run_config(cfg, settings))
     csv_path = tmp_path / "loud.csv"
     sidecar = json.loads(csv_path.with_suffix(".json").read_text())
     assert (sidecar["status"], sidecar["rounds_completed"]) == ("interrupted", 2)
