@@ -14,7 +14,8 @@ from edgeprof.meters.estimate import (DEFAULT_WATTS_PER_CORE, CpuTimeEstimateMet
 from edgeprof.meters.idle import measure_idle
 from edgeprof.meters.rapl import RaplMeter
 from edgeprof.measure.profiler import PeakRss, Profiler
-from fixtures_sysfs import build_jetson, build_rapl, fake_pynvml, set_energy
+from edgeprof.meters.nvml import NvmlMeter
+from fixtures_sysfs import FakeClock, build_jetson, build_rapl, fake_pynvml, rapl_zone, set_energy
 
 NO_GPU = fake_pynvml([], init_error=9)
 ONE_GPU = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
@@ -183,6 +184,45 @@ def test_idle_baseline_power_from_a_fake_clock(tmp_path):
     assert baseline.power_w["psys"] == 4.0 and baseline.power_w["cpu_package_0"] == 2.5
     assert baseline.total_power_w == 4.0  # psys only: nested package not added
     assert baseline.net_j(gross_j=10.0, wall_s=1.5) == 4.0 and not baseline.disabled
+
+
+def _rapl_pl1_15w(tmp_path, clock):
+    """A package whose PL1 is 15 W: its steps are held to 30 W x (elapsed + 1 s)."""
+    zone = rapl_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=0)
+    (zone / "constraint_0_power_limit_uw").write_text("15000000\n")
+    return RaplMeter(tmp_path, clock_ns=clock), "cpu_package_0", 30.0, \
+        lambda joules: set_energy(tmp_path, "intel-rapl:0", round(joules * 1e6))
+
+
+def _nvml_700w(tmp_path, clock):
+    """A GPU whose power limit is 700 W: its counter's steps are held to 1400 W x (elapsed + 1 s)."""
+    gpus = [{"energy_mj": 0, "power_mw": 60_000, "limit_mw": 700_000, "name": "H100"}]
+    return NvmlMeter(fake_pynvml(gpus), clock_ns=clock, start_thread=False), "gpu_0", 1400.0, \
+        lambda joules: gpus[0].update(energy_mj=round(joules * 1e3))
+
+
+@pytest.mark.parametrize("share", [0.99, 1.6], ids=["just-under-the-bound", "a-glitch-the-step-slack-let-through"])
+@pytest.mark.parametrize("build", [_rapl_pl1_15w, _nvml_700w], ids=["rapl", "nvml"])
+def test_an_idle_power_above_what_the_meter_can_show_is_a_meter_error_not_a_baseline(tmp_path, build, share):
+    # Prepare: a real meter on a fake clock; over the 1 s idle it counts share x its plausible-power bound, which
+    # its own step check lets through (it allows a second of slack for when a counter updated)
+    clock = FakeClock()
+    meter, domain, bound_w, count = build(tmp_path, clock)
+    assert meter.power_bounds_w()[domain] == bound_w
+
+    def sleep(seconds):
+        clock.advance_s(seconds)
+        count(share * bound_w * seconds)
+
+    # Execute, Verify: an honest idle is measured as counted; a glitch is refused with the domain and its bound
+    with MeterSet([meter]) as meters:
+        if share < 1:
+            baseline = measure_idle(meters, 1.0, sleep=sleep, clock=lambda: clock.t_ns / 1e9)
+            assert baseline.power_w[domain] == pytest.approx(share * bound_w, rel=1e-6)
+        else:
+            with pytest.raises(MeterError, match=rf"idle baseline not measured: {domain} drew {share * bound_w:.4g} W "
+                                                 rf"while idle over 1 s, above the {bound_w:g} W its readings can"):
+                measure_idle(meters, 1.0, sleep=sleep, clock=lambda: clock.t_ns / 1e9)
 
 
 def test_idle_zero_seconds_is_a_disabled_baseline(tmp_path):

@@ -150,6 +150,13 @@ class Meter(ABC):
         where the meter knows one: a drawn power above it is flagged. Default: none known."""
         return {}
 
+    def power_bounds_w(self) -> Mapping[str, float]:
+        """Per domain, the most power its readings can plausibly show: the bound the meter's own plausibility check
+        holds its steps or samples to (a RAPL zone's twice its largest constraint, a GPU's twice its power limit, a
+        Jetson rail's full scale, the estimate's every core busy). Default: none known. The idle baseline, which
+        no check of a step's slack covers, is held to it."""
+        return {}
+
     def close(self) -> None:
         """Release handles and stop sampler threads; idempotent."""
 

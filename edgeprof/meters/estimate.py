@@ -139,6 +139,9 @@ class CpuTimeEstimateMeter(Meter):
     def power_limits_w(self) -> Mapping[str, float]:
         return {"cpu_estimate": self.max_power_w}
 
+    def power_bounds_w(self) -> Mapping[str, float]:
+        return {"cpu_estimate": self.max_power_w}
+
     def describe(self) -> dict:
         info = super().describe()
         lag_ms = self.cpu_clock_lag_s * 1e3

@@ -271,6 +271,9 @@ class GpuMeter(Meter):
         """Each GPU's largest power limit (or cap) where the library gives one (a drawn power above it is flagged)."""
         return {self._key(g): g.limit_mw / 1000 for g in self._gpus if g.limit_mw}
 
+    def power_bounds_w(self) -> Mapping[str, float]:
+        return {self._key(g): g.max_power_mw / 1000 for g in self._gpus}
+
     def close(self) -> None:
         if self._closed:
             return

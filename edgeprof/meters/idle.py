@@ -5,7 +5,11 @@ energy delta over the elapsed (clock) time. Net energy of a window, which the pr
 ``gross_j - total_power_w * wall_s``. ``seconds=0`` turns the baseline off: all powers are zero and
 the baseline is flagged ``disabled`` so reports show net == gross and say why. A meter that flags an
 implausible reading during the measurement (:class:`~edgeprof.meters.base.Reading`) leaves no baseline to
-trust: :class:`~edgeprof.errors.MeterError` names the domain and why, before the run starts.
+trust: :class:`~edgeprof.errors.MeterError` names the domain and why, before the run starts. So does a domain
+whose idle power is above the most its readings can plausibly show (:meth:`~edgeprof.meters.base.Meter.power_bounds_w`):
+a meter lets a single step through with up to a second of slack for when its counter updated, which a glitch can
+hide in, but a machine at rest over the whole measurement cannot draw above that bound, and every row's net figure
+would subtract it.
 """
 
 from __future__ import annotations
@@ -61,5 +65,11 @@ def measure_idle(
     if elapsed <= 0:
         raise ConfigError("idle measurement took no measurable time; check the clock")
     power = {d.name: (after[d.name] - before[d.name]) / elapsed for d in domains}
+    bounds = {k: v for m in meters.meters for k, v in m.power_bounds_w().items()}
+    for name, watts in power.items():
+        if name in bounds and watts > bounds[name]:
+            raise MeterError(f"idle baseline not measured: {name} drew {watts:.4g} W while idle over {elapsed:.3g} s, "
+                             f"above the {bounds[name]:g} W its readings can plausibly show (a glitch or a counter "
+                             "jump); run again, or without --idle-seconds")
     total = sum(power[d.name] for d in domains if d.in_total)
     return IdleBaseline(float(elapsed), power, float(total))

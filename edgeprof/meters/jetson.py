@@ -282,6 +282,9 @@ class JetsonMeter(Meter):
             self.flag_invalid(name, Invalid("implausible power", why))
         return energy
 
+    def power_bounds_w(self) -> Mapping[str, float]:
+        return {d.name: r.max_w for d, r in zip(self._domains, self._rails) if r.max_w is not None}
+
     def close(self) -> None:
         self._sampler.stop()
         for rail in self._open:

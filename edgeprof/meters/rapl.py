@@ -351,6 +351,9 @@ class RaplMeter(Meter):
         for counter in self._counters.values():
             counter.close()
 
+    def power_bounds_w(self) -> Mapping[str, float]:
+        return {z.domain.name: z.max_power_uw / 1e6 for z in self._zones}
+
     def describe(self) -> dict:
         info = super().describe()
         info["zones"] = [
