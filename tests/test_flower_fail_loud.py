@@ -59,12 +59,12 @@ class CountingGrid(LoopbackGrid):
         return super().send_and_receive(alive, timeout=timeout)
 
 
-def grid_of(cfg: RunConfig, settings: FlowerSettings, node_configs: dict[int, dict], grid: type = None,
-            **kw) -> CountingGrid:
+def grid_of(cfg: RunConfig, settings: FlowerSettings, node_configs: dict[int, dict],
+            grid: type[CountingGrid] = CountingGrid, **kw) -> CountingGrid:
     run_config = to_run_config(cfg, settings)
-    return (grid or CountingGrid)(make_client_app(), {node: Context(run_id=1, node_id=node, node_config=node_config,
-                                                          state=RecordDict(), run_config=run_config)
-                                            for node, node_config in node_configs.items()}, **kw)
+    return grid(make_client_app(), {node: Context(run_id=1, node_id=node, node_config=node_config,
+                                                  state=RecordDict(), run_config=run_config)
+                                    for node, node_config in node_configs.items()}, **kw)
 
 
 # ------------------------------------------------------------------------------- item 7: failing loudly

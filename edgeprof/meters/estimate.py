@@ -140,7 +140,7 @@ class CpuTimeEstimateMeter(Meter):
         return {"cpu_estimate": self.max_power_w}
 
     def power_bounds_w(self) -> Mapping[str, float]:
-        return {"cpu_estimate": self.max_power_w}
+        return self.power_limits_w()  # every core busy: the most it can estimate is also its limit
 
     def describe(self) -> dict:
         info = super().describe()
