@@ -13,8 +13,9 @@ from edgeprof.meters.estimate import (DEFAULT_WATTS_PER_CORE, CpuTimeEstimateMet
                                       watts_per_core_for)
 from edgeprof.meters.idle import measure_idle
 from edgeprof.meters.rapl import RaplMeter
-from edgeprof.measure.profiler import PeakRss, Profiler
+from edgeprof.measure.profiler import PeakRss, Profiler, bound_slack_s
 from edgeprof.meters.nvml import NvmlMeter
+from edgeprof.report.schema import row_from_window
 from fixtures_sysfs import FakeClock, build_jetson, build_rapl, fake_pynvml, rapl_zone, set_energy
 
 NO_GPU = fake_pynvml([], init_error=9)
@@ -223,6 +224,61 @@ def test_an_idle_power_above_what_the_meter_can_show_is_a_meter_error_not_a_base
             with pytest.raises(MeterError, match=rf"idle baseline not measured: {domain} drew {share * bound_w:.4g} W "
                                                  rf"while idle over 1 s, above the {bound_w:g} W its readings can"):
                 measure_idle(meters, 1.0, sleep=sleep, clock=lambda: clock.t_ns / 1e9)
+
+
+class _Rss(PeakRss):
+    def __init__(self):
+        self.per_window = False
+
+    def read_mb(self) -> float:
+        return 1.0
+
+
+@pytest.mark.parametrize(("reads", "seconds", "glitch"), [
+    (50, 1.0, False),  # an honest second at 0.99 x the bound, read 50 times (a trace at 50 Hz): counted
+    (50, 1.0, True),  # 50 steps, each the most its own check lets through (bound x (elapsed + 1 s)): 51 x the bound
+    (1, 0.01, True),  # one such step in a 10-ms window: 100 x the bound
+], ids=["honest-50-reads", "steps-that-each-pass-add-up", "one-step-in-a-short-window"])
+@pytest.mark.parametrize("build", [_rapl_pl1_15w, _nvml_700w], ids=["rapl", "nvml"])
+def test_a_window_above_what_its_meter_can_show_is_invalid_even_when_each_step_passed(
+        tmp_path, build, reads, seconds, glitch):
+    # Prepare: a real meter and a real profiler on one fake clock; a window whose phases read the meter `reads`
+    # times, each step counting 0.99 x the bound over its own time, or the most the meter's step check allows
+    clock = FakeClock()
+    meter, domain, bound_w, count = build(tmp_path, clock)
+    meters = MeterSet([meter])
+    prof = Profiler(meters, clock=lambda: clock.t_ns / 1e9, cpu_clock=lambda: clock.t_ns / 1e9,
+                    thread_clock=lambda: 0.0, rss=_Rss())
+    step_s, joules = seconds / reads, 0.0
+    per_step = 0.999 * bound_w * (step_s + 1.0) if glitch else 0.99 * bound_w * step_s
+
+    # Execute
+    with prof.window("client") as win:
+        for _ in range(reads):
+            clock.advance_s(step_s)
+            joules += per_step
+            count(joules)
+            with win.phase("step"):
+                pass
+    row = row_from_window(win.result, {"run_id": "r"})
+    column = meter.domains()[0].column
+    invalid = meters.describe()["invalid"]
+    meters.close()
+
+    # Verify: the meter's own check let every step through; the window's total is what was counted, or, above its
+    # bound x (wall + slack), invalid: no number in the row, and the sidecar's meters.invalid says why
+    assert not [k for k in invalid.get(domain, []) if k["kind"] != "above bound"]
+    if not glitch:
+        assert float(row["energy_j"]) == pytest.approx(joules, rel=1e-6)
+        assert row["energy_method"] == "counter" and domain not in invalid
+    else:
+        assert joules > bound_w * (seconds + bound_slack_s(meter.update_period_s))
+        assert row["energy_j"] == "" and row["energy_method"] == "invalid"
+        assert row[f"{column}_j"] == "" and row[f"{column}_method"] == "invalid"
+        assert win.result.invalid[domain].startswith(f"above bound: {joules:.4g} J in {seconds:.4g} s, above the "
+                                                     f"{bound_w:g} W its readings can plausibly show")
+        assert invalid[domain] == [{"kind": "above bound", "readings": 1,
+                                    "first": win.result.invalid[domain].removeprefix("above bound: ")}]
 
 
 def test_idle_zero_seconds_is_a_disabled_baseline(tmp_path):

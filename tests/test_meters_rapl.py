@@ -469,7 +469,8 @@ def test_a_gpu_beside_psys_is_inside_the_platform_and_not_added_to_it(tmp_path):
     build_rapl(tmp_path, "psys", energy_uj=1000)
     gpus = [{"energy_mj": 0, "power_mw": 60_000, "limit_mw": 80_000, "name": "Fake Laptop GPU"}]
     with discover(sysfs_root=str(tmp_path), nvml_module=fake_pynvml(gpus)) as found:
-        profiler = Profiler(found, rss=PeakRss(tmp_path / "no-proc"))
+        seconds = iter(range(100, 200))  # the profiler's clock: a second a read, so the window's watts are plausible
+        profiler = Profiler(found, rss=PeakRss(tmp_path / "no-proc"), clock=lambda: float(next(seconds)))
         # Execute: the platform draws 95 J, the GPU 60 J of it, the package 25 J
         with profiler.window("client") as win:
             set_energy(tmp_path, "intel-rapl:1", 1000 + 95_000_000)

@@ -14,6 +14,15 @@ far (and the latest reason), so a span between two samples knows whether a flagg
 domain is then in ``Span.invalid`` and its ``energy_j`` is NaN, never a number. Phases and windows are spans
 alike; a phase entered twice is invalid when either part is.
 
+A meter checks each step on its own, with a second of slack for when its counter updated (or each power sample),
+so steps that each pass can still add up to more than a span could have drawn: a window read often (trace ticks,
+phase edges) or a very short one. So every span is held to its domains' plausible-power bounds as well
+(:meth:`~edgeprof.meters.base.Meter.power_bounds_w`: a RAPL zone's twice its largest constraint, a GPU's twice its
+power limit, a Jetson rail's full scale, the estimate's every core busy): a domain whose joules are above its bound
+times the span's wall seconds plus :func:`bound_slack_s` (two of its meter's update periods, at least
+:data:`BOUND_SLACK_S`: a reading's clock and its counter are read apart) is invalid in that span (``above bound``,
+:meth:`Profiler.bounded`), exactly as if a reading inside it had been flagged.
+
 Slow meters (a read that costs more than :data:`~edgeprof.meters.discovery.SLOW_READ_S`, NVML's energy counter on
 data-centre GPUs) are never read at an edge: a :class:`~edgeprof.measure.series.CounterSeries` thread reads them
 with timestamps, and :meth:`Profiler.complete` fills an edge's sample with the series interpolated at its time
@@ -32,6 +41,7 @@ how often, and the waits for it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import resource
 import sys
@@ -40,9 +50,23 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Protocol
 
+from edgeprof.meters.base import Invalid
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.series import CounterSeries, period_for
 from edgeprof.results import Sample, Span, WindowResult  # noqa: F401 (the results of its windows, plain data)
+
+#: the least slack, seconds, a span's plausible-power bound allows beyond its wall time (:func:`bound_slack_s`)
+BOUND_SLACK_S = 0.05
+#: the slack in update periods of the domain's meter: the counter may lag by one at each end of a span
+BOUND_PERIODS = 2.0
+#: the kind of an invalid span whose joules are above its domain's plausible-power bound
+ABOVE_BOUND = "above bound"
+
+
+def bound_slack_s(update_period_s: float) -> float:
+    """The seconds beyond a span's wall time its plausible-power bound allows: :data:`BOUND_PERIODS` update periods
+    of the domain's meter (its counter may have lagged by one at each end), at least :data:`BOUND_SLACK_S`."""
+    return max(BOUND_PERIODS * update_period_s, BOUND_SLACK_S)
 
 
 class PeakRss:
@@ -210,7 +234,9 @@ class Profiler:
         #: not resolved, :meth:`unresolved`)
         self.energy_quanta = meters.energy_quanta()
         #: each domain's power limit where its meter knows one (a GPU's power limit, the estimate's cores x W)
-        self.domain_limits_w = {k: v for m in meters.meters for k, v in m.power_limits_w().items()}
+        self.domain_limits_w = meters.power_limits_w()
+        #: each domain's plausible-power bound where its meter knows one: a span above it is invalid (:meth:`bounded`)
+        self.domain_bounds_w = meters.power_bounds_w()
         #: phase edges mark the device's queue instead of waiting for it (see the class docstring)
         self.marks = _can_mark(device)
         maker = getattr(device, "marker", None) if self.marks else None
@@ -314,6 +340,26 @@ class Profiler:
         in its domains of the total (an invalid domain is flagged as such, not here)."""
         return span.wall_s < self.meters.update_period_s or any(
             sum(span.energy_j.get(name, 0.0) for name in names) < quantum for names, quantum in self.energy_quanta)
+
+    def bounded(self, span: Span) -> Span:
+        """``span`` with every domain whose joules are above what its meter can plausibly show over it (its bound times
+        the span's wall seconds plus :func:`bound_slack_s`) made invalid (``above bound``, NaN joules; logged for the
+        sidecar's ``meters.invalid``), as a flagged reading inside it would be. A domain already invalid, or with no
+        known bound, is left as it is."""
+        over: dict[str, Invalid] = {}
+        for name, bound in self.domain_bounds_w.items():
+            joules = span.energy_j.get(name)
+            if joules is None or name in span.invalid or not bound > 0:
+                continue
+            slack = bound_slack_s(self.domain_periods_s.get(name, 0.0))
+            if joules > bound * (span.wall_s + slack):
+                over[name] = Invalid(ABOVE_BOUND, f"{joules:.4g} J in {span.wall_s:.4g} s, above the {bound:g} W its "
+                                                  f"readings can plausibly show x (wall + {slack:g} s)")
+        if not over:
+            return span
+        self.meters.log_invalid(over)
+        return Span(span.wall_s, span.cpu_s, {k: math.nan if k in over else v for k, v in span.energy_j.items()},
+                    {**span.invalid, **{k: str(why) for k, why in over.items()}})
 
     def wait_for_series(self, t_s: float) -> float:
         """Wait until the slow meters' series has a reading after ``t_s``; the seconds waited (0: no series)."""

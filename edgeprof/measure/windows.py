@@ -323,10 +323,10 @@ class Windows:
         phases: dict[str, Span] = {}
         short: dict[str, bool] = {}  # per phase: whether an entry of it is not resolved
         for name, start, stop in edges:
-            span = Span.between(complete(start), complete(stop))
+            span = profiler.bounded(Span.between(complete(start), complete(stop)))
             phases[name] = span if name not in phases else phases[name] + span
             short[name] = short.get(name, False) or profiler.unresolved(span)
-        span = Span.between(complete(win.start), complete(end))
+        span = profiler.bounded(Span.between(complete(win.start), complete(end)))
         trace = None
         if win.trace_points is not None:
             points = win.trace_points if not win.markers else _relabelled(win.trace_points, edges)

@@ -158,6 +158,15 @@ class MeterSet:
     def update_period_s(self) -> float:
         return max((m.update_period_s for m in self.meters), default=0.0)
 
+    def power_limits_w(self) -> dict[str, float]:
+        """Per domain, the power limit its meter knows (:meth:`Meter.power_limits_w`; missing: none known)."""
+        return {k: float(v) for m in self.meters for k, v in m.power_limits_w().items()}
+
+    def power_bounds_w(self) -> dict[str, float]:
+        """Per domain, the most power its meter's readings can plausibly show (:meth:`Meter.power_bounds_w`;
+        missing: none known)."""
+        return {k: float(v) for m in self.meters for k, v in m.power_bounds_w().items()}
+
     def energy_quanta(self) -> tuple[tuple[tuple[str, ...], float], ...]:
         """Per meter with an energy step (:attr:`Meter.energy_quantum_j`): its domains in the run's total, and the
         step; a span in which those domains count less than one step together has joules they did not resolve."""

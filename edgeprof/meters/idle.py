@@ -65,7 +65,7 @@ def measure_idle(
     if elapsed <= 0:
         raise ConfigError("idle measurement took no measurable time; check the clock")
     power = {d.name: (after[d.name] - before[d.name]) / elapsed for d in domains}
-    bounds = {k: v for m in meters.meters for k, v in m.power_bounds_w().items()}
+    bounds = meters.power_bounds_w()
     for name, watts in power.items():
         if name in bounds and watts > bounds[name]:
             raise MeterError(f"idle baseline not measured: {name} drew {watts:.4g} W while idle over {elapsed:.3g} s, "
