@@ -8,6 +8,7 @@ reads as its ``sysfs_root``; tests then change the counter files between reads.
 from __future__ import annotations
 
 import types
+from typing import Callable
 from pathlib import Path
 
 MAX_RANGE_UJ = 262143328850  # a real package-0 max_energy_range_uj
@@ -139,12 +140,18 @@ class FakeClock:
         self.t_ns += round(seconds * 1e9)
 
 
+#: the NVML functions that say a GPU's power limit, without ``nvmlDeviceGet``
+LIMIT_CALLS = ("PowerManagementLimitConstraints", "EnforcedPowerLimit", "PowerManagementLimit",
+               "PowerManagementDefaultLimit")
+
+
 def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.ModuleType:
     """A module with pynvml's functions, ``NVMLError`` and error codes.
 
     Each GPU dict: ``energy_mj`` (int, or None when the counter is NOT_SUPPORTED), ``power_mw`` (int or
-    None), ``name`` and optionally ``limit_mw`` (the largest power limit, also the enforced one; absent:
-    NOT_SUPPORTED), ``instant_mw`` (the field ``NVML_FI_DEV_POWER_INSTANT``; absent: NOT_SUPPORTED) and
+    None), ``name`` and optionally ``limit_mw`` (the largest power limit, also the enforced, management and default
+    one; absent: NOT_SUPPORTED) with ``limit_calls`` (the names, without ``nvmlDeviceGet``, of the limit functions
+    that answer: default all four), ``instant_mw`` (the field ``NVML_FI_DEV_POWER_INSTANT``; absent: NOT_SUPPORTED) and
     ``util`` (GPU utilisation %, default 0); tests change the dicts between reads. ``module.calls`` records
     function names. The driver is ``580.00.00`` with CUDA 13.0.
     """
@@ -190,19 +197,17 @@ def fake_pynvml(gpus: list[dict], *, init_error: int | None = None) -> types.Mod
     mod.nvmlDeviceGetTotalEnergyConsumption = lambda h: _field(h, "energy_mj")
     mod.nvmlDeviceGetPowerUsage = lambda h: _field(h, "power_mw")
 
-    def nvmlDeviceGetPowerManagementLimitConstraints(handle):
-        if gpus[handle].get("limit_mw") is None:
-            raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
-        return 100_000, gpus[handle]["limit_mw"]  # (min, max) in mW
+    def limit_call(name: str, answer: Callable[[int], object]) -> None:
+        def call(handle):
+            gpu = gpus[handle]
+            if gpu.get("limit_mw") is None or name not in gpu.get("limit_calls", LIMIT_CALLS):
+                raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
+            return answer(gpu["limit_mw"])
+        setattr(mod, f"nvmlDeviceGet{name}", call)
 
-    mod.nvmlDeviceGetPowerManagementLimitConstraints = nvmlDeviceGetPowerManagementLimitConstraints
-
-    def nvmlDeviceGetEnforcedPowerLimit(handle):
-        if gpus[handle].get("limit_mw") is None:
-            raise NVMLError(mod.NVML_ERROR_NOT_SUPPORTED)
-        return gpus[handle]["limit_mw"]
-
-    mod.nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetEnforcedPowerLimit
+    limit_call("PowerManagementLimitConstraints", lambda mw: (100_000, mw))  # (min, max) in mW
+    for name in LIMIT_CALLS[1:]:
+        limit_call(name, lambda mw: mw)
     mod.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=gpus[h].get("util", 0), memory=0)
     mod.nvmlSystemGetDriverVersion = lambda: "580.00.00"
     mod.nvmlSystemGetCudaDriverVersion = lambda: 13000

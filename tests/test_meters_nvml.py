@@ -14,7 +14,7 @@ from edgeprof.meters.discovery import MeterSet
 from edgeprof.meters.doctor import doctor_report
 from edgeprof.measure.profiler import PeakRss, Profiler
 from edgeprof.report.schema import row_from_window
-from fixtures_sysfs import FakeClock, fake_pynvml
+from fixtures_sysfs import LIMIT_CALLS, FakeClock, fake_pynvml
 
 
 def test_energy_counter_gives_exact_joules():
@@ -274,10 +274,32 @@ def test_any_exception_of_the_binding_while_probing_is_the_probes_reason(tmp_pat
     assert names == ["cpu_estimate"] and row["status"] == "not found" and "RuntimeError" in row["reason"]
 
 
+@pytest.mark.parametrize(("answering", "what"), [
+    (LIMIT_CALLS, "the largest power limit"),
+    (LIMIT_CALLS[1:], "the enforced power limit"),
+    (LIMIT_CALLS[2:], "the power management limit"),
+    (LIMIT_CALLS[3:], "the default power limit"),
+], ids=["constraints", "enforced", "management", "default"])
+def test_a_gpu_that_does_not_say_its_largest_limit_is_bounded_by_the_first_limit_it_says(answering, what):
+    # Prepare: a 400-W GPU whose driver answers only some of NVML's limit functions
+    mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1, "limit_mw": 400_000, "limit_calls": answering}])
+
+    # Execute
+    with nvml.NvmlMeter(mod, start_thread=False) as meter:
+        [gpu] = meter.describe()["gpus"]
+        limits, bounds = meter.power_limits_w(), meter.power_bounds_w()
+
+    # Verify: the bound is twice that limit and says which one it is, not the 2000-W default
+    assert (gpu["power_limit_w"], gpu["max_power_w"]) == (400.0, 800.0)
+    assert gpu["max_power_source"] == f"2 x {what} (400 W)"
+    assert limits == {"gpu_0": 400.0} and bounds == {"gpu_0": 800.0}
+
+
 def test_a_gpu_name_or_power_limit_that_fails_is_only_a_label():
     mod = fake_pynvml([{"energy_mj": 0, "power_mw": 1}])
     mod.nvmlDeviceGetName = _raise
-    mod.nvmlDeviceGetPowerManagementLimitConstraints = _raise
+    for call in LIMIT_CALLS:
+        setattr(mod, f"nvmlDeviceGet{call}", _raise)
 
     with nvml.NvmlMeter(mod) as meter:
         [gpu] = meter.describe()["gpus"]

@@ -7,9 +7,10 @@ GPU what :class:`~edgeprof.meters.nvml.NvmlMeter` needs: its handle, how its ene
 ``nvmlDeviceGetPowerUsage``; :func:`list_gpus`), its plausible-power bound, and its identity (PCI address, UUID,
 MIG instances; :func:`identity`) for :mod:`edgeprof.meters.gpu_map`.
 
-Plausibility: each GPU's bound is twice the largest power limit NVML accepts for it
-(``nvmlDeviceGetPowerManagementLimitConstraints``; twice, because the power reading may exceed the limit in
-bursts) when it answers, else :data:`DEFAULT_MAX_POWER_W`.
+Plausibility: each GPU's bound is twice its power limit (twice, because the power reading may exceed the limit in
+bursts): the largest limit NVML accepts for it (``nvmlDeviceGetPowerManagementLimitConstraints``) where that answers,
+else the first of its enforced, management and default limits that does (:data:`LIMIT_CALLS`; a board, a vGPU or a
+driver that does not let the limit be changed may answer only those), else :data:`DEFAULT_MAX_POWER_W`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from edgeprof.meters import gpu_map
 INSTALL_FIX = "pip install nvidia-ml-py (an edgeprof dependency this environment lacks) and install the NVIDIA driver"
 #: watts no single GPU board draws (the largest today are rated about 1.2 kW), used when NVML gives no limit
 DEFAULT_MAX_POWER_W = 2000
+#: the NVML functions that give a GPU's power limit in mW, most telling first, and what each one's answer is called
+LIMIT_CALLS = (("nvmlDeviceGetPowerManagementLimitConstraints", "the largest power limit"),
+               ("nvmlDeviceGetEnforcedPowerLimit", "the enforced power limit"),
+               ("nvmlDeviceGetPowerManagementLimit", "the power management limit"),
+               ("nvmlDeviceGetPowerManagementDefaultLimit", "the default power limit"))
 
 
 def load_nvml(nvml_module: ModuleType | None = None) -> ModuleType:
@@ -122,18 +128,24 @@ def _name(nvml: ModuleType, handle) -> str:
         return "unknown GPU"
 
 
-def _power_limit_mw(nvml: ModuleType, handle) -> int:
-    """The largest power limit NVML accepts for the GPU, mW (0 where it gives none)."""
-    try:
-        return max(int(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)[1]), 0)
-    except Exception:  # not supported, missing from the binding, or anything else: no limit known
-        return 0
+def _power_limit_mw(nvml: ModuleType, handle) -> tuple[int, str]:
+    """The GPU's power limit in mW and what it is: the first of :data:`LIMIT_CALLS` that answers with a positive
+    figure ((0, "") where none does)."""
+    for call, what in LIMIT_CALLS:
+        try:
+            answer = getattr(nvml, call)(handle)
+            limit = int(answer[1] if isinstance(answer, (tuple, list)) else answer)
+        except Exception:  # not supported, missing from the binding, or anything else: ask the next one
+            continue
+        if limit > 0:
+            return limit, what
+    return 0, ""
 
 
-def _power_bound(limit_mw: int) -> tuple[int, str]:
+def _power_bound(limit_mw: int, what: str) -> tuple[int, str]:
     """The GPU's plausible-power bound in mW and where it comes from (see the module docstring)."""
     if limit_mw > 0:
-        return 2 * limit_mw, f"2 x the largest power limit ({limit_mw / 1000:g} W)"
+        return 2 * limit_mw, f"2 x {what} ({limit_mw / 1000:g} W)"
     return DEFAULT_MAX_POWER_W * 1000, f"default {DEFAULT_MAX_POWER_W} W"
 
 
@@ -156,8 +168,8 @@ def _classify(nvml: ModuleType, index: int) -> Gpu | None:
                 raise translate(nvml, err, f"GPU {index} ({name})") from err
             continue
         instant = method == "integrated_power" and instant_power_mw(nvml, handle) is not None
-        limit_mw = _power_limit_mw(nvml, handle)
-        return Gpu(index, handle, name, method, *_power_bound(limit_mw), instant=instant, limit_mw=limit_mw)
+        limit_mw, what = _power_limit_mw(nvml, handle)
+        return Gpu(index, handle, name, method, *_power_bound(limit_mw, what), instant=instant, limit_mw=limit_mw)
     return None
 
 
