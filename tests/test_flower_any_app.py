@@ -24,6 +24,7 @@ from edgeprof.flower import ProfiledStrategy, energy_mod  # noqa: E402
 from edgeprof.flower.energy import PROFILE_RECORD  # noqa: E402
 from edgeprof.meters.discovery import MeterSet  # noqa: E402
 from edgeprof.meters.estimate import CpuTimeEstimateMeter  # noqa: E402
+from edgeprof.report.summary import flower_lines  # noqa: E402
 from edgeprof.report.writer import read_report  # noqa: E402
 
 NODES, ROUNDS, WATTS = (11, 22, 33), 2, 4.0
@@ -111,6 +112,7 @@ def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path
     assert sorted(c["node_id"] for c in sidecar["flower"]["clients"].values()) == sorted(NODES)
     assert sidecar["flower"]["rounds"]["1"]["train"] == {"replies": 3, "profiled": 3, "unprofiled": 0, "errors": 0}
     assert sidecar["flower"]["notes"]  # every client reported this machine: attribution, said so
+    assert [line for line in flower_lines(report) if line.startswith("note: clients [0, 1, 2] report the same host")]
 
 
 @pytest.mark.parametrize("name", ["host", "device"])  # device: the argument's old name, still read

@@ -145,7 +145,8 @@ def read_federation(sidecar: Any) -> Optional[Federation]:
     if not isinstance(flower, Mapping) or "rounds" not in flower:
         return None
     alpha = flower.get("alpha") if isinstance(flower.get("alpha"), Mapping) else {}
-    notes = [n for n in [_text(flower.get("energy_note"))] if n]
+    listed = flower.get("notes") if isinstance(flower.get("notes"), list) else []  # a plain app's (ProfiledStrategy)
+    notes = [n for n in [_text(flower.get("energy_note")), *map(_text, listed)] if n]
     done = sidecar.get("rounds_completed")
     ended_early = sidecar.get("status") != "complete" and isinstance(done, int) and not isinstance(done, bool)
     if flower.get("simulation") is True:
