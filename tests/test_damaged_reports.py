@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.report.summary import summarize
 from edgeprof.report.writer import read_report
 
 
@@ -157,6 +158,26 @@ def test_summary_counts_rows_whose_energy_is_invalid(good, tmp_path):
 
     assert result.exit_code == 0, result.output
     assert "energy: 1 of " in result.stdout and "implausible reading" in result.stdout
+
+
+def test_each_summary_line_says_how_its_own_cells_were_obtained(good, tmp_path):
+    # Prepare: the first client row's total is invalid (an implausible reading fell outside its phases, which keep
+    # their joules); the server rows are untouched
+    path = _copy(good, tmp_path / "r", _set_cell(_set_cell_file(good, tmp_path), "energy_method", "invalid"))
+    report = read_report(path)
+    assert report.rows[0]["kind"] == "client" and report.rows[0]["head_steps_j"]
+    measured = {r["energy_method"] for r in report.rows[1:] if r["energy_method"]}
+    assert measured == {"estimate"}
+
+    # Execute
+    lines = {ln.part: ln for ln in summarize(report)}
+
+    # Verify: only the client round line has an invalid cell; its phases and the server step were all obtained as
+    # the report's other rows were
+    assert lines["client round"].method == "estimate+invalid"
+    phases = [part for part in lines if part.startswith("  ")]
+    assert phases and {lines[p].method for p in phases} == {"estimate"}
+    assert lines["server step"].method == "estimate"
 
 
 def _set_cell_file(good: Path, tmp_path: Path) -> Path:

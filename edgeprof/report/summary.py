@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from edgeprof.meters.base import INVALID
 from edgeprof.report.writer import Report
 
 if TYPE_CHECKING:
@@ -53,16 +54,31 @@ def _phase_names(report: Report) -> list[str]:
             if c.endswith("_cpu_s") and c != "cpu_s" and c[:-len("_cpu_s")] not in BESIDE_ROUND]
 
 
-def _method(rows) -> str:
-    return "+".join(sorted({r["energy_method"] for r in rows if r.get("energy_method")})) or "none"
+def _method(rows, column: str = "energy_j") -> str:
+    """How the ``column`` cells of ``rows`` were obtained: each row's ``energy_method`` where the cell holds a number,
+    ``invalid`` where it is empty because a reading inside was implausible. A phase of a row whose total is invalid
+    can still hold a number (the implausible reading fell outside it): it was obtained as the valid rows' totals
+    were, or, with none, as the row's own valid columns were."""
+    valid = {r["energy_method"] for r in rows if r.get("energy_method") not in (None, "", INVALID)}
+    methods: set[str] = set()
+    for row in rows:
+        method = row.get("energy_method")
+        if not method:
+            continue
+        if row.get(column) and method == INVALID:
+            methods |= valid or {v for c, v in row.items() if c.endswith("_method") and v not in ("", INVALID)}
+        elif row.get(column) or method == INVALID:
+            methods.add(method)
+    return "+".join(sorted(methods)) or "none"
 
 
-def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str], method: str) -> list[SummaryLine]:
+def _part(report: Report, algo: str, part: str, rows, phases: Sequence[str]) -> list[SummaryLine]:
     """The line of one part (a client round, a window) and the lines of its phases."""
-    lines = [_line(report, algo, part, rows, "", method)]
+    lines = [_line(report, algo, part, rows, "", _method(rows))]
     for phase in phases:
         if report.values(f"{phase}_s", rows):
-            lines.append(_line(report, algo, f"  {phase}", rows, f"{phase}_", method, carbon=False))
+            lines.append(_line(report, algo, f"  {phase}", rows, f"{phase}_", _method(rows, f"{phase}_j"),
+                               carbon=False))
     return lines
 
 
@@ -74,7 +90,7 @@ def _windows(report: Report, algo: str, group: Sequence[Mapping[str, str]], phas
     lines: list[SummaryLine] = []
     for name in dict.fromkeys(r.get("window", "") for r in rows):
         members = [r for r in rows if r.get("window", "") == name]
-        lines += _part(report, algo, f"{WINDOW_PARTS[kind]}{name}", members, phases, _method(members))
+        lines += _part(report, algo, f"{WINDOW_PARTS[kind]}{name}", members, phases)
     return lines
 
 
@@ -110,21 +126,21 @@ def summarize(report: Report) -> list[SummaryLine]:
     phases = _phase_names(report)
     for algo, group in groups(report.rows):
         clients = [r for r in group if r.get("kind") == "client"]
-        method = _method(clients)
         if clients:
-            lines += _part(report, algo, "client round", clients, phases, method)
+            lines += _part(report, algo, "client round", clients, phases)
         if report.values("setup_s", clients):  # Flower: set-up measured beside the round, not in it
-            lines.append(_line(report, algo, "set-up, beside the round", clients, "setup_", method, carbon=False))
+            lines.append(_line(report, algo, "set-up, beside the round", clients, "setup_",
+                               _method(clients, "setup_j"), carbon=False))
         if report.values("startup_s", clients):
             lines.append(SummaryLine(algo, "process start, beside", len(clients), _median(report, "startup_s", clients),
                                      _median(report, "startup_cpu_s", clients), None, "not measured"))
         servers = [r for r in group if r.get("kind") == "server"]
         if servers:
-            lines.append(_line(report, algo, "server step", servers, "", method))
+            lines.append(_line(report, algo, "server step", servers, "", _method(servers)))
         # a Flower app's evaluate messages, profiled on the clients (a monitor's eval windows have a name)
         measured_evals = [r for r in group if r.get("kind") == "eval" and r.get("wall_s") and not r.get("window")]
         if measured_evals:
-            lines += _part(report, algo, "evaluate message", measured_evals, phases, _method(measured_evals))
+            lines += _part(report, algo, "evaluate message", measured_evals, phases)
         lines += _windows(report, algo, group, phases) + _windows(report, algo, group, phases, kind="eval")
     return lines
 
