@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeprof.cli import app
+from edgeprof.report.writer import read_report
 
 FAST = ["--dataset", "synthetic", "--synthetic-samples", "200", "--synthetic-classes", "4", "--backbone", "mlp", "--clients", "4",
         "--rounds", "1", "--tau", "2", "--no-progress"]
@@ -35,6 +36,7 @@ def _write_corrupt_mnist(folder: Path) -> Path:
     (["--backbone", "resnet"], "unknown backbone"),
     (["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist"),
     (["--run-name", "../escape"], "run name"),
+    (["--test-fraction", "1"], "test fraction must be in (0, 1)"),
 ])
 def test_bad_input_is_one_line_and_non_zero(tmp_path, args, expected):
     out = tmp_path / "profiles"
@@ -47,6 +49,22 @@ def test_bad_input_is_one_line_and_non_zero(tmp_path, args, expected):
     assert expected in lines[0]
     assert "Traceback" not in result.output
     assert not list(out.glob("*.csv")) if out.exists() else True
+
+
+def test_the_test_fraction_is_the_measure_option_of_its_name(tmp_path):
+    # Execute: the same run keeping 25% (the default) and 50% of each class for test
+    kept = {}
+    for fraction in (None, "0.5"):
+        out = tmp_path / str(fraction)
+        result = _invoke([*FAST, *(["--test-fraction", fraction] if fraction else []), "--run-name", "r"], out)
+        assert result.exit_code == 0, result.output
+        report = read_report(out / "r.csv")
+        kept[fraction] = (report.sidecar["config"]["test_fraction"],
+                          [(r["client"], int(r["n_samples"])) for r in report.where(kind="client")])
+    # Verify: the sidecar records it, and the same client trains on fewer samples when it keeps more for test
+    assert kept[None][0] == 0.25 and kept["0.5"][0] == 0.5
+    [(client, n_quarter)], [(same, n_half)] = kept[None][1], kept["0.5"][1]
+    assert client == same and n_half < n_quarter
 
 
 def _one_error_line(result) -> str:

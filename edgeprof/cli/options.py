@@ -220,6 +220,9 @@ DataDir = Annotated[Optional[Path], _opt("--data-dir", panel=DATA, path_type=Pat
 Samples = Annotated[int, _opt("--synthetic-samples", panel=DATA,
                               help="--dataset synthetic only: total number of samples.")]
 Classes = Annotated[int, _opt("--synthetic-classes", panel=DATA, help="--dataset synthetic only: number of classes.")]
+TestFraction = Annotated[float, _opt(panel=DATA, help="Share of each class a client keeps for test, in (0, 1) "
+                                                      "(--split balanced; --split paper: of a data set without "
+                                                      "official test files).")]
 SamplesPerClient = Annotated[int, _opt(panel=DATA, help="Training samples kept per client (0: all).")]
 
 # --- energy and carbon ------------------------------------------------------------------------------------
