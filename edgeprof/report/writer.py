@@ -15,6 +15,7 @@ temporary file is never left behind.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -202,9 +203,14 @@ def write_sidecar(path: Path, data: Mapping, *, reserve: bool = False) -> None:
             raise OutputError(f"cannot write sidecar {path}: {err.strerror or err}") from err
 
 
-def check_writable(folder: Path) -> Path:
-    """Create the output folder if needed and prove a file can be written there; OutputError if not."""
+def check_writable(folder: Path, *, keep: bool = True) -> Path:
+    """Create the output folder if needed and prove a file can be written there; OutputError if not.
+
+    ``keep=False`` (a check before a run's set-up, which may still fail: bad data, a bad backbone): the folders it
+    had to create are removed again, so a run refused before its report leaves no empty folder behind; the run's
+    own check (``keep=True``, as its report is opened) creates them for good."""
     folder = Path(folder)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         make_folder(folder)
         probe = folder / f".edgeprof-write-test-{os.getpid()}"
@@ -213,6 +219,10 @@ def check_writable(folder: Path) -> Path:
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise OutputError(f"output folder {folder} is not writable: {reason}") from err
+    finally:
+        for created in missing if not keep else ():
+            with contextlib.suppress(OSError):  # one another process filled meanwhile stays
+                created.rmdir()
     return folder
 
 

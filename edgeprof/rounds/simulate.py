@@ -177,7 +177,7 @@ def run(cfg: RunConfig, *, progress: Optional[Callable[[int, int], None]] = None
     cfg = cfg.resolved()
     stages = setup_stages(cfg)
     preflight(cfg)
-    check_writable(cfg.out)
+    check_writable(cfg.out, keep=False)  # early, so a bad folder fails before the data loads
     load_native_libraries()
     stage(stages["data"])
     clients = load_clients(cfg)

@@ -236,7 +236,7 @@ def run_sweep(cfg: SweepConfig, *, progress: Optional[Callable[[int, int], None]
     from edgeprof.rounds.simulate import build_federation, preflight, run_round
 
     preflight(cfg.base)
-    check_writable(cfg.base.out)
+    check_writable(cfg.base.out, keep=False)  # early, so a bad folder fails before the data loads
     load_native_libraries()
     set_threads(cfg.base.threads)
     cells = plan_cells(cfg)
