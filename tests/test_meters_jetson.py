@@ -272,7 +272,7 @@ def test_without_shunt_files_only_the_bus_voltage_is_bounded_and_an_iio_rail_say
         hwmon.close()
         iio.close()
     assert hwmon_rail["max_w"] is None and "no readable shunt1_resistor" in hwmon_rail["max_from"]
-    assert iio_rail["max_w"] is None and "exposes no shunt" in iio_rail["max_from"]
+    assert iio_rail["max_w"] is None and "does not expose its shunt resistors" in iio_rail["max_from"]
 
 
 @pytest.mark.parametrize(("update_ms", "hz", "period_s"), [(140, 100, 0.14), (6, 100, 0.01), (None, 100, 0.01)],

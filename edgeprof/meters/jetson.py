@@ -26,8 +26,10 @@ is :class:`~edgeprof.meters.sampler.Implausible`: never integrated, and the rail
 that a trapezoid touching it falls in (``implausible power``). So is a reading above what the monitor can
 produce (hwmon layout): a bus voltage over the INA3221's 32.76 V full scale (12 bits of 8 mV), or a current over
 163.8 mV (its shunt ADC's full scale) through the rail's ``shunt<k>_resistor``. The iio layout (JetPack 4's
-``ina3221x``) exposes neither the voltage it reads nor its shunts, so its rails have no upper bound, and
-``describe()`` says so. A rail whose label file is missing, a directory, unreadable or not UTF-8 is left out with
+``ina3221x``) integrates its ``in_power<k>_input``; the driver also shows the bus voltage and current
+(``in_voltage<k>_input``, ``in_current<k>_input``) and settable alert limits (``crit_current_limit_<k>``), but not the
+shunt resistors, so no full scale of the current, and none of the power, is known: its rails have no upper bound
+(an alert limit is the operator's setting, not what the monitor can read), and ``describe()`` says so. A rail whose label file is missing, a directory, unreadable or not UTF-8 is left out with
 the reason (``ProbeResult.skipped``, ``describe()``).
 
 Resolution: the monitor converts a new reading every ``update_interval`` ms (hwmon: the channels, the averaging
@@ -316,8 +318,9 @@ def _bounds(rail: Rail) -> dict:
         return {"max_w": round(rail.max_w, 3),
                 "max_from": f"{rail.max_mv} mV bus full scale x {rail.max_ma:.0f} mA shunt full scale"}
     if rail.layout == "iio":
-        return {"max_w": None, "max_from": "none: the iio driver exposes no shunt or bus voltage (only negative "
-                                            "readings are flagged)"}
+        return {"max_w": None, "max_from": "none: the iio driver does not expose its shunt resistors, so the "
+                                            "current's full scale is not known (only negative readings are "
+                                            "flagged)"}
     shunt = rail.current_file.name.replace("curr", "shunt").replace("_input", "_resistor")
     return {"max_w": None, "max_from": f"none for the current: no readable {shunt} (a bus voltage over "
                                         f"{rail.max_mv} mV is flagged)"}
