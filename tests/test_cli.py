@@ -95,6 +95,7 @@ def _report_file(tmp_path: Path) -> str:
     (["train", *FAST[:-1], "--device", "cuda:x"], 2, "device must be KIND or KIND:N"),
     (["measure", *FAST, "--no-such-option"], 2, "No such option"),
     (["measre"], 2, "No such command 'measre'"),
+    ([], 2, "no command given"),  # was an empty error line under the help
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
     (["doctor", "--cpu-watts", "0"], 2, "cpu-watts must be positive"),
     (["doctor", "--meter-setting", "cpu-wats="], 2, "unknown meter setting(s) cpu_wats;"),  # was accepted

@@ -115,6 +115,24 @@ def test_the_probe_says_why_and_how_to_fix(where, status, reason, fix):
     assert smi.calls[-1] == "amdsmi_shut_down" or where == "init"
 
 
+@pytest.mark.parametrize("missing", ["amdsmi_init", "amdsmi_get_processor_handles", "everything"])
+def test_a_binding_without_the_functions_it_needs_is_the_probes_reason(tmp_path, missing):
+    # Prepare: a binding that lacks a function, or a string given as the module (--meter-setting amdsmi_module=x)
+    smi = "x" if missing == "everything" else fake_amdsmi([{"counts": 0}])
+    if missing != "everything":
+        delattr(smi, missing)
+
+    # Execute
+    result = amdsmi.probe(smi)
+    rows = {r["meter"]: r for r in doctor_report(sysfs_root=str(tmp_path), nvml_module=NO_NVIDIA,
+                                                 amdsmi_module=smi)}
+
+    # Verify: one line that names what is missing, not an AttributeError escaping the probe
+    assert not result.available and "AttributeError" in result.reason and "\n" not in result.reason
+    assert (missing if missing != "everything" else "amdsmi_init") in result.reason
+    assert rows["amdsmi"]["status"] == "not found" and rows["amdsmi"]["reason"] == result.reason
+
+
 def test_a_read_error_is_one_line_with_its_cause_and_close_shuts_down_once():
     gpus = [{"counts": 0}]
     smi = fake_amdsmi(gpus)

@@ -91,7 +91,10 @@ class OneLineErrors(TyperGroup):
                 raise
             command = f" (see 'edgeprof {err.ctx.info_name} --help')" if getattr(err, "ctx", None) and \
                 err.ctx.parent is not None else " (see 'edgeprof --help')"
-            error_line(_dedupe(err.format_message()) + command)
+            message = _dedupe(err.format_message())
+            if not message and isinstance(err, getattr(click_errors, "NoArgsIsHelpError", ())):  # help shown above
+                message = "no command given" if command == " (see 'edgeprof --help')" else "no arguments given"
+            error_line(message + command)
             sys.exit(USAGE_EXIT if isinstance(err, click_errors.UsageError) else err.exit_code)
         except typer.Abort:
             if not standalone_mode:

@@ -133,7 +133,7 @@ def _optional(fn: Callable[[], Any]) -> Any:
 
 def init(smi: ModuleType) -> None:
     """``amdsmi_init()`` (its default: AMD GPUs only); MeterError with one line when the driver does not answer."""
-    _call(smi, "init (is the amdgpu driver loaded?)", smi.amdsmi_init)
+    _call(smi, "init (is the amdgpu driver loaded?)", lambda: smi.amdsmi_init())
 
 
 def shutdown(smi: ModuleType) -> None:
@@ -203,7 +203,7 @@ def _classify(smi: ModuleType, index: int, handle: Any) -> AmdGpu | None:
 
 def list_gpus(smi: ModuleType) -> tuple[AmdGpu, ...]:
     """Every AMD GPU the library can measure; MeterError (one line) for any failure of the library."""
-    handles = _call(smi, "list of GPUs", smi.amdsmi_get_processor_handles)
+    handles = _call(smi, "list of GPUs", lambda: smi.amdsmi_get_processor_handles())
     return tuple(g for g in (_classify(smi, i, h) for i, h in enumerate(handles)) if g)
 
 
