@@ -119,6 +119,9 @@ def _report_file(tmp_path: Path) -> str:
     (["trace", "/"], 7, "/ is a folder, not a report"),
     (["summary", "{report}"], 7, "not an edgeprof report"),
     (["dashboard", "{report}"], 7, "not an edgeprof report"),
+    (["dashboard", "{report}", "--title", "caf\udce9"], 2, "--title 'caf\\udce9' is not valid text"),  # a traceback
+    (["dashboard", "{report}", "--output", "p.html", "--name", "q"], 2, "give one or the other"),  # --name ignored
+    (["dashboard", "{report}", "--out", "p.html", "--name", "q"], 2, "give --out a folder"),  # --name ignored
 ])
 def test_every_command_fails_with_one_line_and_its_documented_code(tmp_path, monkeypatch, argv, code, expected):
     monkeypatch.chdir(tmp_path)

@@ -423,6 +423,7 @@ def _sweep_and_report(cfg, *, check: bool, check_metric: str) -> None:
 
 @app.command()
 def dashboard(
+    ctx: typer.Context,
     reports: Annotated[list[Path], typer.Argument(help="Report CSVs (their JSON sidecars are read too).")],
     out: o.PageOut = Path("profiles"), name: o.PageName = None, title: o.Title = "edgeprof report",
     output: o.PageFile = None, trace_round: o.DashboardTraceRound = None, trace_client: o.DashboardTraceClient = None,
@@ -431,6 +432,14 @@ def dashboard(
     with guard():
         from edgeprof.report.dashboard import write_dashboard
 
+        from edgeprof.errors import ConfigError
+
+        if any("\ud800" <= c <= "\udfff" for c in title):  # bytes the terminal's encoding could not decode
+            raise ConfigError(f"--title {title!r} is not valid text in this terminal's encoding; give it in UTF-8")
+        given = o.given_options(ctx)
+        if output is not None and {"out", "name"} & set(given):
+            raise ConfigError("--output names the page's file; --out and --name name its folder and file: give "
+                              "one or the other")
         path = write_dashboard(reports, _page_path(reports, out, name, output), title=title,
                                trace_round=trace_round, trace_client=trace_client)
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
@@ -448,6 +457,8 @@ def _page_path(reports: list[Path], out: Path, name: Optional[str], output: Opti
         _log.warning("--output is deprecated; use --out FOLDER and --name NAME")
         return output
     if out.suffix.lower() == ".html" and not out.is_dir():
+        if name is not None:
+            raise ConfigError(f"--out {out} names a page, and --name another: give --out a folder")
         _log.warning(f"--out names a folder; writing the page to {out} as before (deprecated; use "
                      f"--out {out.parent} --name {out.stem})")
         return out
