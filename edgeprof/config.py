@@ -348,7 +348,8 @@ def max_threads() -> int:
     return os.cpu_count() or 1
 
 
-def _check_int(name: str, value) -> None:
+def check_int(name: str, value) -> None:
+    """ConfigError with one line unless ``value`` is an integer within the documented :data:`BOUNDS` of ``name``."""
     low, high = BOUNDS[name]
     _check(isinstance(value, int) and not isinstance(value, bool) and low <= value <= high,
            f"{name.replace('_', ' ')} must be an integer in {low}..{high:,}, got {value}")
@@ -371,7 +372,7 @@ def validate(cfg: RunConfig) -> None:
     if not (isinstance(cfg.tau, int) and cfg.tau >= 1):
         _check(False, f"tau must be an integer >= 1, got {cfg.tau}")
     for name in BOUNDS:
-        _check_int(name, getattr(cfg, name))
+        check_int(name, getattr(cfg, name))
     _check(0.0 < cfg.participation <= 1.0 and not math.isnan(cfg.participation),
            f"participation must be in (0, 1], got {cfg.participation}")
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")

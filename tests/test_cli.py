@@ -107,6 +107,8 @@ def _report_file(tmp_path: Path) -> str:
     (["measure", *FAST, "--eval-protocol", "paper"], 2, "--eval-protocol says how --evaluate scores a round"),
     (["sweep", "--check-metric", "cpu_s"], 2, "--check-metric cpu_s says what --check judges"),
     (["export", "--backbone", "resnet"], 2, "unknown backbone"),
+    (["export", "--seed", "-1"], 2, "seed must be an integer in 0..4,294,967,295"),  # was accepted
+    (["export", "--seed", str(2**32)], 2, "seed must be an integer in 0..4,294,967,295"),
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),
     (["sweep", "--taus", "1,x"], 2, "--taus must be a comma-separated list"),
     (["flower-app-dir", "--port", "0"], 2, "port must be in 1..65535"),
@@ -118,6 +120,10 @@ def _report_file(tmp_path: Path) -> str:
     (["summary", "."], 7, ". is a folder, not a report: name its report CSVs (*.csv)"),  # was a traceback
     (["trace", "/"], 7, "/ is a folder, not a report"),
     (["summary", "{report}"], 7, "not an edgeprof report"),
+    # a name the system refuses to look up (ENAMETOOLONG) is the report's or the folder's, not "the output"
+    (["summary", "a" * 300 + ".csv"], 7, "cannot read " + "a" * 300 + ".csv: File name too long"),
+    (["trace", "a" * 300 + ".csv"], 7, "File name too long"),
+    (["measure", *FAST, "--out", "a" * 300], 4, "is not writable: File name too long"),
     (["dashboard", "{report}"], 7, "not an edgeprof report"),
     (["dashboard", "{report}", "--title", "caf\udce9"], 2, "--title 'caf\\udce9' is not valid text"),  # a traceback
     (["dashboard", "{report}", "--output", "p.html", "--name", "q"], 2, "give one or the other"),  # --name ignored

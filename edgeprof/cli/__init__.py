@@ -189,6 +189,9 @@ def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, dataset: o.S
            out: o.ModelOut = Path("models")) -> None:
     """Export a backbone to ONNX (dynamic batch axis) under models/, checked against torch first."""
     with guard():
+        from edgeprof.config import check_int
+
+        check_int("seed", seed)  # the bounds measure's --seed has
         from edgeprof.host import load_native_libraries
 
         load_native_libraries()

@@ -498,7 +498,10 @@ def rowless_ending(csv_path) -> str | None:
     from edgeprof.report.writer import read_sidecar
 
     path = Path(csv_path)
-    if not path.is_file():  # no report at all (a folder, '/', a missing file): nothing to say why
+    try:
+        if not path.is_file() or not path.with_suffix(".json").is_file():  # no report at all (a folder, '/', a
+            return None  # missing file), or no sidecar: nothing to say why
+    except OSError:  # a path the system cannot even look up (a name too long): read_report said so
         return None
     sidecar, _ = read_sidecar(path.with_suffix(".json"))
-    return ending_line(Report(path, (), [], sidecar)) if path.with_suffix(".json").is_file() else None
+    return ending_line(Report(path, (), [], sidecar))

@@ -210,8 +210,9 @@ def check_writable(folder: Path, *, keep: bool = True) -> Path:
     had to create are removed again, so a run refused before its report leaves no empty folder behind; the run's
     own check (``keep=True``, as its report is opened) creates them for good."""
     folder = Path(folder)
-    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    missing: list[Path] = []
     try:
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
         make_folder(folder)
         probe = folder / f".edgeprof-write-test-{os.getpid()}"
         probe.write_bytes(b"")
@@ -407,11 +408,11 @@ def read_report(path: str | Path) -> Report:
     path = Path(path)
     if path.suffix == ".json":
         path = path.with_suffix(".csv")
-    if path.is_dir():
-        raise ReportError(f"{path} is a folder, not a report: name its report CSVs ({path / '*.csv'})")
-    if not path.is_file():
-        raise ReportError(f"no report at {path}")
     try:
+        if path.is_dir():
+            raise ReportError(f"{path} is a folder, not a report: name its report CSVs ({path / '*.csv'})")
+        if not path.is_file():
+            raise ReportError(f"no report at {path}")
         text = path.read_bytes().decode("utf-8", errors="surrogateescape")
     except OSError as err:
         raise ReportError(f"cannot read {path}: {err.strerror or err}") from err
