@@ -216,3 +216,23 @@ class _Bessel(nn.Module):
 def unexportable(input_shape):
     """Right in torch, and refused at its ONNX export: the exporter's own dump of the graph is not shown."""
     return _Bessel(input_shape)
+
+
+class _GivesUp(nn.Module):
+    """Fine in set-up (batches of at most 8 images) and on the first round's two clients; raises in round 2."""
+
+    def __init__(self, input_shape):
+        super().__init__()
+        self.linear = nn.Linear(int(torch.tensor(input_shape).prod()), 5)
+        self.round_batches = 0
+
+    def forward(self, x):
+        if x.shape[0] > 8:
+            self.round_batches += 1
+            if self.round_batches > 2:  # two clients a round
+                raise ValueError("the layer gave up")
+        return self.linear(x.flatten(1))
+
+
+def gives_up_in_round_2(input_shape):
+    return _GivesUp(input_shape)

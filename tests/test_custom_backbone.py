@@ -31,6 +31,7 @@ from edgeprof.report import read_report
 from edgeprof.rounds.simulate import build_federation
 from edgeprof.nn.compute import Compute
 
+import custom_backbones
 from conftest import make_clients
 from round_checks import one_round_moves_the_weights_and_no_running_statistic
 from edgeprof.nn.tolerances import float32_atol
@@ -315,6 +316,23 @@ def test_measure_refuses_a_backbone_with_one_line_and_its_exit_code(tmp_path, sp
     assert result.exit_code == code, result.output
     assert line in _one_error_line(result)
     assert not list(out.glob("*.csv"))  # refused during set-up: no report
+
+
+def test_a_backbone_that_raises_mid_run_is_one_line_naming_its_line_and_the_report_keeps_round_1(tmp_path):
+    out = tmp_path / "profiles"
+
+    result = CliRunner().invoke(app, ["measure", *FAST, "--rounds", "3", "--backbone",
+                                      "custom_backbones:gives_up_in_round_2", "--run-name", "up", "--out", str(out)])
+
+    assert result.exit_code == 6, result.output
+    line = _one_error_line(result)
+    assert line.startswith("edgeprof: error: backbone 'custom_backbones:gives_up_in_round_2' raised in its forward "
+                           "pass on a (")
+    assert f"batch: ValueError: the layer gave up (at {custom_backbones.__file__}:" in line
+    assert line.endswith(f", in forward); the report keeps every round that finished ({out / 'up.csv'})")
+    report = read_report(out / "up.csv")
+    assert report.sidecar["status"] == "failed" and "the layer gave up" in report.sidecar["reason"]
+    assert report.sidecar["rounds_completed"] == 1 and {r["round"] for r in report.where(kind="client")} == {"1"}
 
 
 def test_export_writes_your_own_backbone_in_the_datas_shape(tmp_path):

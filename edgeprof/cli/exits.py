@@ -138,7 +138,8 @@ def guard() -> Iterator[None]:
         with handle_termination(), stops_unwrapped():
             yield
     except EdgeprofError as err:
-        error_line(str(err))
+        report = getattr(err, "report", None)  # a run that failed after its report opened (edgeprof.session.run)
+        error_line(str(err) + ("" if report is None else f"; the report keeps every round that finished ({report})"))
         raise typer.Exit(err.exit_code) from None
     except STOP_EXCEPTIONS as err:
         typer.echo(f"edgeprof: {stopped_line(name_closed_report(err))}", err=True)

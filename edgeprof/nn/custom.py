@@ -54,6 +54,14 @@ class CustomBackbone(Backbone):
     def train(self, mode: bool = True) -> "CustomBackbone":
         return super().train(False)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The features of ``x``; your module raising is a :class:`ModelError` that names the line it raised at."""
+        try:
+            return self.net(x)
+        except Exception as err:
+            raise ModelError(f"backbone {self.backbone_name!r} raised in its forward pass on a {tuple(x.shape)} batch: "
+                             f"{_failure(err)}{_where(err)}") from err
+
 
 def build_custom(spec: str, input_shape: tuple[int, int, int], seed: int = 0) -> CustomBackbone:
     """The backbone ``spec`` (a torchvision name or a factory spec) for ``input_shape`` images, seeded."""
@@ -169,6 +177,16 @@ def _failure(err: BaseException) -> str:
     if isinstance(err, SystemExit):
         return f"it called sys.exit({err.code!r})"
     return f"{type(err).__name__}: {err}".splitlines()[0]
+
+
+def _where(err: BaseException) -> str:
+    """`` (at FILE:LINE, in FUNCTION)``: the innermost frame of ``err``'s traceback outside torch and edgeprof (the
+    user's code that raised); "" where every frame is theirs."""
+    import traceback
+
+    ours = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(ours)]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
 
 
 def wrap(name: str, net: Any, input_shape: tuple[int, int, int]) -> CustomBackbone:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
-from edgeprof.errors import OutputError
+from edgeprof.errors import EdgeprofError, OutputError
 from edgeprof.meters.discovery import MeterSet
 from edgeprof.measure.profiler import Profiler
 from edgeprof.report.schema import check_phase_name, columns_for, row_from_window
@@ -288,8 +288,9 @@ def open_run(cfg, *, run_id: str, phases: Sequence[str],
                     session.ctx.flush()  # the rows still waiting for a slow meter's series
             except BaseException as err:
                 error = err
-                if isinstance(err, STOP_EXCEPTIONS):
+                if isinstance(err, (*STOP_EXCEPTIONS, EdgeprofError)) and not isinstance(err, OutputError):
                     err.report = session.csv_path  # the CLI's line names the report that keeps the finished rounds
+                    # (a report that could not be written names itself and what it kept)
                 raise
             finally:
                 _close(session, sidecar, error)
