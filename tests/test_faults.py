@@ -548,6 +548,20 @@ def test_how_a_run_ended_is_told_by_what_ended_it(err, status, reason):
     assert ending(err) == (status, reason)
 
 
+@pytest.mark.parametrize("err", [SystemExit(0), KeyboardInterrupt(), ValueError("bad value"), SystemExit(2)])
+def test_the_summarys_run_line_says_how_it_ended_once(tmp_path, err):
+    from edgeprof.report.summary import ending_line
+    from edgeprof.report.writer import Report
+    from edgeprof.session.run import ending
+
+    status, reason = ending(err)
+    line = ending_line(Report(tmp_path / "r.csv", (), [], {"status": status, "reason": reason}))
+
+    # "run: interrupted (SIGINT)", "run: failed: bad value": the status word is never said twice
+    assert line == (f"run: {reason}" if reason.startswith(status) else f"run: {status}: {reason}")
+    assert not line.startswith(f"run: {status}: {status}")
+
+
 HAND_OFF = """
 import sys
 import edgeprof.__main__  # the console script's first statements: a stop while starting is one line

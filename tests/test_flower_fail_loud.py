@@ -290,7 +290,7 @@ def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_
 
     assert result.exit_code == 0, result.output
     line = next(ln for ln in result.output.splitlines() if ln.startswith("run: "))
-    assert line == ("run: interrupted: interrupted (the process was asked to exit: SystemExit 0); round 3 was under "
+    assert line == ("run: interrupted (the process was asked to exit: SystemExit 0); round 3 was under "
                     "way when the run ended (its 3 sampled replies were not awaited)"), line
     table = result.output[result.output.index("Flower: per host"):]
     host = next(ln for ln in table.splitlines() if ln.startswith("│ ") and "│ 0, 1, 2 " in ln)  # this machine

@@ -82,7 +82,7 @@ class Federation:
         """How the run ended, in one line: ``complete``, ``complete, 2 of 9 sampled replies not used (...)``,
         ``failed: <reason>``, ``interrupted: <reason>; round 3 was under way (...)``. The replies of a round the
         run's end cut off are not counted among those not used."""
-        line = self.status + (f": {self.reason}" if self.reason else "")
+        line = status_with_reason(self.status, self.reason)
         finished = [r for r in self.rounds if not r.under_way]
         if self.unused:
             sampled = sum(len(r.sampled) for r in finished)
@@ -94,6 +94,14 @@ class Federation:
                 line += (f"; round {r.round} was under way when the run ended (its {len(r.sampled)} sampled "
                          "replies were not awaited)")
         return line
+
+
+def status_with_reason(status: str, reason: str) -> str:
+    """``status: reason``, or the reason alone where it already starts with the status (``interrupted (SIGTERM)``,
+    not ``interrupted: interrupted (SIGTERM)``)."""
+    if not reason:
+        return status
+    return reason if reason.split(" ", 1)[0] == status else f"{status}: {reason}"
 
 
 def _ints(value: Any) -> list[int]:

@@ -414,7 +414,7 @@ def ending_line(report: Report) -> str | None:
     """How the run ended, as its sidecar says, in one line (``run: complete``, ``run: failed: <reason>``, ...); a
     Flower run's adds the sampled replies not used (:meth:`~edgeprof.report.federation.Federation.ending`). None for
     a report without a sidecar status (a sweep's)."""
-    from edgeprof.report.federation import of_report
+    from edgeprof.report.federation import of_report, status_with_reason
 
     sidecar = report.sidecar if isinstance(report.sidecar, dict) else {}
     status = sidecar.get("status")
@@ -429,7 +429,7 @@ def ending_line(report: Report) -> str | None:
     if federation is not None:
         return f"run: {federation.ending()}"
     reason = sidecar.get("reason")
-    return f"run: {status}" + (f": {' '.join(reason.split())}" if isinstance(reason, str) and reason else "")
+    return f"run: {status_with_reason(status, ' '.join(reason.split()) if isinstance(reason, str) else '')}"
 
 
 #: the most rejections a summary lists one by one (the sidecar has them all)
