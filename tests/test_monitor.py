@@ -489,7 +489,7 @@ def test_labels_set_while_a_window_is_open_label_its_row_and_none_after_it_ended
 
 def test_numpy_numbers_and_a_diverged_loss_label_rows_instead_of_stopping_the_program(tmp_path):
     """A training loop's values as it has them: numpy numbers (``np.float32``, a 0-d array as ``loss.numpy()``
-    gives) are the numbers they hold; a diverged ``train_loss`` (nan, inf) is a result, written as such (the reader
+    gives) are the numbers they hold (a float32 its shortest decimal); a diverged ``train_loss`` (nan, inf) is a result, written as such (the reader
     takes it, as from ``measure``), and a non-finite number in another label is the JSON string ``"nan"``; none of
     them raises in the program measured. A tensor-like array still gets one line naming ``.item()``."""
     import numpy as np
@@ -498,7 +498,7 @@ def test_numpy_numbers_and_a_diverged_loss_label_rows_instead_of_stopping_the_pr
     from edgeprof.report.writer import read_report
 
     losses = [np.float32(0.75), np.asarray(np.float32("nan")), np.float64("inf")]
-    with edgeprof.monitor(out=tmp_path, run_id="np", labels={"lr": np.float32(0.5)}, cpu_watts=1.0) as mon:
+    with edgeprof.monitor(out=tmp_path, run_id="np", labels={"lr": np.float32(0.1)}, cpu_watts=1.0) as mon:
         for epoch, loss in enumerate(losses):
             with mon.window("epoch", round=np.int64(epoch + 1), train_loss=loss, grad_norm=float(loss),
                             clipped=np.bool_(epoch > 0)):
@@ -514,8 +514,8 @@ def test_numpy_numbers_and_a_diverged_loss_label_rows_instead_of_stopping_the_pr
     assert [r["round"] for r in epochs] == ["1", "2", "3"]
     assert [r["train_loss"] for r in epochs] == ["0.75", "nan", "inf"]
     assert [json.loads(r["labels"]) for r in epochs] == [
-        {"lr": 0.5, "grad_norm": 0.75, "clipped": False}, {"lr": 0.5, "grad_norm": "nan", "clipped": True},
-        {"lr": 0.5, "grad_norm": "inf", "clipped": True}]
+        {"lr": 0.1, "grad_norm": 0.75, "clipped": False}, {"lr": 0.1, "grad_norm": "nan", "clipped": True},
+        {"lr": 0.1, "grad_norm": "inf", "clipped": True}]  # np.float32(0.1) as the 0.1 it was given, not 0.10000000149
     (evaluated,) = [r for r in rows if r["window"] == "evaluate"]
     assert evaluated["test_accuracy"] == "0.25"
 

@@ -26,10 +26,15 @@ LABEL_COLUMNS: Mapping[str, type] = {
 
 def _plain(value: Any) -> Any:
     """A numpy number (``np.float32(0.9)``, a 0-d array such as ``loss.numpy()``) as the Python number it holds; any
-    other value as it is."""
+    other value as it is. A float narrower than Python's is its shortest decimal (``np.float32(0.1)`` is 0.1, not
+    the 0.10000000149011612 its bits widen to)."""
     import numpy as np
 
-    if isinstance(value, np.generic) or isinstance(value, np.ndarray) and value.ndim == 0:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+        return float(str(value))
+    if isinstance(value, np.generic):
         plain = value.item()
         return plain if isinstance(plain, (str, int, float, bool)) else value
     return value
