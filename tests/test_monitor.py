@@ -100,9 +100,9 @@ def test_windows_phases_begin_end_and_decorator_to_the_microjoule(tmp_path, mach
                 machine.run(1.0, waiting_s=0.5)
             with epoch.phase("forward"):  # a phase entered twice adds up
                 machine.run(0.125)
-        mon.begin_window("callback", client=3)
+        callback = mon.begin_window("callback", client=3)
         machine.run(2.0)
-        measured = mon.end_window("callback")
+        measured = mon.end_window(callback)  # the window begin_window returned, or its name
         assert evaluate(6) == 7
     report = read_report(mon.csv_path)
 
@@ -206,6 +206,8 @@ def test_bookkeeping_is_charged_to_every_window_open_while_it_ran(tmp_path, mach
 @pytest.mark.parametrize(("misuse", "message"), [
     (lambda mon: mon.phase("p").__enter__(), "outside any window"),
     (lambda mon: mon.end_window("never"), "no window 'never' is open"),
+    (lambda mon: mon.end_window(3), "takes the window's name or the window begin_window returned, got 3"),
+    (lambda mon: [mon.end_window(w := mon.begin_window("w")), mon.end_window(w)], "that window is not open"),
     (lambda mon: [mon.begin_window("w"), mon.begin_window("w")], "already open"),
     (lambda mon: mon.window("w", wall_s=1).__enter__(), "fills itself"),
     (lambda mon: mon.window("w", round="three").__enter__(), "whole number"),

@@ -374,9 +374,19 @@ class Monitor:
             self._named[name] = mw
         return mw
 
-    def end_window(self, name: str, /) -> Measurement:
-        """Close the window that :meth:`begin_window` opened as ``name``; write its row; return its figures."""
+    def end_window(self, name: "str | MonitorWindow", /) -> Measurement:
+        """Close the window that :meth:`begin_window` opened as ``name`` (or the window it returned); write its row;
+        return its figures."""
         with self._lock:
+            if isinstance(name, MonitorWindow):
+                key = next((k for k, mw in self._named.items() if mw is name), None)
+                if key is None:
+                    raise MonitorError("end_window: that window is not open through this monitor's begin_window "
+                                       "(ended already, or a with-block's window, which ends with its block)")
+                name = key
+            elif not isinstance(name, str):
+                raise MonitorError(f"end_window takes the window's name or the window begin_window returned, got "
+                                   f"{name!r}")
             mw = self._named.pop(name, None)
         if mw is None:
             raise MonitorError(f"no window {name!r} is open: begin it with begin_window({name!r}) first")
