@@ -180,3 +180,52 @@ def test_the_own_loop_model_is_a_backbone_for_measure(tmp_path):
     assert result.exit_code == 0, result.output
     (sidecar,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     assert sidecar["status"] == "complete" and sidecar["config"]["backbone"] == "examples.own_loop.model:factory"
+
+
+@pytest.mark.slow
+def test_the_flower_example_runs_with_flwr_run_as_documented_and_leaves_its_files_as_they_were(tmp_path):
+    """The command own-code.md shows, on a copy of the example: Flower's own local SuperLink (simulation engine,
+    started by ``flwr run`` with its home in tmp_path), 4 virtual clients, one report; the app's pyproject is in the
+    form Flower reads today, so ``flwr run`` does not rewrite it (it migrated a federations section in place)."""
+    import os
+    import shlex
+    import shutil
+    import signal
+    import socket
+
+    from docs_text import fenced_blocks
+
+    pytest.importorskip("flwr")
+    flwr = Path(sys.executable).with_name("flwr")
+    if not flwr.exists():
+        pytest.skip("flwr's command is not installed beside this Python")
+    with socket.socket() as probe:  # Flower's local SuperLink always takes this port: another one would be used
+        if probe.connect_ex(("127.0.0.1", 39091)) == 0:
+            pytest.skip("a local Flower SuperLink already runs on this machine (port 39091)")
+    [block] = [body for _, body in fenced_blocks(page("docs/own-code.md")) if "flwr run examples/flower_app" in body]
+    [env_and_command] = [ln for ln in block.replace("\\\n", " ").splitlines() if "flwr run" in ln]
+    words = shlex.split(env_and_command)
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "home"),
+           "PATH": f"{flwr.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    while "=" in words[0]:
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    app = tmp_path / "flower_app"
+    shutil.copytree(EXAMPLES / "flower_app", app, ignore=shutil.ignore_patterns("__pycache__", "profiles"))
+    pyproject = (app / "pyproject.toml").read_text()
+    assert words[:3] == ["flwr", "run", "examples/flower_app"]
+    try:
+        done = subprocess.run([str(flwr), "run", str(app), *words[3:]], capture_output=True, text=True, timeout=400,
+                              cwd=app, env=env, stdin=subprocess.DEVNULL)
+    finally:  # the SuperLink flwr started stays in the background: end it (it is the one with its home in tmp_path)
+        found = subprocess.run(["pgrep", "-f", f"flower-superlink.*{tmp_path}"], capture_output=True, text=True)
+        for pid in found.stdout.split():
+            os.kill(int(pid), signal.SIGTERM)
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (csv,) = (app / "profiles").glob("flower-app-*.csv")
+    assert f"edgeprof report: {csv.resolve()}" in done.stdout + done.stderr
+    report = read_report(csv)
+    assert report.sidecar["status"] == "complete" and report.sidecar["rounds_completed"] == 3
+    assert sorted({r["client"] for r in report.where(kind="client")}) == ["0", "1", "2", "3"]
+    assert (app / "pyproject.toml").read_text() == pyproject

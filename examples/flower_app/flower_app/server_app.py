@@ -20,4 +20,4 @@ def main(grid: Grid, context: Context) -> None:
                                 out=context.run_config.get("out", "profiles"), name="flower-app")
     strategy.start(grid=grid, initial_arrays=ArrayRecord(Net().state_dict()),
                    num_rounds=int(context.run_config.get("num-server-rounds", 3)))
-    print(f"edgeprof report: {strategy.csv_path}")
+    print(f"edgeprof report: {strategy.csv_path.resolve()}")  # relative to the SuperLink's folder, not yours
