@@ -67,6 +67,22 @@ def test_the_test_fraction_is_the_measure_option_of_its_name(tmp_path):
     assert client == same and n_half < n_quarter
 
 
+@pytest.mark.parametrize(("argv", "hz"), [([], 10), (["--meter-setting", "jetson_hz=20"], 20),
+                                         (["--jetson-hz", "5"], 5), (["--jetson-hz", "5", "--meter-setting",
+                                                                      "jetson_hz=20"], 5)])
+def test_a_meter_setting_is_not_overridden_by_an_option_left_at_its_default(tmp_path, monkeypatch, argv, hz):
+    from fixtures_sysfs import build_jetson
+
+    build_jetson(tmp_path, "orin_nano")
+    monkeypatch.setenv("EDGEPROF_SYSFS_ROOT", str(tmp_path))
+
+    result = CliRunner().invoke(app, ["doctor", *argv])
+
+    # the option given wins over --meter-setting; left out, the setting stands; neither: the back-end's default
+    assert result.exit_code == 0, result.output
+    assert f"sampling:      {hz:g} Hz" in result.stdout
+
+
 def _one_error_line(result) -> str:
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("edgeprof: error:"), result.stderr
@@ -99,6 +115,8 @@ def _report_file(tmp_path: Path) -> str:
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
     (["doctor", "--cpu-watts", "0"], 2, "cpu-watts must be positive"),
     (["doctor", "--meter-setting", "cpu-wats="], 2, "unknown meter setting(s) cpu_wats;"),  # was accepted
+    (["doctor", "--meter-setting", "jetson_hz=abc"], 2, "jetson-hz must be positive, got abc"),  # --jetson-hz's
+    # default took its place unchecked
     (["measure", *FAST, "--cpu-watts", "nan"], 2, "cpu-watts must be positive"),
     # an option the run would ignore, and record as if used
     (["measure", *FAST[6:], "--synthetic-samples", "100"], 2, "--synthetic-samples sets the synthetic data set, and "
@@ -383,7 +401,7 @@ def _values(tmp_path: Path) -> dict:
             "participation": (["--participation", "0.4"], 0.4),
             "participation_mode": (["--participation-mode", "bernoulli"], "bernoulli"), "seed": (["--seed", "3"], 3),
             "dataset": (["--dataset", "fashion-mnist"], "fashion-mnist"), "degree": (["--degree", "medium"], "medium"),
-            "split": (["--split", "paper"], "paper"),
+            "split": (["--split", "paper"], "paper"), "test_fraction": (["--test-fraction", "0.4"], 0.4),
             "backbone": (["--backbone", "cnn-cifar"], "cnn-cifar"),
             "data_dir": (["--data-dir", str(tmp_path / "data")], tmp_path / "data"),
             "synthetic_samples": (["--synthetic-samples", "300"], 300),

@@ -255,8 +255,11 @@ def with_meter_options(command: Callable) -> Callable:
 
     signature = inspect.signature(command, eval_str=True)
     params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    added = [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default,
-                               annotation=Annotated[Optional[o.type], _opt(f"--{o.key}", panel=ENERGY, help=o.help)])
+    # the default None, shown as the back-end's: an option left out must not override --meter-setting NAME=VALUE
+    added = [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                               annotation=Annotated[Optional[o.type], _opt(
+                                   f"--{o.key}", panel=ENERGY, show_default=False,
+                                   help=o.help if o.default is None else f"{o.help} Default: {o.default:g}.")])
              for o in options()]
     at = next((i for i, p in enumerate(params) if _panel(p.annotation) == ENERGY), len(params))
     command.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
