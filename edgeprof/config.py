@@ -329,6 +329,10 @@ def check_energy_options(settings: "EnergySettings") -> None:
     """The meter, idle-baseline and carbon settings a run and a monitor share: ConfigError with one line for
     the first invalid one."""
     check_positive(carbon_intensity=settings.carbon_intensity)
+    where = [f"--{n} {v}" for n, v in (("country", settings.country), ("region", settings.region)) if v is not None]
+    _check(settings.carbon_intensity is None or not where,
+           f"{' and '.join(where)} say where codecarbon's intensity is looked up, and --carbon-intensity replaces it: "
+           "give one or the other (the sidecar would record a place the figure does not come from)")
     _check(settings.carbon_intensity is None or settings.carbon_intensity <= MAX_CARBON_INTENSITY,
            f"carbon-intensity must be at most {MAX_CARBON_INTENSITY:,.0f} gCO2e/kWh, got {settings.carbon_intensity}")
     check_meter_options(**dict(settings.meters))

@@ -115,6 +115,8 @@ def _report_file(tmp_path: Path) -> str:
     (["doctor", "--cpu-watts", "-3"], 2, "cpu-watts must be positive"),
     (["doctor", "--cpu-watts", "0"], 2, "cpu-watts must be positive"),
     (["doctor", "--meter-setting", "cpu-wats="], 2, "unknown meter setting(s) cpu_wats;"),  # was accepted
+    (["measure", *FAST, "--country", "FRA", "--carbon-intensity", "50"], 2, "--country FRA say where codecarbon's "
+                                                                           "intensity is looked up"),  # recorded
     (["doctor", "--meter-setting", "jetson_hz=abc"], 2, "jetson-hz must be positive, got abc"),  # --jetson-hz's
     # default took its place unchecked
     (["measure", *FAST, "--cpu-watts", "nan"], 2, "cpu-watts must be positive"),
