@@ -83,6 +83,27 @@ def test_a_meter_setting_is_not_overridden_by_an_option_left_at_its_default(tmp_
     assert f"sampling:      {hz:g} Hz" in result.stdout
 
 
+@pytest.mark.parametrize("command", ["summary", "dashboard"])
+def test_a_glob_that_takes_a_reports_trace_csv_reads_the_report_and_a_trace_alone_is_one_line(tmp_path, command):
+    # Prepare: a report and, beside it, the trace CSV an interrupted traced run leaves (its parquet never written)
+    assert _invoke([*FAST, "--run-name", "r"], tmp_path).exit_code == 0
+    trace = tmp_path / "r.trace.csv"
+    trace.write_text("run_id,algo,tau,round,kind,client,window,phase,t_s,dt_s,domain,column,in_total,w,method\n")
+    page = ["--out", str(tmp_path / "page")] if command == "dashboard" else []
+
+    # Execute: as `edgeprof summary profiles/*.csv` gives them, and the trace alone
+    both = CliRunner().invoke(app, [command, str(tmp_path / "r.csv"), str(trace), *page])
+    alone = CliRunner().invoke(app, [command, str(trace), *page])
+
+    # Verify
+    assert both.exit_code == 0, both.output
+    assert f"edgeprof: note: left out {trace}: the power trace of {tmp_path / 'r.csv'}" in both.stderr
+    assert alone.exit_code == 7
+    assert _one_error_line(alone).endswith(f"{trace} is the power trace of {tmp_path / 'r.csv'}, not a report: give "
+                                           f"{tmp_path / 'r.csv'} (edgeprof trace {tmp_path / 'r.csv'} prints its "
+                                           "trace)")
+
+
 def _one_error_line(result) -> str:
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("edgeprof: error:"), result.stderr

@@ -59,6 +59,27 @@ def _run_with_progress(cfg, display=None, sidecar=None) -> "object":
         return run(cfg, progress=progress, stage=display.stage, sidecar=sidecar)
 
 
+def _reports_only(paths: list[Path]) -> list[Path]:
+    """``paths`` without the power traces of the reports among them (a ``*.csv`` glob takes an interrupted run's
+    ``<run>.trace.csv`` too: its report reads it), each left out said in a note; ReportError for a trace given
+    without its report."""
+    from edgeprof.errors import ReportError
+
+    given = {p.resolve() for p in paths}
+    kept = []
+    for path in paths:
+        name = path.name
+        if not name.endswith(".trace.csv"):
+            kept.append(path)
+            continue
+        report = path.with_name(name[:-len(".trace.csv")] + ".csv")
+        if report.resolve() not in given:
+            raise ReportError(f"{path} is the power trace of {report}, not a report: give {report} (edgeprof trace "
+                              f"{report} prints its trace)")
+        _log.warning(f"left out {path}: the power trace of {report}, which is read with it")
+    return kept
+
+
 def _console():
     """A rich console for tables: the terminal's width, or 140 columns when writing to a file or pipe (where
     rich would otherwise squeeze numbers into 80 columns and cut them)."""
@@ -224,7 +245,7 @@ def summary(reports: Annotated[list[Path], typer.Argument(
         from edgeprof.report.writer import Distinct
 
         once = Distinct()  # one that repeats an earlier one is refused, not counted twice: before anything is printed
-        read = [once.add(_read(path)) for path in reports]
+        read = [once.add(_read(path)) for path in _reports_only(reports)]
         to_target = train_summary(read)
         for report in read:
             _print_summary(report)
@@ -443,6 +464,7 @@ def dashboard(
         if output is not None and {"out", "name"} & set(given):
             raise ConfigError("--output names the page's file; --out and --name name its folder and file: give "
                               "one or the other")
+        reports = _reports_only(reports)
         path = write_dashboard(reports, _page_path(reports, out, name, output), title=title,
                                trace_round=trace_round, trace_client=trace_client)
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
