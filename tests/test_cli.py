@@ -152,6 +152,9 @@ def _report_file(tmp_path: Path) -> str:
     (["export", "--seed", str(2**32)], 2, "seed must be an integer in 0..4,294,967,295"),
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),
     (["sweep", "--taus", "1,x"], 2, "--taus must be a comma-separated list"),
+    (["sweep", "--algos", "pflego:torch-reuse,fedavg", "--engines", "onnx"], 2, "--engines onnx runs the algorithms given "
+                                                                          "without an engine"),  # was ignored
+    (["sweep", "--algos", "pflego", "--max-baseline-tau", "5"], 2, "--max-baseline-tau caps the taus"),  # ignored
     (["flower-app-dir", "--port", "0"], 2, "port must be in 1..65535"),
     (["flower-app-dir", "--round-timeout", "nan"], 2, "round-timeout must be a number of seconds above 0"),
     (["flower-app-dir", "--node-wait", "inf"], 2, "node-wait must be a number of seconds >= 0"),

@@ -113,6 +113,14 @@ class SweepConfig:
         if unknown:
             raise ConfigError(f"engine {unknown[0]!r} belongs to none of the swept algorithms; "
                               f"their engines: {', '.join(sorted(offered))}")
+        unused = [e for e in self.engines if e not in {v.engine for v in out}]
+        if unused:  # offered only by algorithms given as algo:engine, which name their own
+            raise ConfigError(f"--engines {unused[0]} runs the algorithms given without an engine, and every one that "
+                              f"has it names its own in --algos ({', '.join(a for a in self.algos if ':' in a)}); "
+                              "leave --engines out, or give the algorithm without ':engine'")
+        if self.max_baseline_tau is not None and all(v.algo == REFERENCE_ALGO for v in out):
+            raise ConfigError(f"--max-baseline-tau caps the taus of the algorithms other than {REFERENCE_ALGO}, and "
+                              f"--algos has only {REFERENCE_ALGO}; leave it out")
         return out
 
     def taus_for(self, variant: Variant) -> list[int]:
