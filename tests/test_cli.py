@@ -148,6 +148,7 @@ def _report_file(tmp_path: Path) -> str:
     (["measure", *FAST, "--eval-protocol", "paper"], 2, "--eval-protocol says how --evaluate scores a round"),
     (["sweep", "--check-metric", "cpu_s"], 2, "--check-metric cpu_s says what --check judges"),
     (["export", "--backbone", "resnet"], 2, "unknown backbone"),
+    (["export", "--dataset", "cifar10"], 2, "--dataset sets the input shape of a torchvision or your own"),  # ignored
     (["export", "--seed", "-1"], 2, "seed must be an integer in 0..4,294,967,295"),  # was accepted
     (["export", "--seed", str(2**32)], 2, "seed must be an integer in 0..4,294,967,295"),
     (["train", *FAST[:-1], "--target-accuracy", "2"], 2, "target accuracy"),

@@ -206,13 +206,18 @@ def measure(
 
 
 @app.command()
-def export(backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0, dataset: o.ShapeDataset = "digits",
-           out: o.ModelOut = Path("models")) -> None:
+def export(ctx: typer.Context, backbone: o.Backbone = "cnn-omniglot", seed: o.Seed = 0,
+           dataset: o.ShapeDataset = "digits", out: o.ModelOut = Path("models")) -> None:
     """Export a backbone to ONNX (dynamic batch axis) under models/, checked against torch first."""
     with guard():
         from edgeprof.config import check_int
+        from edgeprof.errors import ConfigError
+        from edgeprof.nn.backbones import BACKBONES
 
         check_int("seed", seed)  # the bounds measure's --seed has
+        if backbone in BACKBONES and "dataset" in o.given_options(ctx):
+            raise ConfigError(f"--dataset sets the input shape of a torchvision or your own backbone; {backbone} "
+                              "(Table 4's) takes its paper's shape whatever the data: leave --dataset out")
         from edgeprof.host import load_native_libraries
 
         load_native_libraries()
