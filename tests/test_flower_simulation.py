@@ -226,6 +226,29 @@ def test_what_the_runtime_would_break_is_refused_before_it_starts(tmp_path, monk
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("argv", "code", "expected"), [
+    (["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], 3, "/nonexistent/mnist"),
+    (["--backbone", "custom_backbones:batch_norm_training"], 6, "stays in training mode after .eval()"),
+])
+def test_bad_data_or_a_refused_backbone_is_one_line_before_the_runtime_starts(tmp_path, monkeypatch, argv, code,
+                                                                               expected):
+    """What every node's set-up would refuse, once the runtime had started (minutes later, as a failed run, exit 7),
+    is refused here first with its own line and exit code."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app
+    from edgeprof.flower.superlink import LocalSuperLink
+
+    monkeypatch.setattr(LocalSuperLink, "start", lambda self: pytest.fail("the SuperLink was started"))
+
+    result = CliRunner().invoke(app, ["flower-simulate", *argv, "--out", str(tmp_path / "out")])
+
+    assert result.exit_code == code, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_auto_on_a_gpu_machine_is_decided_before_the_runtime_hides_the_gpu(tmp_path, monkeypatch):
     """With a GPU visible here (torch's CUDA faked available), the clients are told ``cuda``, not ``auto``
     (which they would resolve with only what Ray shows them), and each reserves one GPU in the federation config."""

@@ -117,6 +117,7 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     check_usable(cfg.device, cfg.tf32)
     require("flwr", "flower", "flower-simulate")
     require("ray", "flower", "flower-simulate")
+    _check_data_and_backbone(cfg)
 
     from edgeprof.session.run import make_run_id
     from edgeprof.report.writer import check_writable
@@ -127,6 +128,18 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     run_config = to_run_config(cfg, dataclasses.replace(settings, simulation=True))
     federation = federation_config(cfg.clients, client_cpus, client_gpus, total_cpus, backend)
     return run_federation(run_config, federation, check_writable(cfg.out) / f"{cfg.run_name}.csv")
+
+
+def _check_data_and_backbone(cfg: RunConfig) -> None:
+    """Load the data and build the backbone here, as every node will: a missing data file (DataError, exit 3) or a
+    backbone edgeprof refuses (ModelError, exit 6) is one line now, not a failed run after the runtime started."""
+    from edgeprof.host import load_native_libraries
+    from edgeprof.nn.backbones import build_backbone
+    from edgeprof.rounds.simulate import input_shape, load_clients
+
+    load_native_libraries()
+    load_clients(cfg)
+    build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
 
 
 def run_federation(run_config: Mapping[str, Any], federation: Mapping[str, Any], csv_path: Path) -> Path:
