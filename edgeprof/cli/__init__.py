@@ -212,10 +212,10 @@ def export(ctx: typer.Context, backbone: o.Backbone = "cnn-omniglot", seed: o.Se
     with guard():
         from edgeprof.config import check_int
         from edgeprof.errors import ConfigError
-        from edgeprof.nn.backbones import BACKBONES
+        from edgeprof.nn.names import TABLE4_BACKBONES  # not torch yet: it loads below, with the stops held
 
         check_int("seed", seed)  # the bounds measure's --seed has
-        if backbone in BACKBONES and "dataset" in o.given_options(ctx):
+        if backbone in TABLE4_BACKBONES and "dataset" in o.given_options(ctx):
             raise ConfigError(f"--dataset sets the input shape of a torchvision or your own backbone; {backbone} "
                               "(Table 4's) takes its paper's shape whatever the data: leave --dataset out")
         from edgeprof.host import load_native_libraries

@@ -137,8 +137,8 @@ def _check_data_and_backbone(cfg: RunConfig) -> None:
     from edgeprof.nn.backbones import build_backbone
     from edgeprof.rounds.simulate import input_shape, load_clients
 
-    load_native_libraries()
-    load_clients(cfg)
+    load_native_libraries(("torch",))  # not ONNX Runtime: its import leaves a session file in TMPDIR, and here
+    load_clients(cfg)  # (the driver) nothing of the runtime's may stay behind
     build_backbone(cfg.backbone, input_shape(cfg), seed=cfg.seed)
 
 
