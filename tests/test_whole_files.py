@@ -34,7 +34,7 @@ def report(tmp_path_factory) -> Path:
 COMMANDS = {
     "dashboard": (lambda disk, rep: ["dashboard", str(rep), "--out", str(disk), "--name", "page"],
                   Path("page.html")),
-    "export": (lambda disk, rep: ["export", "--backbone", "mlp", "--dataset", "synthetic", "--out", str(disk)],
+    "export": (lambda disk, rep: ["export", "--backbone", "mlp", "--out", str(disk)],
                Path("mlp.onnx")),
     "flower-app-dir": (lambda disk, rep: ["flower-app-dir", str(disk / "app"), "--backbone", "mlp"],
                        Path("app/pyproject.toml")),
@@ -107,7 +107,7 @@ def test_an_out_that_is_a_file_is_said_to_be_one(tmp_path, report, command):
     blocker = tmp_path / "f"
     blocker.write_text("a file\n")
     args = {"measure": ["measure", *FAST, "--out", str(blocker)],
-            "export": ["export", "--backbone", "mlp", "--dataset", "synthetic", "--out", str(blocker)],
+            "export": ["export", "--backbone", "mlp", "--out", str(blocker)],
             "dashboard": ["dashboard", str(report), "--out", str(blocker / "sub")]}[command]
 
     result = CliRunner().invoke(app, args)
