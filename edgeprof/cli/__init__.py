@@ -459,9 +459,8 @@ def dashboard(
 ) -> None:
     """Write one self-contained HTML page (plots, fits, verdicts; opens offline) from one or more reports."""
     with guard():
-        from edgeprof.report.dashboard import write_dashboard
-
         from edgeprof.errors import ConfigError
+        from edgeprof.report.dashboard import write_dashboard
 
         if any("\ud800" <= c <= "\udfff" for c in title):  # bytes the terminal's encoding could not decode
             raise ConfigError(f"--title {title!r} is not valid text in this terminal's encoding; give it in UTF-8")
