@@ -464,18 +464,16 @@ def dashboard(
 
         if any("\ud800" <= c <= "\udfff" for c in title):  # bytes the terminal's encoding could not decode
             raise ConfigError(f"--title {title!r} is not valid text in this terminal's encoding; give it in UTF-8")
-        given = o.given_options(ctx)
-        if output is not None and {"out", "name"} & set(given):
-            raise ConfigError("--output names the page's file; --out and --name name its folder and file: give "
-                              "one or the other")
         reports = _reports_only(reports)
-        path = write_dashboard(reports, _page_path(reports, out, name, output), title=title,
+        path = write_dashboard(reports, _page_path(reports, out, name, output, o.given_options(ctx)), title=title,
                                trace_round=trace_round, trace_client=trace_client)
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-def _page_path(reports: list[Path], out: Path, name: Optional[str], output: Optional[Path]) -> Path:
-    """``--out`` / ``--name``.html; the name defaults to the one report's, else ``dashboard``.
+def _page_path(reports: list[Path], out: Path, name: Optional[str], output: Optional[Path],
+               given: tuple[str, ...]) -> Path:
+    """``--out`` / ``--name``.html; the name defaults to the one report's, else ``dashboard``; ``given``: the options
+    the user gave (one way to name the page, never two).
 
     The old spellings still name the file, with a note: ``--output FILE``, and ``-o`` given a ``.html`` path
     that is not a folder (``-o`` was ``--output`` before ``--out`` meant a folder in every command).
@@ -483,6 +481,9 @@ def _page_path(reports: list[Path], out: Path, name: Optional[str], output: Opti
     from edgeprof.errors import ConfigError
 
     if output is not None:
+        if {"out", "name"} & set(given):
+            raise ConfigError("--output names the page's file; --out and --name name its folder and file: give "
+                              "one or the other")
         _log.warning("--output is deprecated; use --out FOLDER and --name NAME")
         return output
     if out.suffix.lower() == ".html" and not out.is_dir():

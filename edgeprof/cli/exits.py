@@ -89,11 +89,11 @@ class OneLineErrors(TyperGroup):
         except click_errors.ClickException as err:
             if not standalone_mode:
                 raise
-            command = f" (see 'edgeprof {err.ctx.info_name} --help')" if getattr(err, "ctx", None) and \
-                err.ctx.parent is not None else " (see 'edgeprof --help')"
+            sub = getattr(err, "ctx", None) is not None and err.ctx.parent is not None  # a command's, not the group's
+            command = f" (see 'edgeprof {err.ctx.info_name} --help')" if sub else " (see 'edgeprof --help')"
             message = _dedupe(err.format_message())
             if not message and isinstance(err, getattr(click_errors, "NoArgsIsHelpError", ())):  # help shown above
-                message = "no command given" if command == " (see 'edgeprof --help')" else "no arguments given"
+                message = "no arguments given" if sub else "no command given"
             error_line(message + command)
             sys.exit(USAGE_EXIT if isinstance(err, click_errors.UsageError) else err.exit_code)
         except typer.Abort:
