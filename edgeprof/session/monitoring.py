@@ -379,11 +379,10 @@ class Monitor:
         return its figures."""
         with self._lock:
             if isinstance(name, MonitorWindow):
-                key = next((k for k, mw in self._named.items() if mw is name), None)
-                if key is None:
+                if self._named.get(name.name) is not name:  # begin_window keeps each window under its name
                     raise MonitorError("end_window: that window is not open through this monitor's begin_window "
                                        "(ended already, or a with-block's window, which ends with its block)")
-                name = key
+                name = name.name
             elif not isinstance(name, str):
                 raise MonitorError(f"end_window takes the window's name or the window begin_window returned, got "
                                    f"{name!r}")
