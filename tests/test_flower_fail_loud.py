@@ -300,3 +300,68 @@ def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_
     rounds = [re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", section)]
     assert ["3", "0, 1, 2", "-", "under way when the run ended", "0"] in [r[:5] for r in rounds], rounds
     assert "never came" not in section[:section.index("</section>")]
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_stop_raised_in_another_thread_reaches_the_main_thread_during_the_grids_backoff():
+    """Flower's stop of a ServerApp whose SuperLink went away is a SIGINT raised in its watch thread; Python runs
+    its handler in the main thread only when that thread next runs Python code. In Flower's own retry wait (a
+    backoff of up to 20 s) the stop waited out the wait: the CI run saw a report end 27 s after its SuperLink had
+    gone. With the grid's retries bounded (bound_retries), the main thread takes the stop within a slice."""
+    import signal
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    import httpx
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+
+    from edgeprof.flower.server_app import STOP_SLICE_S, bound_retries
+
+    # Arrange: Flower's own retry invoker (the deployed HttpGrid's), its backoff made 30 s long
+    invoker = make_simple_http_retry_invoker()
+    invoker.wait_gen_factory, invoker.jitter = (lambda: iter(lambda: 30.0, None)), None
+    errors = bound_retries(SimpleNamespace(_retry_invoker=invoker), 60.0)
+    assert httpx.ConnectError in errors
+
+    def unreachable():
+        raise httpx.ConnectError("connection refused")
+
+    def stop(signum, frame):
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGINT, stop)
+    stopper = threading.Timer(0.3, signal.raise_signal, (signal.SIGINT,))
+    try:
+        start = time.monotonic()
+        stopper.start()
+        # Execute
+        with pytest.raises(_Stopped):
+            invoker.invoke(unreachable)
+        taken = time.monotonic() - start
+    finally:
+        stopper.cancel()
+        signal.signal(signal.SIGINT, previous)
+    # Assert: taken within a few slices of the stop (the backoff alone is 30 s); a slice is 0.1 s, and a loaded
+    # runner's scheduling may add a second or two, far below the 30 s
+    assert taken < 0.3 + 50 * STOP_SLICE_S, taken
+
+
+def test_the_grids_waits_in_other_threads_are_flowers_own():
+    """Only the main thread's waits are sliced: the heartbeat thread's keep Flower's wait (its lock and its early
+    wake once a call succeeds)."""
+    import threading
+    from types import SimpleNamespace
+
+    from edgeprof.flower.server_app import bound_retries
+
+    seen = []
+    invoker = SimpleNamespace(max_time=None, recoverable_exceptions=(OSError,), wait_function=seen.append)
+    bound_retries(SimpleNamespace(_retry_invoker=invoker), 5.0)
+    thread = threading.Thread(target=invoker.wait_function, args=(2.5,))
+    thread.start()
+    thread.join(10)
+    assert seen == [2.5] and invoker.max_time == 5.0

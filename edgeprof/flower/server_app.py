@@ -195,13 +195,41 @@ def bound_retries(grid: Grid, seconds: float) -> tuple[type[BaseException], ...]
     A deployed ServerApp's grid (Flower's ``HttpGrid``) retries a call that reaches no SuperLink for ever: a
     SuperLink that crashed, or was killed alone, left the ServerApp's process waiting for good and its report
     ``running``. Its retry invoker takes a ``max_time``, as Flower's own runtime bounds it on exit (``max_tries =
-    1``). A grid without one (the simulation's in-memory grid, which has no link to lose) is left as it is: ()."""
+    1``). A grid without one (the simulation's in-memory grid, which has no link to lose) is left as it is: ().
+
+    The main thread's waits between tries are cut into slices of at most :data:`STOP_SLICE_S` (:func:`sliced`):
+    Flower's stop is a signal raised in another thread (its watch on the parent process), which Python hands to
+    the main thread only when it next runs Python code. In Flower's own wait (a backoff of up to 20 s, taken under
+    a lock the heartbeat thread also holds through its own waits) the stop of a SuperLink that went away was seen
+    only after it, up to the round timeout later (seen: 27 s)."""
     invoker = getattr(grid, "_retry_invoker", None)
     if invoker is None or not hasattr(invoker, "max_time"):
         return ()
     invoker.max_time = seconds if invoker.max_time is None else min(invoker.max_time, seconds)
+    if callable(getattr(invoker, "wait_function", None)):
+        invoker.wait_function = sliced(invoker.wait_function)
     errors = invoker.recoverable_exceptions
     return tuple(errors) if isinstance(errors, tuple) else (errors,)
+
+
+#: the longest the main thread waits, between two tries of a call, before it takes a pending stop
+STOP_SLICE_S = 0.1
+
+
+def sliced(wait):
+    """``wait`` (a retry's wait, given its seconds) as it is in any thread but the main one; in the main thread, a
+    sleep of the same seconds in slices of at most :data:`STOP_SLICE_S`, after each of which Python runs the
+    signal handlers that are pending (Flower's stop)."""
+    import threading
+
+    def wait_sliced(seconds: float) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return wait(seconds)
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, STOP_SLICE_S))
+
+    return wait_sliced
 
 
 @contextlib.contextmanager
