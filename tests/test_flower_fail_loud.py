@@ -302,66 +302,71 @@ def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_
     assert "never came" not in section[:section.index("</section>")]
 
 
-class _Stopped(Exception):
-    pass
+
+WATCHED_CHILD = """
+import concurrent.futures, os, sys, time
+from flwr.supercore.app_utils import start_parent_process_monitor
+from flwr.supercore.exit import register_signal_handlers
+from flwr.supercore.telemetry import EventType
+from edgeprof.flower.server_app import SuperLinkGone, parent_watch
+
+out = sys.argv[1]
+# as Flower's runtime starts a deployed ServerApp's process: its stop handlers, then its watch on the parent
+register_signal_handlers(event_type=EventType.FLWR_SERVERAPP_RUN_LEAVE, exit_message="Task stopped by user.")
+start_parent_process_monitor(os.getppid())
+try:
+    with parent_watch():
+        with open(out, "w") as f:
+            f.write("ready\\n")
+        # the main thread waits as Flower's push of a round's messages does: on a pool's futures, with no timeout
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        for _ in concurrent.futures.as_completed([pool.submit(time.sleep, 60)]):
+            pass
+    ended = "not stopped"
+except SuperLinkGone as err:
+    ended = f"stopped: {err}"
+with open(out, "a") as f:
+    f.write(ended + "\\n")
+os._exit(0)
+"""
 
 
-def test_a_stop_raised_in_another_thread_reaches_the_main_thread_during_the_grids_backoff():
-    """Flower's stop of a ServerApp whose SuperLink went away is a SIGINT raised in its watch thread; Python runs
-    its handler in the main thread only when that thread next runs Python code. In Flower's own retry wait (a
-    backoff of up to 20 s) the stop waited out the wait: the CI run saw a report end 27 s after its SuperLink had
-    gone. With the grid's retries bounded (bound_retries), the main thread takes the stop within a slice."""
+def test_a_serverapp_blocked_in_a_wait_takes_flowers_stop_once_its_parent_is_gone(tmp_path):
+    """Real processes, Flower's own stop handlers and parent watch: a ServerApp's process whose parent is killed and
+    reaped ends its run with SuperLinkGone within seconds, though its main thread is blocked in a wait with no
+    timeout. Flower's stop is a SIGINT raised in its watch thread, which Python runs in the main thread only when
+    that thread next runs Python code: before the wake (parent_watch), the stop waited out the wait (the CI run
+    saw a report end 27 s after its SuperLink was reaped; here, 60 s)."""
+    import os
     import signal
-    import threading
+    import subprocess
+    import sys
     import time
-    from types import SimpleNamespace
 
-    import httpx
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-
-    from edgeprof.flower.server_app import STOP_SLICE_S, bound_retries
-
-    # Arrange: Flower's own retry invoker (the deployed HttpGrid's), its backoff made 30 s long
-    invoker = make_simple_http_retry_invoker()
-    invoker.wait_gen_factory, invoker.jitter = (lambda: iter(lambda: 30.0, None)), None
-    errors = bound_retries(SimpleNamespace(_retry_invoker=invoker), 60.0)
-    assert httpx.ConnectError in errors
-
-    def unreachable():
-        raise httpx.ConnectError("connection refused")
-
-    def stop(signum, frame):
-        raise _Stopped
-
-    previous = signal.signal(signal.SIGINT, stop)
-    stopper = threading.Timer(0.3, signal.raise_signal, (signal.SIGINT,))
+    out = tmp_path / "ended.txt"
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0"}
+    # Arrange: a parent (standing in for the SuperLink) that starts the ServerApp's process and waits
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]])\n"
+                               "time.sleep(300)", WATCHED_CHILD, str(out)], env=env)
     try:
-        start = time.monotonic()
-        stopper.start()
-        # Execute
-        with pytest.raises(_Stopped):
-            invoker.invoke(unreachable)
-        taken = time.monotonic() - start
+        deadline = time.monotonic() + 120
+        while not (out.is_file() and out.read_text().startswith("ready")):
+            assert time.monotonic() < deadline and parent.poll() is None, "the watched process did not start"
+            time.sleep(0.1)
+        # Execute: the parent is killed and reaped; the ServerApp's process is left blocked in its wait
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(30)
+        gone_at = time.monotonic()
+        while len(out.read_text().splitlines()) < 2 and time.monotonic() - gone_at < 90:
+            time.sleep(0.1)
+        taken = time.monotonic() - gone_at
     finally:
-        stopper.cancel()
-        signal.signal(signal.SIGINT, previous)
-    # Assert: taken within a few slices of the stop (the backoff alone is 30 s); a slice is 0.1 s, and a loaded
-    # runner's scheduling may add a second or two, far below the 30 s
-    assert taken < 0.3 + 50 * STOP_SLICE_S, taken
-
-
-def test_the_grids_waits_in_other_threads_are_flowers_own():
-    """Only the main thread's waits are sliced: the heartbeat thread's keep Flower's wait (its lock and its early
-    wake once a call succeeds)."""
-    import threading
-    from types import SimpleNamespace
-
-    from edgeprof.flower.server_app import bound_retries
-
-    seen = []
-    invoker = SimpleNamespace(max_time=None, recoverable_exceptions=(OSError,), wait_function=seen.append)
-    bound_retries(SimpleNamespace(_retry_invoker=invoker), 5.0)
-    thread = threading.Thread(target=invoker.wait_function, args=(2.5,))
-    thread.start()
-    thread.join(10)
-    assert seen == [2.5] and invoker.max_time == 5.0
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    # Assert: the stop was taken, as the run's end, seconds after the parent went (Flower's watch looks every 0.2
+    # s; a loaded runner may add a few seconds), not after the 60 s wait
+    lines = out.read_text().splitlines()
+    assert lines[1:] and lines[1].startswith("stopped: the SuperLink went away"), lines
+    assert taken < 15, taken

@@ -31,6 +31,8 @@ import contextlib
 import functools
 import logging
 import os
+import signal
+import threading
 import time
 from typing import Any, Iterator, Mapping, Optional
 
@@ -170,7 +172,13 @@ def parent_watch() -> Iterator[None]:
     This check is one of Flower's exit handlers that run before the force exit starts: if the process's parent is
     no longer the one it started under (an orphan is handed to another parent as its own ends), it raises
     :class:`SuperLinkGone`, which ends the run at once. A stop the operator asked for (``flwr stop``, a signal to
-    the process) leaves the parent as it was and goes on to Flower's own exit (``SystemExit(0)``: interrupted)."""
+    the process) leaves the parent as it was and goes on to Flower's own exit (``SystemExit(0)``: interrupted).
+
+    Flower's SIGINT is raised in its watch thread, and Python runs a signal's handler in the main thread only
+    when that thread next runs Python code: a main thread blocked in a wait (Flower's push of a round's messages
+    waits, with no timeout, on a pool whose calls retry a lost SuperLink for up to the round timeout) took the
+    stop only after it (seen: 20 to 27 s). So, once the parent is gone, :func:`wake_main_thread` interrupts the
+    main thread's wait every :data:`WAKE_EVERY_S` until the stop is taken."""
     from flwr.supercore.exit import add_exit_handler
 
     parent, watching = os.getppid(), [True]
@@ -183,10 +191,48 @@ def parent_watch() -> Iterator[None]:
                                 "every finished round")
 
     add_exit_handler(check, run_before_force_exit=True)
+    previous = signal.signal(WAKE_SIGNAL, _woken)
+    threading.Thread(target=wake_main_thread, args=(parent, watching, threading.main_thread().ident), daemon=True,
+                     name="edgeprof-parent-wake").start()
     try:
         yield
     finally:
         watching[0] = False
+        signal.signal(WAKE_SIGNAL, previous)
+
+
+#: the signal that wakes the main thread: its handler does nothing, its arrival interrupts the thread's wait so that
+#: Python runs the handlers that are pending (Flower's stop); ignored by default, so one that comes late is harmless
+WAKE_SIGNAL = signal.SIGURG
+#: once the parent is gone, the main thread is woken this often, for at most WAKE_FOR_S
+WAKE_EVERY_S, WAKE_FOR_S = 0.1, 10.0
+
+
+def _woken(signum: int, frame: Any) -> None:
+    """:data:`WAKE_SIGNAL`'s handler: nothing to do; its arrival is the point."""
+
+
+def wake_main_thread(parent: int, watching: list[bool], main: int) -> None:
+    """A thread's loop: once ``parent`` no longer exists (the test Flower's own watch makes before it raises its
+    stop), send :data:`WAKE_SIGNAL` to the ``main`` thread every :data:`WAKE_EVERY_S` until the watch ends (the
+    stop was taken: ``watching[0]`` is False), for at most :data:`WAKE_FOR_S`. A parent left a zombie still exists:
+    Flower raises no stop, and the round timeout ends the run (:func:`bound_retries`)."""
+    while watching[0] and _pid_exists(parent):
+        time.sleep(WAKE_EVERY_S)
+    deadline = time.monotonic() + WAKE_FOR_S
+    while watching[0] and time.monotonic() < deadline:
+        signal.pthread_kill(main, WAKE_SIGNAL)
+        time.sleep(WAKE_EVERY_S)
+
+
+def _pid_exists(pid: int) -> bool:
+    """Flower's test of its ServerApp's parent (``flwr.supercore.app_utils``): any error of ``kill(pid, 0)`` is a
+    process gone."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def bound_retries(grid: Grid, seconds: float) -> tuple[type[BaseException], ...]:
@@ -195,41 +241,13 @@ def bound_retries(grid: Grid, seconds: float) -> tuple[type[BaseException], ...]
     A deployed ServerApp's grid (Flower's ``HttpGrid``) retries a call that reaches no SuperLink for ever: a
     SuperLink that crashed, or was killed alone, left the ServerApp's process waiting for good and its report
     ``running``. Its retry invoker takes a ``max_time``, as Flower's own runtime bounds it on exit (``max_tries =
-    1``). A grid without one (the simulation's in-memory grid, which has no link to lose) is left as it is: ().
-
-    The main thread's waits between tries are cut into slices of at most :data:`STOP_SLICE_S` (:func:`sliced`):
-    Flower's stop is a signal raised in another thread (its watch on the parent process), which Python hands to
-    the main thread only when it next runs Python code. In Flower's own wait (a backoff of up to 20 s, taken under
-    a lock the heartbeat thread also holds through its own waits) the stop of a SuperLink that went away was seen
-    only after it, up to the round timeout later (seen: 27 s)."""
+    1``). A grid without one (the simulation's in-memory grid, which has no link to lose) is left as it is: ()."""
     invoker = getattr(grid, "_retry_invoker", None)
     if invoker is None or not hasattr(invoker, "max_time"):
         return ()
     invoker.max_time = seconds if invoker.max_time is None else min(invoker.max_time, seconds)
-    if callable(getattr(invoker, "wait_function", None)):
-        invoker.wait_function = sliced(invoker.wait_function)
     errors = invoker.recoverable_exceptions
     return tuple(errors) if isinstance(errors, tuple) else (errors,)
-
-
-#: the longest the main thread waits, between two tries of a call, before it takes a pending stop
-STOP_SLICE_S = 0.1
-
-
-def sliced(wait):
-    """``wait`` (a retry's wait, given its seconds) as it is in any thread but the main one; in the main thread, a
-    sleep of the same seconds in slices of at most :data:`STOP_SLICE_S`, after each of which Python runs the
-    signal handlers that are pending (Flower's stop)."""
-    import threading
-
-    def wait_sliced(seconds: float) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return wait(seconds)
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(left, STOP_SLICE_S))
-
-    return wait_sliced
 
 
 @contextlib.contextmanager
@@ -315,8 +333,6 @@ class StopRequest:
     """
 
     def __init__(self, wait_s: float = 60.0) -> None:
-        import threading
-
         self.wait_s = wait_s
         self.asked = threading.Event()
         self.closed = threading.Event()  # the server has let go of its report (or never opened one)
@@ -329,8 +345,6 @@ class StopRequest:
     def check(self) -> None:
         """Raise the stop asked for, if any, or the process's exit once its main thread has ended:
         ``SystemExit(0)``, the exit Flower's runtime asked for."""
-        import threading
-
         if not self.asked.is_set() and not threading.main_thread().is_alive():
             self.asked.set()
         if self.asked.is_set():
@@ -350,8 +364,6 @@ class StopRequest:
     def serving(self) -> Iterator[None]:
         """Within the block the server runs: :meth:`ask` is one of Flower's exit handlers and one of the
         interpreter's thread-exit calls; at its end, however it ends, the server has let go of its report."""
-        import threading
-
         from flwr.supercore.exit import add_exit_handler
 
         add_exit_handler(self.ask, run_before_force_exit=True)
@@ -416,8 +428,6 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
 def make_server_app() -> ServerApp:
     """The ServerApp. In a process of its own (a deployment) Flower's runtime stops it with ``sys.exit(0)`` under the
     rounds; in a thread of Flower's simulation process that stop is carried to it by a :class:`StopRequest`."""
-    import threading
-
     app = ServerApp()
 
     @app.main()
