@@ -345,11 +345,9 @@ def check_energy_options(settings: "EnergySettings") -> None:
            f"trace rate must be in {low:g}..{high:g} Hz (0: no trace), got {hz}")
 
 
-def max_threads() -> int:
-    """The machine's logical cores: more intra-op threads than that only oversubscribe it."""
-    import os
-
-    return os.cpu_count() or 1
+#: the most intra-op threads a run config may name; the machine that runs it holds them to its own cores
+#: (:func:`edgeprof.nn.compute.check_threads`): a Flower run config is written for devices other than the writer's
+MAX_THREADS = 1024
 
 
 def check_int(name: str, value) -> None:
@@ -380,8 +378,9 @@ def validate(cfg: RunConfig) -> None:
     _check(0.0 < cfg.participation <= 1.0 and not math.isnan(cfg.participation),
            f"participation must be in (0, 1], got {cfg.participation}")
     _check(0.0 < cfg.test_fraction < 1.0, f"test fraction must be in (0, 1), got {cfg.test_fraction}")
-    _check(cfg.threads is None or (isinstance(cfg.threads, int) and 1 <= cfg.threads <= max_threads()),
-           f"threads must be an integer in 1..{max_threads()} (this machine's cores), got {cfg.threads}")
+    _check(cfg.threads is None or (isinstance(cfg.threads, int) and not isinstance(cfg.threads, bool)
+                                   and 1 <= cfg.threads <= MAX_THREADS),
+           f"threads must be an integer in 1..{MAX_THREADS}, got {cfg.threads}")
     check_positive(beta=cfg.beta, rho=cfg.rho)
     _check(isinstance(cfg.energy, EnergySettings), f"energy must be an EnergySettings, got {cfg.energy!r}")
     _check(cfg.mu is None or (math.isfinite(cfg.mu) and cfg.mu >= 0), f"mu must be finite and >= 0, got {cfg.mu}")

@@ -10,6 +10,12 @@ import platform
 import socket
 from pathlib import Path
 
+
+def max_threads() -> int:
+    """The machine's logical cores: more intra-op threads than that only oversubscribe it."""
+    return os.cpu_count() or 1
+
+
 def prefer_passive_openmp() -> bool:
     """Ask OpenMP's workers (torch's intra-op pool) to sleep between parallel regions instead of spinning.
 

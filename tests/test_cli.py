@@ -612,11 +612,14 @@ def test_help_states_each_commands_own_default_dataset(command, default):
 @pytest.mark.parametrize("args,said", [
     (["--tf32"], "--tf32 asks for TF32 matmuls and convolutions on a CUDA GPU; --device auto (here: cpu) has none"),
     (["--country", "XX"], "unknown country 'XX': use an ISO 3166 code"),
-], ids=["tf32-on-the-cpu", "unknown-country"])
+    (["--threads", "3"], "--threads 3: more than this machine's 2 cores (more intra-op threads only oversubscribe "
+                         "it)"),
+], ids=["tf32-on-the-cpu", "unknown-country", "more-threads-than-cores"])
 def test_a_setting_set_up_would_refuse_is_refused_before_the_output_folder_is_made(tmp_path, args, said, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # auto is the CPU, as on this machine
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # a two-core machine, whatever the runner has
     out = tmp_path / "new" / "folder"
     for command in (["measure"], ["sweep", "--taus", "1,2", "--backbone", "mlp"]):
         result = CliRunner().invoke(app, [*command, *args, "--out", str(out)])

@@ -71,6 +71,28 @@ def test_printed_tls_commands_are_the_docs_steps(tmp_path, monkeypatch):
     assert "<" not in result.stdout.replace("(default ~/.flwr", "")
 
 
+def test_an_apps_threads_are_its_devices_not_the_cores_of_the_machine_that_writes_it(tmp_path, monkeypatch):
+    """flower-app-dir writes a run config for other machines: --threads 8 on a two-core laptop is the devices'
+    setting, written as given (each node holds it to its own cores at the roll call); the run config's own bound
+    still refuses what no machine has."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+
+    written = CliRunner().invoke(app, ["flower-app-dir", "myapp", "--threads", "8"])
+    refused = CliRunner().invoke(app, ["flower-app-dir", "other", "--threads", "5000"])
+
+    assert written.exit_code == 0, written.output
+    config = tomllib.loads((tmp_path / "myapp" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert config["threads"] == 8
+    assert refused.exit_code == 2 and "threads must be an integer in 1..1024, got 5000" in refused.stderr
+    assert not (tmp_path / "other").exists()
+
+
 def test_a_projects_own_pyproject_is_never_replaced_and_the_apps_own_is_refreshed(tmp_path, monkeypatch):
     """``flower-app-dir .`` in a project would have replaced its pyproject.toml: refused, one line, exit 4, the file
     as it was. A folder flower-app-dir wrote before is refreshed with the new settings."""

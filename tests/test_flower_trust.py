@@ -209,3 +209,56 @@ def test_a_node_whose_device_torch_cannot_use_refuses_the_roll_call_in_one_line(
     assert reply.has_error() and "\n" not in reply.error.reason
     assert reply.error.reason.startswith("edgeprof: ConfigError: this node's compute-device 'cuda' (its node config, "
                                          "else the run's): torch ")
+
+
+def test_a_node_with_fewer_cores_than_the_runs_threads_refuses_the_roll_call_naming_its_node_config_key(
+        monkeypatch):
+    """A run config's threads are each device's default: a node with fewer cores refuses at the roll call, in one
+    line that names the key its node config sets, and a node config's own threads within its cores serve. The
+    node's cores are os.cpu_count's (two here, whatever the runner has)."""
+    from flwr.app import Context as FlowerContext
+    from flwr.app import Message, MessageType, Metadata, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from edgeprof.flower.client_app import make_client_app
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # what a SuperNode's process sets before a handler runs
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    run_config = to_run_config(RunConfig(algo="pflego", clients=2, dataset="digits", backbone="mlp", threads=8,
+                                         progress=False), FlowerSettings())
+    query = Message(RecordDict(), metadata=Metadata(
+        run_id=1, message_id="q", src_node_id=0, dst_node_id=1, reply_to_message_id="", group_id="",
+        created_at=0.0, ttl=60.0, message_type=MessageType.QUERY))
+
+    def ask(node_config):
+        context = FlowerContext(run_id=1, node_id=1, state=RecordDict(), run_config=run_config,
+                                node_config={"partition-id": 0, "num-partitions": 2, **node_config})
+        return make_client_app()(query, context)
+
+    refused, served = ask({}), ask({"threads": 2})
+
+    assert refused.has_error() and "\n" not in refused.error.reason
+    assert refused.error.reason == ("edgeprof: ConfigError: this node's threads 8 (its node config, else the run's): "
+                                    "more than this machine's 2 cores (more intra-op threads only oversubscribe it); "
+                                    "set threads in its --node-config")
+    assert not served.has_error(), served.error.reason
+
+
+def test_a_server_with_fewer_cores_than_the_runs_threads_runs_its_step_on_all_of_them(monkeypatch):
+    """The server step runs where the SuperLink is: a run config whose threads (its devices') are more than the
+    server's cores does not fail the run there; the step runs on the server's cores. torch's own thread count is
+    put back after."""
+    import torch
+
+    from edgeprof.flower.strategy import server_runtime, server_threads
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        runtime = server_runtime(RunConfig(algo="pflego", clients=2, dataset="digits", backbone="mlp", threads=8,
+                                           device="cpu", progress=False).resolved(), 10)
+        assert runtime.compute.threads == 2 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert [server_threads(RunConfig(threads=t, progress=False)) for t in (None, 1, 2, 8)] == [None, 1, 2, 2]

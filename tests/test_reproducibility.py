@@ -67,7 +67,7 @@ def run_in_process(cfg) -> tuple[list[np.ndarray], list[np.ndarray]]:
 @pytest.mark.parametrize("engine", ["onnx", "torch-reuse"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_same_seed_and_thread_count_give_a_bitwise_identical_run(torch_threads, threads, engine):
-    from edgeprof.config import max_threads
+    from edgeprof.host import max_threads
 
     if threads > max_threads():
         pytest.skip(f"{threads} threads need {threads} cores")

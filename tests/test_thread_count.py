@@ -26,7 +26,7 @@ def _table1_run(threads: int) -> list[np.ndarray]:
 
 
 def test_one_and_two_threads_give_a_bitwise_identical_pflego_run(torch_threads):
-    from edgeprof.config import max_threads
+    from edgeprof.host import max_threads
 
     if max_threads() < 2:
         pytest.skip("2 threads need 2 cores")

@@ -223,12 +223,19 @@ def prepare_round(cfg_of, msg: Message, context: Context) -> None:
 
 
 def node_device(cfg: RunConfig) -> None:
-    """ConfigError with one line naming the node config's key, ``compute-device``, when this node cannot run rounds
-    on its device (``cuda`` where torch sees no GPU, an index it does not have); ``auto`` always can, and is resolved
-    once, by the mod (:func:`~edgeprof.flower.mod.node_compute`)."""
+    """ConfigError with one line naming the node config's key, ``threads`` or ``compute-device``, when this node
+    cannot run rounds as set: more threads than its cores, or a device it cannot use (``cuda`` where torch sees no
+    GPU, an index it does not have); ``auto`` always can, and is resolved once, by the mod
+    (:func:`~edgeprof.flower.mod.node_compute`)."""
     from edgeprof.errors import ConfigError
-    from edgeprof.nn.compute import check_usable
+    from edgeprof.nn.compute import check_threads, check_usable
 
+    try:
+        check_threads(cfg.threads)
+    except ConfigError as err:
+        raise ConfigError(f"this node's threads {cfg.threads} (its node config, else the run's): "
+                          f"{str(err).removeprefix(f'--threads {cfg.threads}: ')}; set threads in its "
+                          "--node-config") from err
     if cfg.device == "auto":
         return
     try:

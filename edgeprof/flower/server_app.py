@@ -45,7 +45,7 @@ from edgeprof.errors import EdgeprofError
 from edgeprof.flower.config import FlowerSettings, from_run_config
 from edgeprof.flower.report import ProfiledStrategy, RunRows
 from edgeprof.flower.node_checks import NodeLimits, RejectedReply, read_node_info
-from edgeprof.flower.strategy import Directory, EdgeprofStrategy, make_strategy
+from edgeprof.flower.strategy import Directory, EdgeprofStrategy, make_strategy, server_threads
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -387,7 +387,11 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
     _forward_logs_to_flower()
     cfg, settings = from_run_config(run_config, defaults)
     out = check_writable(cfg.out)
-    set_threads(cfg.threads)
+    threads = server_threads(cfg)
+    if threads != cfg.threads:
+        log.warning("edgeprof: the server step runs on this machine's %d cores: the run's threads (%d, each "
+                    "device's unless its node config says) are more", threads, cfg.threads)
+    set_threads(threads)
     lost = functools.partial(link_lost_after, settings.round_timeout_s,
                              bound_retries(grid, settings.round_timeout_s))
     with lost():

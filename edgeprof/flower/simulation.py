@@ -103,7 +103,7 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     count). Everything is checked before the runtime starts. ReportError (exit 7) with one line when the run did
     not complete (:func:`run_outcome`); a stop signal ends it as interrupted and is raised naming the report.
     """
-    from edgeprof.nn.compute import check_usable, resolve_device
+    from edgeprof.nn.compute import check_threads, check_usable, resolve_device
 
     client_cpus = whole_cpus(client_cpus)
     total_cpus = None if total_cpus is None else whole_cpus(total_cpus, "total_cpus")
@@ -115,6 +115,7 @@ def simulate(cfg: RunConfig, settings: FlowerSettings = FlowerSettings(), *, bac
     cfg = dataclasses.replace(cfg, device=resolve_device(cfg.device))
     client_gpus = client_gpus_for(cfg.device, client_gpus)
     check_usable(cfg.device, cfg.tf32)
+    check_threads(cfg.threads)  # the server and every virtual client run on this machine
     require("flwr", "flower", "flower-simulate")
     require("ray", "flower", "flower-simulate")
     _check_data_and_backbone(cfg)

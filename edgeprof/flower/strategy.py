@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -356,8 +356,18 @@ def make_strategy(cfg: RunConfig, directory: Directory) -> EdgeprofStrategy:
     return EdgeprofStrategy(cfg, directory)
 
 
+def server_threads(cfg: RunConfig) -> Optional[int]:
+    """The intra-op threads of the server's step: the run's ``threads`` (the devices' default), at most the server
+    machine's cores (a run config is written for its devices; a server with fewer cores runs its step on all of
+    them, which :func:`~edgeprof.flower.server_app.run_server` logs, rather than refuse the run)."""
+    from edgeprof.host import max_threads
+
+    return cfg.threads if cfg.threads is None else min(cfg.threads, max_threads())
+
+
 def server_runtime(cfg: RunConfig, num_outputs: int):
-    """The server's runtime: the seeded backbone of the in-process run, max_i K_i outputs."""
+    """The server's runtime: the seeded backbone of the in-process run, max_i K_i outputs, on
+    :func:`server_threads`."""
     from edgeprof.rounds.runtime import build_runtime
 
-    return build_runtime(cfg, num_outputs)
+    return build_runtime(replace(cfg, threads=server_threads(cfg)), num_outputs)

@@ -566,14 +566,27 @@ def check_usable(device: str, tf32: bool = False) -> DeviceKind:
     return kind
 
 
+def check_threads(threads: Optional[int]) -> None:
+    """ConfigError with one line when ``threads`` is more than this machine's cores
+    (:func:`edgeprof.host.max_threads`): more intra-op threads only oversubscribe it. Checked where the threads are
+    used (a run config itself allows up to :data:`edgeprof.config.MAX_THREADS`: a Flower app's run config is written
+    for its devices, not for the machine that writes it)."""
+    from edgeprof.host import max_threads
+
+    if threads is not None and threads > max_threads():
+        raise ConfigError(f"--threads {threads}: more than this machine's {max_threads()} cores (more intra-op "
+                          "threads only oversubscribe it)")
+
+
 def device_compute(device: str, threads: Optional[int] = None, tf32: bool = False) -> Compute:
     """The Compute of ``device`` before its execution plan (the default one): ``device`` resolved (``auto``:
     :func:`resolve_device`) and checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
-    without TF32), the threads and the numerics set (:func:`apply_numerics`). A driver resolves it once per process
+    without TF32), the threads checked (:func:`check_threads`) and set, the numerics set (:func:`apply_numerics`). A driver resolves it once per process
     (a Flower node: :func:`edgeprof.flower.mod.node_compute`) and hands it to its profiler and, for its plan
     (:meth:`Compute.with_execution`), to the runtime factory."""
     device = resolve_device(device)
     kind = check_usable(device, tf32)
+    check_threads(threads)
     set_threads(threads)
     compute = Compute(device, ExecutionPlan(), threads, kind, tf32)
     apply_numerics(compute)

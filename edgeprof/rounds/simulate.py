@@ -133,16 +133,17 @@ def run_rounds(ctx: RunContext, cfg: RunConfig, federation: Federation,
 
 def preflight(cfg: RunConfig) -> None:
     """Refuse, before the output folder is made, what set-up would refuse later in one line (ConfigError, exit 2):
-    a device this machine cannot use or ``--tf32`` on one without TF32, and a country or region codecarbon does not
-    know."""
+    a device this machine cannot use or ``--tf32`` on one without TF32, more ``--threads`` than its cores, and a
+    country or region codecarbon does not know."""
     from edgeprof.errors import ConfigError
     from edgeprof.meters.carbon import carbon_or_note
-    from edgeprof.nn.compute import check_usable, kind_of, resolve_device, tf32_refused
+    from edgeprof.nn.compute import check_threads, check_usable, kind_of, resolve_device, tf32_refused
 
     device = resolve_device(cfg.device)
     if cfg.tf32 and not kind_of(device).cudnn and kind_of(device).unavailable(device) is None:
         raise ConfigError(tf32_refused(cfg.device if cfg.device == device else f"{cfg.device} (here: {device})"))
     check_usable(device, cfg.tf32)
+    check_threads(cfg.threads)
     energy = cfg.energy
     # codecarbon's data missing is the machine's, a note of the run (no carbon figures), never a refusal
     carbon_or_note(energy.country, region=energy.region, override_g_per_kwh=energy.carbon_intensity)
