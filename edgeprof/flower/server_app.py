@@ -198,7 +198,7 @@ def parent_watch() -> Iterator[None]:
         yield
     finally:
         watching[0] = False
-        signal.signal(WAKE_SIGNAL, previous)
+        signal.signal(WAKE_SIGNAL, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
 #: the signal that wakes the main thread: its handler does nothing, its arrival interrupts the thread's wait so that

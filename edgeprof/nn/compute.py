@@ -581,9 +581,9 @@ def check_threads(threads: Optional[int]) -> None:
 def device_compute(device: str, threads: Optional[int] = None, tf32: bool = False) -> Compute:
     """The Compute of ``device`` before its execution plan (the default one): ``device`` resolved (``auto``:
     :func:`resolve_device`) and checked (one line when this machine cannot use it, or ``tf32`` asked of a kind
-    without TF32), the threads checked (:func:`check_threads`) and set, the numerics set (:func:`apply_numerics`). A driver resolves it once per process
-    (a Flower node: :func:`edgeprof.flower.mod.node_compute`) and hands it to its profiler and, for its plan
-    (:meth:`Compute.with_execution`), to the runtime factory."""
+    without TF32), the threads checked (:func:`check_threads`) and set, the numerics set (:func:`apply_numerics`).
+    A driver resolves it once per process (a Flower node: :func:`edgeprof.flower.mod.node_compute`) and hands it to
+    its profiler and, for its plan (:meth:`Compute.with_execution`), to the runtime factory."""
     device = resolve_device(device)
     kind = check_usable(device, tf32)
     check_threads(threads)
