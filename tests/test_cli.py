@@ -633,3 +633,31 @@ def test_a_run_that_fails_in_set_up_prints_nothing_on_stdout(tmp_path):
     result = CliRunner().invoke(app, ["measure", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"),
                                       "--out", str(tmp_path)])
     assert result.exit_code == 3 and result.stdout == "", repr(result.stdout)
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_ends_the_command_silently_with_exit_1_and_the_report_whole(tmp_path):
+    """docs/measuring.md: `edgeprof measure ... | head` whose reader has gone ends as click's commands do, exit 1
+    with no error line or traceback (rich's and click's closed-pipe exit), and the run's report is whole. The pipe's read end
+    is closed before the command starts, so its first write meets the closed pipe, whatever the timing."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("edgeprof", path=str(Path(sys.executable).parent))
+    assert exe, "the edgeprof console script is not installed next to this Python"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([exe, "measure", "--backbone", "mlp", "--tau", "2", "--rounds", "1", "--no-progress",
+                               "--out", str(tmp_path)], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=300)
+    finally:
+        os.close(write_end)
+
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "error" not in done.stderr, done.stderr  # notes may be said; no error
+    (sidecar,) = tmp_path.glob("pflego-tau2-*.json")
+    assert json.loads(sidecar.read_text())["status"] == "complete"
