@@ -338,7 +338,9 @@ def test_a_superlink_that_goes_away_mid_run_ends_the_report_failed_with_its_roun
     --round-timeout seconds. Reaped (a SuperLink started from a shell, or by systemd), it is seen gone within
     0.2 s, and Flower's runtime stops the ServerApp with a SIGINT whose exit handlers (pushing logs to the dead
     SuperLink) outlast Flower's 5 s force exit: the process was killed before the stop reached the run, and the
-    sidecar stayed ``running``. Either way the report keeps every finished round, says ``failed`` and why, and the
+    sidecar stayed ``running``; and that SIGINT, raised in Flower's watch thread, waited for the main thread's wait
+    to end (Flower's push of a round's messages, retrying the lost SuperLink: 20 to 27 s on a loaded runner) until
+    the main thread was woken for it (server_app.wake_main_thread). Either way the report keeps every finished round, says ``failed`` and why, and the
     ServerApp's process ends."""
     fed = start_federation(request, tmp_path_factory, [f"partition-id={pid} num-partitions=2" for pid in range(2)])
     cfg = RunConfig(algo="pflego", tau=2, rounds=1000, clients=2, dataset="synthetic", backbone="mlp",
