@@ -302,7 +302,6 @@ def test_a_round_a_stop_cut_off_is_under_way_and_its_replies_are_not_counted_as_
     assert "never came" not in section[:section.index("</section>")]
 
 
-
 WATCHED_CHILD = """
 import concurrent.futures, os, sys, time
 from flwr.supercore.app_utils import start_parent_process_monitor
