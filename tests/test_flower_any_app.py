@@ -110,7 +110,9 @@ def test_the_mod_profiles_a_plain_app_and_the_wrapper_writes_one_report(tmp_path
     sidecar = report.sidecar
     assert sidecar["status"] == "complete" and sidecar["rounds_completed"] == ROUNDS
     assert sorted(c["node_id"] for c in sidecar["flower"]["clients"].values()) == sorted(NODES)
-    assert sidecar["flower"]["rounds"]["1"]["train"] == {"replies": 3, "profiled": 3, "unprofiled": 0, "errors": 0}
+    assert sidecar["flower"]["rounds"]["1"]["train"] == {"replies": 3, "profiled": 3, "unprofiled": 0, "errors": 0,
+                                                         "flagged": 0}
+    assert sidecar["flower"]["flagged"] == {}
     assert sidecar["flower"]["notes"]  # every client reported this machine: attribution, said so
     assert [line for line in flower_lines(report) if line.startswith("note: clients [0, 1, 2] report the same host")]
 

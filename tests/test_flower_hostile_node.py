@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict  # noqa: E402
-from hostile_client import HOSTILE_KEY, HOSTILE_VALUE, make_hostile_app  # noqa: E402
+from hostile_client import HOSTILE_KEY, HOSTILE_PROFILE, HOSTILE_VALUE, make_hostile_app  # noqa: E402
 from test_flower_algorithms import LoopbackGrid  # noqa: E402
 from test_flower_strategy import SHAPES, cfg_for, directory, grad_reply, grads, reply  # noqa: E402
 
@@ -265,6 +265,159 @@ def test_a_profiled_reply_with_hostile_numbers_is_a_row_without_them_not_a_crash
     rows = {r["client"]: r for r in read_report(tmp_path / "r.csv").where(kind="client")}
     assert (rows["0"]["n_samples"], rows["0"]["train_loss"]) == ("", "") and rows["1"]["n_samples"] == "30"
     assert s.accepted[1] == [1] and arrays is not None
+
+
+def honest_profile(tmp_path) -> dict:
+    """The profile edgeprof's mod attaches to a reply (:func:`edgeprof.flower.energy.profile_mod`), made by the real
+    profiler over real RAPL counters (a sysfs tree the meter reads), a window with two phases."""
+    from fixtures_sysfs import build_rapl, set_energy
+
+    from edgeprof.flower.energy import profile_cells
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import discover
+    from edgeprof.report.schema import row_from_window
+
+    build_rapl(tmp_path, "one_socket")
+    meters = discover(sysfs_root=str(tmp_path))
+    profiler = Profiler(meters)
+    try:
+        with profiler.window("train") as win:
+            with win.phase("cache_forward"):
+                set_energy(tmp_path, "intel-rapl:0", 2_000_000)
+            with win.phase("joint_grad"):
+                set_energy(tmp_path, "intel-rapl:0", 3_000_000)
+        result = win.result
+    finally:
+        profiler.close()
+        meters.close()
+    cells = profile_cells(row_from_window(result, {}, carbon_g_per_kwh=400.0))
+    return {**cells, "host": "jetson-7", "carbon_source": "override", "message_type": "train"}
+
+
+def test_an_honest_profile_passes_the_servers_check_as_it_came(tmp_path):
+    from edgeprof.flower.node_checks import checked_profile
+
+    profile = honest_profile(tmp_path)
+    assert profile["energy_method"] == "counter" and "cache_forward_j" in profile and "carbon_g" in profile
+    assert checked_profile(profile) == (profile, [])
+
+
+@pytest.mark.parametrize("cells,gone,marked,phrase", [
+    ({"round": 99, "client": 7, "run_id": "theirs", "algo": "fedavg", "kind": "server"},
+     ["round", "client", "run_id", "algo", "kind"], {}, "the server's own cells"),
+    ({"wall_s": -1.0}, ["wall_s"], {}, "wall_s = -1.0 is not a finite number >= 0"),
+    ({"cpu_s": math.inf}, ["cpu_s"], {}, "cpu_s = inf is not a finite number >= 0"),
+    ({"joint_grad_s": math.nan}, ["joint_grad_s"], {}, "joint_grad_s = nan"),
+    ({"peak_rss_mb": "lots"}, ["peak_rss_mb"], {}, "peak_rss_mb = 'lots'"),
+    ({"short_window": 3.0}, ["short_window"], {}, "short_window = 3.0 is not 0 or 1"),
+    ({"short_window": True}, ["short_window"], {}, "short_window = True"),
+    ({"cpu_package_j": -5.0}, ["cpu_package_j"], {}, "cpu_package_j = -5.0 is not a finite number >= 0"),
+    ({"energy_method": "magic"}, ["energy_j", "carbon_g", "cache_forward_j", "joint_grad_j"],
+     {"energy_method": "invalid"}, "energy_method = 'magic' is not a method a meter names"),
+    ({"energy_method": "counter+"}, ["energy_j", "carbon_g", "cache_forward_j", "joint_grad_j"],
+     {"energy_method": "invalid"},
+     "energy_j, carbon_g, cache_forward_j, joint_grad_j: joules that do not say how they were obtained"),
+    ({"cpu_package_method": 3.0}, ["cpu_package_j"], {"cpu_package_method": "invalid"},
+     "cpu_package_method = 3.0 is not a method a meter names"),
+    ({"cpu_package_method": "invalid"}, ["cpu_package_j"], {"cpu_package_method": "invalid"},
+     "cpu_package_j: joules that do not say how they were obtained (cpu_package_method is 'invalid')"),
+    ({"host": "a\nb"}, ["host"], {}, "host = 'a\\nb' is not printable text of at most 200 characters"),
+    ({"host": "h" * 201}, ["host"], {}, "is not printable text of at most 200"),
+    ({"device_kind": 4.0}, ["device_kind"], {}, "device_kind = 4.0 is not printable text"),
+])
+def test_a_profile_cell_the_server_cannot_believe_is_left_out_or_marked_invalid(tmp_path, cells, gone, marked,
+                                                                                phrase):
+    from edgeprof.flower.node_checks import checked_profile
+
+    honest = honest_profile(tmp_path)
+    # Execute: the honest profile with the hostile cells in it
+    checked, problems = checked_profile({**honest, **cells})
+    # Assert: those cells (and the joules that hang on them) are out, the marked ones say invalid, the rest is
+    # the honest profile as it came, and one phrase says why
+    assert not set(gone) & set(checked) and {k: checked[k] for k in marked} == marked
+    untouched = set(honest) - set(gone) - set(marked) - set(cells)
+    assert {k: checked[k] for k in untouched} == {k: honest[k] for k in untouched}
+    assert any(phrase in p for p in problems), problems
+
+
+def test_a_hostile_profile_is_a_row_of_only_what_the_server_believes_said_in_the_log_and_the_sidecar(
+        tmp_path, caplog):
+    # Prepare: one honest reply, one whose profile names another row and draws joules of no known method
+    from edgeprof.flower.energy import PROFILE_RECORD
+    from edgeprof.flower.report import ProfiledStrategy, RunRows
+    from edgeprof.flower.server_app import flower_section
+    from edgeprof.measure.profiler import Profiler
+    from edgeprof.meters.discovery import MeterSet
+    from edgeprof.report import columns_for, read_report
+    from edgeprof.report.writer import ReportWriter
+    from edgeprof.session.run import Energy, RunContext
+
+    honest = honest_profile(tmp_path / "sysfs")
+    s = st.make_strategy(cfg_for(), directory())
+    s.theta = [np.ones(sh, np.float32) for sh in SHAPES]
+    s.sampled[1] = [0, 1]
+    bad, good = grad_reply(0, grads(0)), grad_reply(1, grads(1))
+    bad.content[PROFILE_RECORD] = ConfigRecord({**honest, "round": 99, "client": 7, "energy_method": "magic"})
+    good.content[PROFILE_RECORD] = ConfigRecord(honest)
+    with ReportWriter(tmp_path / "r.csv", columns_for(("cache_forward", "head_steps", "joint_grad"))) as w:
+        ctx = RunContext("r", "laptop", w, Profiler(MeterSet([])), Energy())
+        reporter = ProfiledStrategy(s, rows=RunRows(ctx, s))
+        # Execute
+        with caplog.at_level(logging.WARNING, logger="edgeprof.flower"):
+            arrays, _ = reporter.aggregate_train(1, [bad, good])
+    # Assert: the hostile row is round 1's, client 0's, with its seconds and no joules; the honest one whole
+    rows = {r["client"]: r for r in read_report(tmp_path / "r.csv").where(kind="client")}
+    assert set(rows) == {"0", "1"} and rows["0"]["round"] == rows["1"]["round"] == "1"
+    assert (rows["0"]["energy_j"], rows["0"]["energy_method"], rows["0"]["carbon_g"], rows["0"]["cache_forward_j"]) \
+        == ("", "invalid", "", "")
+    assert rows["0"]["wall_s"] == rows["1"]["wall_s"] != "" and rows["0"]["cpu_package_j"] == rows["1"]["cpu_package_j"] != ""
+    assert rows["1"]["energy_method"] == "counter" and float(rows["1"]["energy_j"]) == pytest.approx(
+        float(honest["energy_j"]), rel=1e-5)
+    (line,) = [r.getMessage() for r in caplog.records if "profile" in r.getMessage()]
+    assert line.startswith("round 1: node 100's profile: round, client: the server's own cells") and \
+        "energy_method = 'magic'" in line and line.endswith("its row is written without them")
+    assert reporter.rounds[1]["train"]["flagged"] == 1 and arrays is not None
+    section = flower_section(s, FlowerSettings(), reporter.flagged)
+    assert section["rounds"]["1"]["profiles_flagged"] == [{"node": 100, "window": "train",
+                                                           "reason": line.split("profile: ", 1)[1].rsplit(";", 1)[0]}]
+
+
+def test_a_node_whose_profile_lies_trains_and_its_rows_keep_only_what_the_server_believes(tmp_path, task_identity):
+    """The real ServerApp code with edgeprof's own ClientApp on three nodes, one of which writes another row's names
+    and joules of no method over its profile: the run completes with every reply used, that node's rows are its
+    own partition's and rounds', with its seconds and no joules, and ``edgeprof summary`` says so."""
+    from typer.testing import CliRunner
+
+    from edgeprof.cli import app as cli
+    from edgeprof.flower.server_app import run_server
+    from edgeprof.report import read_report
+
+    cfg = run_cfg(tmp_path, clients=3)
+    settings = FlowerSettings(node_wait_s=0.0)
+    lie = json.dumps({"round": 99, "client": 7, "energy_method": "measured", "wall_s": -1.0})
+    # Execute
+    run_id = run_server(grid_of(cfg, settings, [0, 1], {"partition-id": 2, HOSTILE_PROFILE: lie}),
+                        to_run_config(cfg, settings))
+    # Assert
+    report = read_report(tmp_path / f"{run_id}.csv")
+    sidecar = report.sidecar
+    assert sidecar["status"] == "complete" and len(report.rows) == sidecar["rows"]  # no row damaged
+    clients = report.where(kind="client")
+    assert sorted((r["round"], r["client"]) for r in clients) == [(str(r), str(p)) for r in (1, 2) for p in range(3)]
+    liar, honest = [r for r in clients if r["client"] == "2"], [r for r in clients if r["client"] != "2"]
+    assert all((r["energy_j"], r["energy_method"], r["wall_s"]) == ("", "invalid", "") and r["cpu_s"] for r in liar)
+    assert all(r["energy_method"] and r["energy_method"] != "invalid" and float(r["wall_s"]) > 0 for r in honest)
+    for r in ("1", "2"):
+        rnd = sidecar["flower"]["rounds"][r]
+        assert rnd["accepted"] == [0, 1, 2] and [f["node"] for f in rnd["profiles_flagged"]] == [HOSTILE]
+        (flag,) = rnd["profiles_flagged"]
+        assert flag["reason"].startswith("round, client: the server's own cells") and "energy_method = 'measured'" \
+            in flag["reason"] and "wall_s = -1.0" in flag["reason"]
+    result = CliRunner().invoke(cli, ["summary", str(tmp_path / f"{run_id}.csv")], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("profiles flagged:")]
+    assert line.startswith(f"profiles flagged: 2 row(s) written without cells the server could not believe (round 1, "
+                           f"node {HOSTILE}: round, client: the server's own cells")
 
 
 # ------------------------------------------------------------------------------------ a real deployment

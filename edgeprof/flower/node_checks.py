@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from flwr.app import ConfigRecord, Message, MetricRecord
 
@@ -164,3 +164,82 @@ def read_evaluation(metrics: MetricRecord, n_train: int, limits: NodeLimits) -> 
     n_test = whole_number(metrics, "eval-n-test", 1, limits.max_samples,
                           f"a positive integer up to {limits.max_samples}")
     return loss, accuracy, n, n_test
+
+
+#: the cells of a node's profile that are text (its labels and the measured ``device_kind``, ``short_phases``)
+PROFILE_TEXT = ("host", "carbon_source", "message_type", "device_kind", "short_phases")
+#: the longest text cell of a node's profile other than its host (a report cell: its reader's own limit)
+MAX_PROFILE_TEXT = 4096
+
+
+def checked_profile(profile: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A node's profile (the cells its mod measured, :mod:`edgeprof.flower.energy`) as the server may write it, and
+    one phrase for each cell it left out or marked, in the order found (none: the profile as it came).
+
+    - The report's own cells that name a row (``round``, ``client``, ``run_id``, ``algo``, ...) are the server's:
+      a node that sends them is not believed (they are left out).
+    - A measured number (seconds, CPU seconds, MiB, joules, grams, ``short_window``) must be a finite real number
+      >= 0 (``short_window`` 0 or 1): else it is left out.
+    - A method (``energy_method``, ``<column>_method``) must be ``invalid`` or methods a meter names
+      (:data:`edgeprof.meters.base.METHODS`, joined with ``+``): else it is ``invalid``.
+    - Joules must say how they were obtained: ``<column>_j`` whose method is not a meter's is left out, and
+      ``energy_j``'s with the row's ``carbon_g`` and its phases' joules (they are parts of that total).
+    - Text must be printable, at most :data:`MAX_HOST_CHARS` characters for ``host`` and
+      :data:`MAX_PROFILE_TEXT` for the others: else it is left out.
+    """
+    from edgeprof.meters import registry
+    from edgeprof.meters.base import INVALID, METHODS
+    from edgeprof.report.schema import CORE_COLUMNS, GENERIC_COLUMNS, MEASURED_COLUMNS
+
+    cells, problems = dict(profile), []
+
+    def leave_out(key: str, why: str) -> None:
+        problems.append(f"{key} = {_shown(cells.pop(key))} {why}")
+
+    owned = [k for k in cells if k in CORE_COLUMNS or k in GENERIC_COLUMNS]
+    owned = [k for k in owned if k not in MEASURED_COLUMNS and k != "host"]
+    if owned:
+        problems.append(f"{', '.join(owned)}: the server's own cells, not a node's to say")
+        for key in owned:
+            del cells[key]
+    for key in [k for k in cells if k in PROFILE_TEXT]:
+        value, most = cells[key], MAX_HOST_CHARS if key == "host" else MAX_PROFILE_TEXT
+        if not isinstance(value, str) or len(value) > most or not value.isprintable():
+            leave_out(key, f"is not printable text of at most {most} characters")
+    joules = {"energy_j": "energy_method", **{f"{c}_j": f"{c}_method" for c in registry.report_columns()}}
+    methods = [m for m in dict.fromkeys(joules.values()) if m in cells]
+    for key in methods:
+        value = cells[key]
+        if value != INVALID and not _methods_of(value, METHODS):
+            problems.append(f"{key} = {_shown(value)} is not a method a meter names: {INVALID}")
+            cells[key] = INVALID
+    numbers = ({k for k in MEASURED_COLUMNS if k not in PROFILE_TEXT and not k.endswith("_method")}
+               | {k for k in cells if k.endswith(("_s", "_j"))})  # a phase's seconds, CPU seconds and joules
+    for key in [k for k in cells if k in numbers]:
+        value = cells[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            leave_out(key, "is not a finite number >= 0")
+        elif key == "short_window" and value not in (0, 1):
+            leave_out(key, "is not 0 or 1")
+    phase_joules = [k for k in cells if k.endswith("_j") and k not in joules and k not in MEASURED_COLUMNS]
+    for key, method in joules.items():
+        parts = [key] + (["carbon_g"] + sorted(phase_joules) if key == "energy_j" else [])
+        left = [k for k in parts if k in cells]
+        if not left or _methods_of(cells.get(method), METHODS):
+            continue
+        said = f"is {_shown(cells[method])}" if method in cells else "is missing"
+        problems.append(f"{', '.join(left)}: joules that do not say how they were obtained ({method} {said})")
+        for k in left:
+            del cells[k]
+    return cells, problems
+
+
+def _methods_of(value: Any, methods: tuple[str, ...]) -> bool:
+    """Whether ``value`` is one method a meter names, or several joined with ``+`` (a total over domains)."""
+    return isinstance(value, str) and bool(value) and all(m in methods for m in value.split("+"))
+
+
+def _shown(value: Any) -> str:
+    """A node's value as a log line shows it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -47,6 +47,7 @@ from flwr.serverapp.strategy import Strategy
 
 from edgeprof.errors import EdgeprofError
 from edgeprof.flower.energy import take_profile, take_trace
+from edgeprof.flower.node_checks import checked_profile
 
 log = logging.getLogger("edgeprof.flower")
 
@@ -68,6 +69,8 @@ class ProfiledStrategy(Strategy):
         self.inner = strategy
         self.rows = rows if rows is not None else MonitorRows(strategy, monitor_settings)
         self.rounds: dict[int, dict[str, dict[str, int]]] = {}
+        #: per round, the replies whose profile had cells left out or marked (:func:`checked_profile`): node, why
+        self.flagged: dict[int, list[dict]] = {}
 
     def __getattr__(self, name: str):
         if name == "inner":
@@ -117,7 +120,7 @@ class ProfiledStrategy(Strategy):
     def _record(self, server_round: int, replies: list[Message], window: str, kind: str) -> None:
         """Write a row for each profiled reply and take the profile out of every reply."""
         counts = self.rounds.setdefault(server_round, {}).setdefault(
-            window, {"replies": 0, "profiled": 0, "unprofiled": 0, "errors": 0})
+            window, {"replies": 0, "profiled": 0, "unprofiled": 0, "errors": 0, "flagged": 0})
         for msg in replies:
             counts["replies"] += 1
             if msg.has_error():
@@ -128,6 +131,14 @@ class ProfiledStrategy(Strategy):
             if profile is None:
                 counts["unprofiled"] += 1
                 continue
+            profile, problems = checked_profile(profile)
+            if problems:
+                reason = "; ".join(problems)
+                counts["flagged"] += 1
+                self.flagged.setdefault(server_round, []).append({"node": msg.metadata.src_node_id, "window": window,
+                                                                  "reason": reason})
+                log.warning("round %d: node %d's profile: %s; its row is written without them", server_round,
+                            msg.metadata.src_node_id, reason)
             try:
                 self.rows.client_row(server_round, msg, profile, window, kind, trace)
                 counts["profiled"] += 1
@@ -183,11 +194,12 @@ class MonitorRows:
             try:
                 yield
             finally:
-                mon.sidecar_sections["flower"] = self.flower_section(reporter.rounds)
+                mon.sidecar_sections["flower"] = self.flower_section(reporter.rounds, reporter.flagged)
                 self.monitor = None
 
-    def flower_section(self, rounds: Mapping[int, Any]) -> dict:
-        """The sidecar's ``flower`` section: strategy, clients, per-round reply counts, the shared-host note."""
+    def flower_section(self, rounds: Mapping[int, Any], flagged: Optional[Mapping[int, list]] = None) -> dict:
+        """The sidecar's ``flower`` section: strategy, clients, per-round reply counts, the profiles flagged (per
+        round: node, window, why), the shared-host note."""
         by_host: dict[str, list[int]] = {}
         for index, host in self.hosts.items():
             by_host.setdefault(host, []).append(index)
@@ -195,6 +207,7 @@ class MonitorRows:
         return {"strategy": type(self.inner).__name__,
                 "clients": {str(i): {"node_id": n, "host": self.hosts.get(i, "")} for n, i in self.clients.items()},
                 "rounds": {str(r): counts for r, counts in sorted(rounds.items())},
+                "flagged": {str(r): found for r, found in sorted((flagged or {}).items())},
                 "notes": [SHARED_HOST_NOTE.format(clients=clients) for clients in shared]}
 
     def running(self):
@@ -268,7 +281,7 @@ class RunRows:
                        n_participants=len(self.inner.sampled.get(server_round, ())),
                        train_loss=None if loss is None else _fmt(loss))
         row = {k: "" if v is None else str(v) for k, v in row.items()}
-        row.update(format_cells(profile, set(self.ctx.writer.columns)))
+        row.update(format_cells(profile, set(self.ctx.writer.columns)))  # checked_profile took out the row's names
         self.ctx.write(row, trace, window)
 
     @contextlib.contextmanager

@@ -296,10 +296,13 @@ def shared_machine(settings: FlowerSettings, directory: Directory) -> Optional[s
     return f"several SuperNodes report host {', '.join(shared)}" if shared else None
 
 
-def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings) -> dict:
+def flower_section(strategy: EdgeprofStrategy, settings: FlowerSettings,
+                   flagged: Optional[Mapping[int, list]] = None) -> dict:
+    """The sidecar's ``flower`` section; ``flagged``: the reporter's profiles with cells left out, per round."""
     why = shared_machine(settings, strategy.directory)
     rounds = {str(r): {"sampled": s, "accepted": strategy.accepted.get(r, []),
-                       "rejected": [{"from": w, "reason": why_} for w, why_ in strategy.rejected.get(r, [])]}
+                       "rejected": [{"from": w, "reason": why_} for w, why_ in strategy.rejected.get(r, [])],
+                       "profiles_flagged": list((flagged or {}).get(r, []))}
               for r, s in strategy.sampled.items()}
     return {"strategy": type(strategy).__name__, "scale_I_over_r": strategy.scale,
             "alpha": strategy.directory.describe(), "round_timeout_s": settings.round_timeout_s,
@@ -401,8 +404,10 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
         log.warning("edgeprof: energy: %s", SHARED_MACHINE_NOTE.format(why=shared))
     strategy = make_strategy(cfg, directory)
 
+    reporters: list[ProfiledStrategy] = []
+
     def finish(data: dict) -> dict:
-        return {**data, "flower": flower_section(strategy, settings)}
+        return {**data, "flower": flower_section(strategy, settings, reporters[0].flagged if reporters else None)}
 
     why = unserved(cfg, settings, directory)
     if why is not None:  # the report says so, failed with the reason, and the ServerApp exits non-zero
@@ -417,6 +422,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any], defaults: Optional[Map
         final = theta0
         try:
             reporter = ProfiledStrategy(strategy, rows=RunRows(session.ctx, strategy))
+            reporters.append(reporter)
             with lost():
                 result = reporter.start(grid, ArrayRecord(theta0), num_rounds=cfg.rounds,
                                         timeout=settings.round_timeout_s)

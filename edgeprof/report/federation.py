@@ -1,8 +1,8 @@
 """What a Flower run's sidecar says happened, read for ``edgeprof summary`` and the dashboard.
 
 :func:`read_federation` reads the sidecar's ``flower`` section (written by edgeprof's ServerApp) into plain data:
-how the run ended (``status`` and ``reason``), per round the partitions sampled and accepted and the replies rejected
-with the reason, the nodes left out at the roll call, the partitions no node served, each partition's node, host
+how the run ended (``status`` and ``reason``), per round the partitions sampled and accepted, the replies rejected
+with the reason and the profiles flagged (cells the server left out), the nodes left out at the roll call, the partitions no node served, each partition's node, host
 and data, and the notes (simulation, clients sharing a machine). A sidecar is a file like any other: every value is
 checked for its type, and one of the wrong type reads as absent, never as an error.
 """
@@ -18,13 +18,15 @@ from edgeprof.report.writer import Report
 @dataclass(frozen=True)
 class FlowerRound:
     """One round: the partitions sampled and accepted, and the replies rejected as (who, reason); ``under_way``: the
-    run ended (a stop, a failure) before the round did, so its replies were not awaited (none is missing)."""
+    run ended (a stop, a failure) before the round did, so its replies were not awaited (none is missing);
+    ``flagged``: the replies whose profile had cells the server left out or marked invalid, as (node, reason)."""
 
     round: int
     sampled: list[int]
     accepted: list[int]
     rejected: list[tuple[str, str]]
     under_way: bool = False
+    flagged: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def missing(self) -> list[int]:
@@ -72,6 +74,11 @@ class Federation:
         """Every rejected reply as (round, who, reason), the roll call's refusals first as round 0."""
         return [(0, who, why) for who, why in self.refused] + [
             (r.round, who, why) for r in self.rounds for who, why in r.rejected]
+
+    @property
+    def flagged(self) -> list[tuple[int, str, str]]:
+        """Every reply whose profile had cells the server left out or marked, as (round, node, reason)."""
+        return [(r.round, who, why) for r in self.rounds for who, why in r.flagged]
 
     @property
     def unused(self) -> int:
@@ -131,7 +138,8 @@ def _rounds(value: Any, completed: Optional[int] = None) -> list[FlowerRound]:
         if isinstance(r, Mapping) and str(key).isdecimal():
             rounds.append(FlowerRound(int(key), _ints(r.get("sampled")), _ints(r.get("accepted")),
                                       _pairs(r.get("rejected"), "from"),
-                                      completed is not None and int(key) > completed))
+                                      completed is not None and int(key) > completed,
+                                      _pairs(r.get("profiles_flagged"), "node")))
     return sorted(rounds, key=lambda r: r.round)
 
 

@@ -40,6 +40,12 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
+#: the cells a row measured elsewhere brings (a Flower client's profile: :meth:`edgeprof.session.monitoring.Monitor.record`,
+#: the ServerApp's rows), besides its meter and phase columns; the row's other core cells name it, and are the writer's
+MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
+                    "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
+                    "device_kind", "gpu_peak_mem_mb", "short_phases")
+
 #: the ``kind`` of a report row, the one list (the writer reads rows back by it, ``edgeprof trace`` and the monitor
 #: choose from it); ``window``: a window of a user's own code (:mod:`edgeprof.session.monitoring`)
 ROW_KINDS = ("client", "server", "eval", "window")
@@ -67,6 +73,21 @@ def check_phase_name(name: str) -> None:
 
 def phase_columns(phases: Sequence[str]) -> tuple[str, ...]:
     return tuple(c for p in phases for c in (f"{p}_s", f"{p}_cpu_s", f"{p}_j"))
+
+
+def phase_columns_of(cells: Mapping[str, object]) -> set[str]:
+    """The ``<phase>_s``, ``_cpu_s``, ``_j`` columns of the phases whose ``<phase>_cpu_s`` is a key of ``cells`` (a
+    row measured elsewhere) and whose name is a valid, unclashing phase name (:func:`check_phase_name`)."""
+    out: set[str] = set()
+    for key in cells:
+        if key.endswith("_cpu_s"):
+            p = key[: -len("_cpu_s")]
+            try:
+                check_phase_name(p)
+            except MonitorError:
+                continue
+            out |= {f"{p}_s", f"{p}_cpu_s", f"{p}_j"}
+    return out
 
 
 def columns_for(phases: Sequence[str], *, generic: bool = False) -> tuple[str, ...]:

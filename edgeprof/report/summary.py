@@ -437,8 +437,8 @@ MAX_LISTED = 5
 
 
 def flower_lines(report: Report) -> list[str]:
-    """A Flower run's rejections, nodes left out and partitions no node served, and its notes (simulation, clients
-    sharing a machine), one line each; nothing for a report that is not a Flower run's."""
+    """A Flower run's rejections, nodes left out, partitions no node served and profiles flagged, and its notes
+    (simulation, clients sharing a machine), one line each; nothing for a report that is not a Flower run's."""
     from edgeprof.report.federation import of_report
 
     federation = of_report(report)
@@ -456,6 +456,11 @@ def flower_lines(report: Report) -> list[str]:
         listed = "; ".join(f"round {r}, {who}: {why}" for r, who, why in rejected[:MAX_LISTED])
         lines.append(f"rejected: {len(rejected)} repl{'y' if len(rejected) == 1 else 'ies'} ({listed}"
                      f"{'; ...' if len(rejected) > MAX_LISTED else ''})")
+    flagged = federation.flagged
+    if flagged:
+        listed = "; ".join(f"round {r}, node {who}: {why}" for r, who, why in flagged[:MAX_LISTED])
+        lines.append(f"profiles flagged: {len(flagged)} row(s) written without cells the server could not believe "
+                     f"({listed}{'; ...' if len(flagged) > MAX_LISTED else ''})")
     return lines + [f"note: {note}" for note in federation.notes]
 
 

@@ -53,7 +53,7 @@ from edgeprof.errors import MonitorError
 from edgeprof.measure import windows as engine
 from edgeprof.measure.profiler import Profiler
 from edgeprof.measure.windows import OpenWindow, Windows, current_window
-from edgeprof.report.schema import check_phase_name
+from edgeprof.report.schema import MEASURED_COLUMNS, check_phase_name
 from edgeprof.results import WindowResult
 from edgeprof.session.measurement import Measurement, MonitorConfig
 from edgeprof.session.row_labels import labels_cell, split_labels
@@ -78,10 +78,6 @@ def _split(labels: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
                                f"the {MAX_CELL_CHARS} a report's reader takes; shorten it")
     return cells, other
 
-#: cells a row measured elsewhere may bring (:meth:`Monitor.record`), besides domain and phase columns
-MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
-                    "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
-                    "device_kind", "gpu_peak_mem_mb", "short_phases")
 
 OVERLAP_NOTE = ("{n} window(s) overlapped another window: each window's energy and CPU seconds are everything the "
                 "machine (the process) spent while it was open, so the rows of overlapping windows double count; "
@@ -451,31 +447,17 @@ class Monitor:
         others are left out. ``trace``: that window's power trace (:class:`~edgeprof.results.TraceRow`
         rows, a traced Flower client's), written to this run's trace file when it is traced. Returns the row
         written."""
-        from edgeprof.report.schema import domain_columns, format_cells
+        from edgeprof.report.schema import domain_columns, format_cells, phase_columns_of
 
         self._check(name, kind)
         label_cells, other = _split({**self.config.labels, **labels})
-        allowed = set(MEASURED_COLUMNS) | set(domain_columns()) | _phase_columns(cells)
+        allowed = set(MEASURED_COLUMNS) | set(domain_columns()) | phase_columns_of(cells)
         row = self._base(name, kind, label_cells, other)
         row.update(format_cells(cells, allowed))
         with self._lock:
             self._write(row, trace, name)
             self._counts[name] = self._counts.get(name, 0) + 1
         return row
-
-
-def _phase_columns(cells: Mapping[str, Any]) -> set[str]:
-    """The ``<phase>_s``, ``_cpu_s``, ``_j`` keys of ``cells`` whose phase is a valid, unclashing name."""
-    out: set[str] = set()
-    for key in cells:
-        if key.endswith("_cpu_s"):
-            p = key[: -len("_cpu_s")]
-            try:
-                check_phase_name(p)
-            except MonitorError:
-                continue
-            out |= {f"{p}_s", f"{p}_cpu_s", f"{p}_j"}
-    return out
 
 
 @contextlib.contextmanager
