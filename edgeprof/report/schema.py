@@ -40,8 +40,9 @@ CORE_COLUMNS = (
 #: measured beside a Flower round, not phases of it (their ``*_cpu_s`` columns are no phase columns)
 BESIDE_ROUND = ("setup", "startup")
 
-#: the cells a row measured elsewhere brings (a Flower client's profile: :meth:`edgeprof.session.monitoring.Monitor.record`,
-#: the ServerApp's rows), besides its meter and phase columns; the row's other core cells name it, and are the writer's
+#: the cells a row measured elsewhere brings (a Flower client's profile: the ServerApp's rows,
+#: :meth:`edgeprof.session.monitoring.Monitor.record`), besides its meter and phase columns; the row's other core
+#: cells name it, and are the writer's
 MEASURED_COLUMNS = ("wall_s", "cpu_s", "peak_rss_mb", "energy_j", "energy_method", "carbon_g", "short_window",
                     "profiler_overhead_s", "setup_s", "setup_cpu_s", "setup_j", "startup_s", "startup_cpu_s",
                     "device_kind", "gpu_peak_mem_mb", "short_phases")
