@@ -216,10 +216,12 @@ def checked_profile(profile: Mapping[str, Any]) -> tuple[dict[str, Any], list[st
     numbers = ({k for k in MEASURED_COLUMNS if k not in PROFILE_TEXT and not k.endswith("_method")}
                | {k for k in cells if k.endswith(("_s", "_j"))})  # a phase's seconds, CPU seconds and joules
     for key in [k for k in cells if k in numbers]:
-        value = cells[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        try:
+            value = number(cells, key, 0.0, math.inf, "a finite number >= 0")
+        except RejectedReply:
             leave_out(key, "is not a finite number >= 0")
-        elif key == "short_window" and value not in (0, 1):
+            continue
+        if key == "short_window" and value not in (0, 1):
             leave_out(key, "is not 0 or 1")
     phase_joules = [k for k in cells if k.endswith("_j") and k not in joules and k not in MEASURED_COLUMNS]
     for key, method in joules.items():

@@ -3,8 +3,9 @@
 :func:`read_federation` reads the sidecar's ``flower`` section (written by edgeprof's ServerApp) into plain data:
 how the run ended (``status`` and ``reason``), per round the partitions sampled and accepted, the replies rejected
 with the reason and the profiles flagged (cells the server left out), the nodes left out at the roll call, the
-partitions no node served, each partition's node, host and data, and the notes (simulation, clients sharing a machine). A sidecar is a file like any other: every value is
-checked for its type, and one of the wrong type reads as absent, never as an error.
+partitions no node served, each partition's node, host and data, and the notes (simulation, clients sharing a
+machine). A sidecar is a file like any other: every value is checked for its type, and one of the wrong type reads
+as absent, never as an error.
 """
 
 from __future__ import annotations
